@@ -1,0 +1,46 @@
+# vmsched: `make run` starts everything locally; `make test` runs the test suite on the real servers.
+SHELL := /bin/bash
+UV_VERSION := 0.13.9
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+PY := .venv/bin/python
+
+.PHONY: run test test-fast lint format bench bench-placement servers clean asyncapi
+
+.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/pip install --quiet uv==$(UV_VERSION)
+
+.venv/.synced: pyproject.toml uv.lock */*/pyproject.toml | $(if $(findstring .tools,$(UV)),.tools/bin/uv)
+	$(UV) sync --frozen --quiet
+	touch $@
+
+servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
+	bash deploy/local-servers.sh
+
+run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
+	$(PY) -m devtools.run
+
+test: .venv/.synced servers ## the whole suite on the real servers
+	$(PY) -m pytest
+
+test-fast: .venv/.synced ## unit and property tests only (no servers)
+	$(PY) -m pytest -m "not integration" services/scheduler/tests tests/unit
+
+lint: .venv/.synced ## ruff + mypy --strict
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy libs/common/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src
+
+format: .venv/.synced
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+bench-placement: .venv/.synced ## one decision over 10,000 hosts, every strategy
+	$(PY) bench/placement_bench.py
+
+bench: .venv/.synced servers ## the end-to-end performance harness (never part of make test)
+	$(PY) bench/placement_bench.py
+	@if [ -f bench/e2e_bench.py ]; then $(PY) bench/e2e_bench.py; fi
+
+clean:
+	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

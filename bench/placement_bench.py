@@ -1,0 +1,279 @@
+"""Placement engine benchmark: per-decision time of every strategy over a large seeded fleet.
+
+    python bench/placement_bench.py [--hosts 10000] [--runs 5] [--repeat 2000] [--out bench/results/x.json]
+
+Single-threaded, pinned to one CPU where the OS allows. Each run rebuilds the fleet, then times
+``decide`` once per request (perf_counter_ns around the call only) and books the VM on the chosen
+host as the scheduler does (untimed). Reported per strategy: the median of the run medians, p99 over
+all decisions, and decisions/s (decisions / summed decision time, median over runs). Also measured,
+for information: ``Fleet.upsert`` of one known host, of one new host, and ``explain`` for one VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement import (
+    DecisionContext,
+    Demand,
+    Fleet,
+    HostState,
+    PlacementRequest,
+    Weights,
+    decide,
+    explain,
+)
+
+NOW = 1_800_000_000.0
+OFFLINE_TIMEOUT = 15.0
+BUDGET_US = 200.0
+ZONES = [f"zone-{n}" for n in range(4)]
+RACKS = [f"rack-{n:02d}" for n in range(40)]
+HOST_SHAPES = [  # (cpu, memory MiB, disk GB, gpu), with how common each is
+    ((16, 65536, 500, 0), 30),
+    ((32, 131072, 1000, 0), 35),
+    ((64, 262144, 2000, 0), 25),
+    ((128, 524288, 4000, 0), 5),
+    ((32, 262144, 2000, 4), 5),
+]
+
+
+def build_hosts(count: int, rng: random.Random) -> list[HostState]:
+    shapes, weights = zip(*HOST_SHAPES, strict=True)
+    hosts = []
+    for n in range(count):
+        cpu, memory_mb, disk_gb, gpu = rng.choices(shapes, weights)[0]
+        fill = rng.random() * 0.85
+        labels = {"zone": rng.choice(ZONES), "rack": rng.choice(RACKS)}
+        if gpu:
+            labels["gpu"] = "a100"
+        hosts.append(
+            HostState(
+                id=f"hv-{n:05d}",
+                status=rng.choices(["online", "draining", "offline"], [94, 3, 3])[0],
+                labels=labels,
+                capacity=Demand(cpu, memory_mb, disk_gb, gpu),
+                allocated=Demand(int(cpu * fill), int(memory_mb * fill), int(disk_gb * fill * 0.7), 0),
+                vm_count=int(cpu * fill / 2),
+                scheduling_paused=rng.random() < 0.02,
+                last_heartbeat=NOW - (rng.random() * 10 if rng.random() < 0.97 else 30 + rng.random() * 100),
+                cpu_ratio=rng.choice([1.0, 1.0, 2.0, 4.0]),
+                memory_ratio=rng.choice([1.0, 1.0, 1.5]),
+            )
+        )
+    return hosts
+
+
+def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.Random) -> list[PlacementRequest]:
+    requests = []
+    for n in range(count):
+        cpu = rng.choice([1, 2, 2, 4, 4, 8, 16])
+        labels: dict[str, str] = {}
+        roll = rng.random()
+        if roll < 0.30:
+            labels["zone"] = rng.choice(ZONES)
+        elif roll < 0.40:
+            labels.update(zone=rng.choice(ZONES), rack=rng.choice(RACKS))
+        gpu = 0
+        if rng.random() < 0.05:
+            gpu = 1
+            labels["gpu"] = "a100"
+        exclude = frozenset(f"hv-{rng.randrange(host_count):05d}" for _ in range(rng.randint(1, 2)))
+        requests.append(
+            PlacementRequest(
+                vm_id=f"vm-{n}",
+                name=f"vm-{n}",
+                demand=Demand(cpu, cpu * rng.choice([1024, 2048, 4096]), rng.choice([10, 20, 50, 100]), gpu),
+                labels=labels,
+                strategy=strategy,
+                exclude_hosts=exclude if rng.random() < 0.05 else frozenset(),
+            )
+        )
+    return requests
+
+
+def percentile(sorted_values: list[int], share: float) -> float:
+    return float(sorted_values[min(len(sorted_values) - 1, int(share * len(sorted_values)))])
+
+
+def time_strategy(hosts: list[HostState], strategy: Strategy, runs: int, repeat: int, seed: int) -> dict[str, Any]:
+    medians, throughputs, every = [], [], []
+    eligible, unschedulable = [], 0
+    for run in range(runs):
+        rng = random.Random(seed * 1000 + run)
+        fleet = Fleet.from_hosts(hosts)
+        requests = build_requests(repeat, len(hosts), strategy, rng)
+        base = DecisionContext(NOW, OFFLINE_TIMEOUT, Weights(), random.Random(run), 0)
+        timings = []
+        gc.collect()
+        for cursor, request in enumerate(requests):
+            context = replace(base, round_robin_cursor=cursor)
+            started = time.perf_counter_ns()
+            decision = decide(fleet, request, context)
+            timings.append(time.perf_counter_ns() - started)
+            if decision.host_id is None:
+                unschedulable += 1
+            else:
+                fleet.allocate(decision.host_id, request.demand)
+            eligible.append(decision.eligible)
+        medians.append(statistics.median(timings) / 1000)
+        throughputs.append(len(timings) / (sum(timings) / 1e9))
+        every.extend(timings)
+    every.sort()
+    return {
+        "median_us": statistics.median(medians),
+        "run_medians_us": [round(m, 2) for m in medians],
+        "p99_us": percentile(every, 0.99) / 1000,
+        "decisions_per_s": statistics.median(throughputs),
+        "decisions": len(every),
+        "unschedulable": unschedulable,
+        "mean_eligible_hosts": statistics.fmean(eligible),
+    }
+
+
+def time_calls(call: Callable[[], object], count: int) -> dict[str, float]:
+    timings = []
+    for _ in range(count):
+        started = time.perf_counter_ns()
+        call()
+        timings.append(time.perf_counter_ns() - started)
+    timings.sort()
+    return {"median_us": statistics.median(timings) / 1000, "p99_us": percentile(timings, 0.99) / 1000}
+
+
+def informational(hosts: list[HostState], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    started = time.perf_counter_ns()
+    fleet = Fleet.from_hosts(hosts)
+    build_ms = (time.perf_counter_ns() - started) / 1e6
+    fleet.columns.label_mask("zone", ZONES[0])  # a cached label mask, as in a running scheduler
+    known = [hosts[rng.randrange(len(hosts))] for _ in range(2000)]
+    updates = iter([replace(h, last_heartbeat=NOW + 1.0) for h in known])
+    upsert_known = time_calls(lambda: fleet.upsert(next(updates)), len(known))
+
+    newcomer = replace(hosts[len(hosts) // 2], id=f"hv-{len(hosts) // 2:05d}a")
+
+    def add_and_remove() -> None:
+        fleet.upsert(newcomer)
+        fleet.remove(newcomer.id)
+
+    upsert_new = time_calls(add_and_remove, 300)
+    request = build_requests(1, len(hosts), Strategy.LEAST_LOADED, rng)[0]
+    context = DecisionContext(NOW, OFFLINE_TIMEOUT, Weights(), random.Random(0), 0)
+    explain_one = time_calls(lambda: explain(fleet, request, context), 10)
+    return {
+        "fleet_from_hosts_ms": build_ms,
+        "upsert_known_host": upsert_known,
+        "upsert_new_host_plus_remove": upsert_new,
+        "explain_one_vm": {key: value / 1000 for key, value in explain_one.items()} | {"unit": "ms"},
+    }
+
+
+def pin_to_one_cpu() -> int | None:
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=2000, help="decisions per run")
+    parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--out", type=Path, default=None, help="JSON report path")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if a strategy's median exceeds {BUDGET_US:g} us")
+    args = parser.parse_args()
+
+    cpu = pin_to_one_cpu()
+    hosts = build_hosts(args.hosts, random.Random(args.seed))
+    results = {
+        strategy.value: time_strategy(hosts, strategy, args.runs, args.repeat, args.seed) for strategy in Strategy
+    }
+    extra = informational(hosts, args.seed)
+
+    print(f"placement: {args.hosts} hosts, {args.runs} runs x {args.repeat} decisions, pinned to cpu {cpu}")
+    print(f"{'strategy':<14}{'median us':>11}{'p99 us':>10}{'decisions/s':>13}{'eligible':>10}  budget")
+    over = []
+    for name, result in results.items():
+        ok = result["median_us"] <= BUDGET_US
+        if not ok:
+            over.append(name)
+        print(
+            f"{name:<14}{result['median_us']:>11.1f}{result['p99_us']:>10.1f}{result['decisions_per_s']:>13,.0f}"
+            f"{result['mean_eligible_hosts']:>10.0f}  {'ok' if ok else 'OVER'}"
+        )
+    print(
+        f"Fleet.from_hosts {extra['fleet_from_hosts_ms']:.1f} ms; upsert known host "
+        f"{extra['upsert_known_host']['median_us']:.1f} us; upsert+remove new host "
+        f"{extra['upsert_new_host_plus_remove']['median_us']:.1f} us; explain one VM "
+        f"{extra['explain_one_vm']['median_us']:.1f} ms"
+    )
+
+    out = args.out or Path(__file__).parent / "results" / f"placement-{datetime.now(UTC):%Y-%m-%d}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "benchmark": "placement",
+        "recorded_at": datetime.now(UTC).isoformat(),
+        "git_commit": git_commit(),
+        "settings": {
+            "hosts": args.hosts,
+            "runs": args.runs,
+            "decisions_per_run": args.repeat,
+            "seed": args.seed,
+            "budget_median_us": BUDGET_US,
+            "pinned_cpu": cpu,
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "python": sys.version,
+            "implementation": platform.python_implementation(),
+            "numpy": np.__version__,
+        },
+        "strategies": results,
+        "informational": extra,
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 1 if args.check and over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

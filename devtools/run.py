@@ -1,0 +1,76 @@
+"""`make run`: the whole of vmsched on this machine, with a few simulated hypervisors. Ctrl-C stops it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from devtools.stack import ROOT, Stack, wait_for
+
+
+def main() -> int:
+    agents = int(os.environ.get("SIM_AGENTS", "3"))
+    schedulers = int(os.environ.get("SCHEDULERS", "1"))
+    port = int(os.environ.get("API_PORT", "8000"))
+    stack = Stack(env={"LOG_FORMAT": os.environ.get("LOG_FORMAT", "json")}, log_dir=ROOT / ".run", api_port=port)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        print(f"starting vmsched (logs in {Path('.run')}/) ...", flush=True)
+        stack.start(schedulers=schedulers)
+        if agents:
+            sim = stack.start_agents("agents", "--count", str(agents), "--prefix", "hv", "--profile", "mixed")
+            wait_for(lambda: _hosts_online(stack) >= agents, 60, f"{agents} simulated agents to report")
+            sim.check_alive()
+        print(
+            f"""
+vmsched is running:
+  API           {stack.api_url}/v1/vms
+  OpenAPI docs  {stack.api_url}/docs
+  AsyncAPI docs {stack.api_url}/asyncapi
+  metrics       {stack.api_url}/metrics
+  {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s); logs in .run/*.log
+
+Try:
+  curl -s -X POST {stack.api_url}/v1/vms -H 'content-type: application/json' \\
+       -d '{{"name": "web-1", "cpu": 2, "memory_mb": 4096, "disk_gb": 20}}'
+  curl -s {stack.api_url}/v1/hosts
+
+Ctrl-C stops everything.""",
+            flush=True,
+        )
+        while not stopping:
+            for service in stack.services.values():
+                service.check_alive()
+            time.sleep(0.5)
+    except (RuntimeError, TimeoutError) as error:
+        print(f"vmsched failed to start: {error}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping ...", flush=True)
+        stack.stop()
+    return 0
+
+
+def _hosts_online(stack: Stack) -> int:
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{stack.api_url}/v1/hosts", timeout=2) as response:
+            return sum(1 for host in json.load(response) if host["status"] == "online")
+    except OSError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

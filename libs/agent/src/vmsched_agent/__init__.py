@@ -1,0 +1,28 @@
+"""vmsched agent SDK: what a hypervisor agent imports to heartbeat, take commands and report status.
+
+See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake hypervisors.
+"""
+
+from vmsched_agent.agent import Agent, AgentStats, CommandObserver
+from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
+from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
+from vmsched_agent.hypervisor import Hypervisor
+from vmsched_agent.simulator import FakeHypervisor, HostFull, SimulatedFailure, SimulatedFleet
+
+__all__ = [
+    "Agent",
+    "AgentConnection",
+    "AgentQueueMissing",
+    "AgentStats",
+    "CommandObserver",
+    "FakeHypervisor",
+    "HostFull",
+    "HostSpec",
+    "Hypervisor",
+    "Profile",
+    "SimulatedFailure",
+    "SimulatedFleet",
+    "generate_hosts",
+    "load_hosts",
+    "status_message_id",
+]

@@ -1,0 +1,356 @@
+"""The agent: heartbeats, commands from ``agent.<id>``, status reports on ``vm.status``.
+
+The contract (docs/agent-sdk.md): commands arrive at least once, so they are carried out
+idempotently on ``vm_id``; a command is acked only after its status report is confirmed by the
+broker, so a crash re-delivers it rather than losing it; a body that cannot be decoded is
+dead-lettered with the reason and the agent goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+from uuid import UUID
+
+from aio_pika.abc import AbstractIncomingMessage
+from faststream.rabbit import RabbitBroker
+from opentelemetry import propagate, trace
+from pydantic import ValidationError
+
+from vmsched_agent.connection import AgentConnection, Consumer
+from vmsched_agent.hypervisor import Hypervisor
+from vmsched_common import topology
+from vmsched_common.amqp import poison_reason
+from vmsched_common.logs import bound, get_logger
+from vmsched_common.messages import (
+    AgentCommand,
+    AgentHeartbeat,
+    CommandAction,
+    HostStatus,
+    Overcommit,
+    ReportedStatus,
+    Resources,
+    VmStatusReport,
+)
+from vmsched_common.settings import default_settings
+
+log = get_logger(__name__)
+tracer = trace.get_tracer("vmsched_agent")
+
+# Seconds stop() gives each talk with the broker (cancelling the consumer, the last heartbeat).
+STOP_STEP_TIMEOUT = 5.0
+
+# Called after each command was carried out and its report confirmed (before the ack).
+CommandObserver = Callable[["Agent", AgentCommand, VmStatusReport], None]
+
+
+@dataclass
+class AgentStats:
+    """What an agent has done since it was made."""
+
+    commands_received: Counter[CommandAction] = field(default_factory=Counter)
+    reports_sent: Counter[ReportedStatus] = field(default_factory=Counter)
+    dead_lettered: int = 0
+
+
+class Agent:
+    """One hypervisor host: announces itself, carries out commands, reports what became of them.
+
+    Give it either ``amqp_url`` (default: the ``AMQP_URL`` setting), a started or unstarted
+    ``broker`` (e.g. from ``vmsched_common.amqp.make_broker``) or an :class:`AgentConnection`
+    shared with other agents. ``vm_ids`` are the VMs the host already runs when the agent starts
+    (so that a re-delivered create is recognised after a restart). ``max_concurrent_commands``
+    applies to the connection the agent makes; a shared connection has its own ``prefetch``.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        capacity: Resources,
+        hypervisor: Hypervisor,
+        *,
+        amqp_url: str | None = None,
+        broker: RabbitBroker | None = None,
+        connection: AgentConnection | None = None,
+        labels: Mapping[str, str] | None = None,
+        overcommit: Overcommit | None = None,
+        vm_ids: Iterable[UUID] = (),
+        heartbeat_interval: float | None = None,
+        max_concurrent_commands: int = 4,
+        queue_wait_timeout: float = 60.0,
+        graceful_timeout: float = 30.0,
+        observer: CommandObserver | None = None,
+    ) -> None:
+        if sum(option is not None for option in (amqp_url, broker, connection)) > 1:
+            raise ValueError("give at most one of amqp_url, broker and connection")
+        self._agent_id = agent_id
+        self.capacity = capacity
+        self.hypervisor = hypervisor
+        self.labels = dict(labels or {})
+        self.overcommit = overcommit or Overcommit()
+        self.heartbeat_interval = heartbeat_interval or default_settings().agent_heartbeat_interval
+        self.queue_wait_timeout = queue_wait_timeout
+        self.graceful_timeout = graceful_timeout
+        self.stats = AgentStats()
+        self._observer = observer
+        self._vm_ids: set[UUID] = set(vm_ids)
+        self._draining = False
+        self._vm_locks = _KeyedLocks()
+        self._started = False
+        self._accepting = False  # commands are carried out (not handed back) while set
+        self._consumer: Consumer | None = None
+        self._in_flight: set[asyncio.Task[object]] = set()
+        self.heartbeat()  # validates the id, labels and capacity now rather than at start
+
+        self._owns_connection = connection is None
+        if connection is not None:
+            self.connection = connection
+        elif broker is not None:
+            self.connection = AgentConnection(broker, prefetch=max_concurrent_commands)
+        else:
+            url = amqp_url or str(default_settings().amqp_url)
+            self.connection = AgentConnection.to(url, prefetch=max_concurrent_commands)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def agent_id(self) -> str:
+        return self._agent_id
+
+    @property
+    def vm_ids(self) -> frozenset[UUID]:
+        """The VMs this host runs, as its heartbeats report them."""
+        return frozenset(self._vm_ids)
+
+    def runs(self, vm_id: UUID) -> bool:
+        return vm_id in self._vm_ids
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def consuming(self) -> bool:
+        return self._consumer is not None
+
+    def set_draining(self, draining: bool) -> None:
+        """Ask the scheduler for no new VMs (``draining``) or for VMs again; heartbeats at once."""
+        if draining != self._draining:
+            self._draining = draining
+            self.connection.heartbeats.send_soon(self.agent_id)
+
+    def heartbeat(self, status: HostStatus | None = None) -> AgentHeartbeat:
+        """The heartbeat this agent would send now."""
+        if status is None:
+            status = HostStatus.DRAINING if self._draining else HostStatus.ONLINE
+        return AgentHeartbeat(
+            agent_id=self.agent_id,
+            capacity=self.capacity,
+            labels=self.labels,
+            status=status,
+            vm_ids=list(self._vm_ids),
+            overcommit=self.overcommit,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Heartbeat, wait until the gateway has declared ``agent.<id>``, then take commands.
+
+        Raises :class:`~vmsched_agent.AgentQueueMissing` if the queue does not appear within
+        ``queue_wait_timeout`` seconds.
+        """
+        if self._started:
+            return
+        self._started = True
+        try:
+            if self._owns_connection:
+                await self.connection.open()
+            self.connection.heartbeats.add(self, self.heartbeat_interval)
+            self._accepting = True
+            self._consumer = await self.connection.consume(
+                self.agent_id, self._on_message, queue_wait_timeout=self.queue_wait_timeout
+            )
+        except BaseException:
+            self._started = self._accepting = False
+            self.connection.heartbeats.remove(self.agent_id)
+            if self._owns_connection:
+                await self.connection.close()
+            raise
+        log.debug("agent taking commands", host=self.agent_id)
+
+    async def stop(self, *, announce_draining: bool = True) -> None:
+        """Stop taking commands, let those in flight finish (up to ``graceful_timeout`` seconds;
+        the rest are re-delivered), send a last heartbeat saying ``draining``, close."""
+        if not self._started:
+            return
+        self._started = self._accepting = False
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                async with asyncio.timeout(STOP_STEP_TIMEOUT):  # the broker may be unreachable
+                    await consumer.cancel()
+            except Exception as error:  # the channel went away: nothing more will be delivered
+                log.debug("consumer cancel failed", host=self.agent_id, error=repr(error))
+        if self._in_flight:
+            _, late = await asyncio.wait(set(self._in_flight), timeout=self.graceful_timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        self.connection.heartbeats.remove(self.agent_id)
+        if announce_draining and self.connection.is_open:
+            try:
+                async with asyncio.timeout(STOP_STEP_TIMEOUT):
+                    await self.connection.publish_heartbeat(self.heartbeat(HostStatus.DRAINING))
+            except Exception as error:
+                log.debug("last heartbeat not sent", host=self.agent_id, error=repr(error))
+        if self._owns_connection:
+            await self.connection.close()
+
+    async def run(self) -> None:
+        """The main of an agent process: start, serve until SIGINT or SIGTERM, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for signum in signals:
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            async with self:
+                await stop.wait()
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- commands ------------------------------------------------------------------------------
+    async def carry_out(self, command: AgentCommand) -> VmStatusReport:
+        """Do what ``command`` asks, at most once per VM, and say how it ended.
+
+        A create for a VM this host runs reports ``running`` again; a delete for a VM it does not
+        run reports ``deleted``; neither calls the hypervisor. A hypervisor error is reported as
+        ``failed`` with the error's text, never raised.
+        """
+        self.stats.commands_received[command.action] += 1
+        async with self._vm_locks.hold(command.vm_id):
+            if command.action is CommandAction.CREATE:
+                report = await self._create(command)
+            else:
+                report = await self._delete(command)
+        self.stats.reports_sent[report.status] += 1
+        return report
+
+    async def _create(self, command: AgentCommand) -> VmStatusReport:
+        if command.vm_id in self._vm_ids:
+            return self._report(command, ReportedStatus.RUNNING, "already running on this host")
+        try:
+            await self.hypervisor.create_vm(command)
+        except Exception as error:
+            log.warning("create failed", error=_text(error))
+            return self._report(command, ReportedStatus.FAILED, _text(error))
+        self._vm_ids.add(command.vm_id)
+        return self._report(command, ReportedStatus.RUNNING)
+
+    async def _delete(self, command: AgentCommand) -> VmStatusReport:
+        if command.vm_id not in self._vm_ids:
+            return self._report(command, ReportedStatus.DELETED, "not on this host")
+        try:
+            await self.hypervisor.delete_vm(command)
+        except Exception as error:
+            # The VM is still here (and still in the heartbeats); a re-sent delete tries again.
+            log.warning("delete failed", error=_text(error))
+            return self._report(command, ReportedStatus.FAILED, f"delete failed: {_text(error)}")
+        self._vm_ids.discard(command.vm_id)
+        return self._report(command, ReportedStatus.DELETED)
+
+    def _report(self, command: AgentCommand, status: ReportedStatus, message: str = "") -> VmStatusReport:
+        return VmStatusReport(
+            vm_id=command.vm_id, agent_id=self.agent_id, status=status, message=message, attempt=command.attempt
+        )
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        if not self._accepting:
+            # Delivered while stopping, after the in-flight commands were counted: hand it back.
+            await message.nack(requeue=True)
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
+        try:
+            await self._process(message)
+        except Exception:
+            log.exception("command not processed; it will be delivered again", host=self.agent_id)
+            with contextlib.suppress(Exception):
+                await message.nack(requeue=True)
+        finally:
+            if task is not None:
+                self._in_flight.discard(task)
+
+    async def _process(self, message: AbstractIncomingMessage) -> None:
+        try:
+            command = AgentCommand.model_validate_json(message.body)
+        except ValidationError as error:
+            # Wrong, not unlucky: it would fail the same way every time it came back.
+            reason = poison_reason(error) or str(error)
+            await self.connection.dead_letter(message, self.agent_id, reason)
+            self.stats.dead_lettered += 1
+            await message.ack()
+            return
+        queue = topology.agent_queue_name(self.agent_id)
+        context = propagate.extract(_text_headers(message.headers))
+        with (
+            tracer.start_as_current_span(f"{queue} process", context=context, kind=trace.SpanKind.CONSUMER),
+            bound(host=self.agent_id, vm_id=str(command.vm_id), action=command.action.value),
+        ):
+            report = await self.carry_out(command)
+            await self.connection.publish_status(report)
+            log.debug("command done", status=report.status.value, attempt=command.attempt)
+        if self._observer is not None:
+            self._observer(self, command, report)
+        await message.ack()
+
+
+class _KeyedLocks:
+    """One lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[UUID, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: UUID) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+def _text(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _text_headers(headers: Mapping[str, object] | None) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    for key, value in (headers or {}).items():
+        if isinstance(value, bytes):
+            carrier[key] = value.decode(errors="replace")
+        elif isinstance(value, str):
+            carrier[key] = value
+    return carrier

@@ -1,0 +1,286 @@
+"""One RabbitMQ connection shared by any number of agents: one for a real hypervisor, thousands for
+the simulator.
+
+The connection belongs to a FastStream ``RabbitBroker`` (the one every vmsched service builds with
+``make_broker``); the agent side opens its own channels on it:
+
+- a ``probe`` channel only for the passive declare that asks whether ``agent.<id>`` exists yet.
+  RabbitMQ answers "no" by closing the channel, so no consumer may live on it.
+- ``consumer`` channels ("lanes"), each holding the consumers of many agent queues. They are
+  robust: after a reconnect aio-pika declares the queues again and resumes every consumer.
+- a ``status`` channel with publisher confirms that raises when a message is returned
+  unroutable, so a status counts as sent only once a queue holds it.
+- a ``heartbeat`` channel without confirms: a lost heartbeat is replaced by the next one.
+
+Consumers are plain aio-pika consumers rather than FastStream subscribers: starting 1,000
+FastStream subscribers takes about 3 times longer (each builds its own handler model), and a
+simulated fleet starts 10,000 of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel, DeliveryMode
+from faststream.rabbit import RabbitBroker
+from opentelemetry import propagate
+
+from vmsched_agent.heartbeats import HeartbeatScheduler
+from vmsched_common import topology
+from vmsched_common.amqp import dead_letter, make_broker
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import AgentHeartbeat, VmStatusReport
+from vmsched_common.settings import Settings
+
+log = get_logger(__name__)
+
+JSON = "application/json"
+OnMessage = Callable[[AbstractIncomingMessage], Awaitable[None]]
+
+# Seconds between passive declares while an agent waits for the gateway to declare its queue.
+QUEUE_WAIT_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+QUEUE_WAIT_MAX_DELAY = 2.0
+# Seconds between attempts to deliver a status report that did not reach a queue.
+STATUS_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0)
+STATUS_RETRY_MAX_DELAY = 5.0
+# Seconds to wait for aio-pika to reopen the probe channel after RabbitMQ closed it.
+PROBE_REOPEN_TIMEOUT = 5.0
+
+
+class AgentQueueMissing(TimeoutError):
+    """The gateway did not declare ``agent.<id>`` in time (it declares it on the first heartbeat)."""
+
+
+def status_message_id(report: VmStatusReport) -> str:
+    """Deterministic, so that a re-sent report is recognisably the same event."""
+    return f"{report.vm_id}:{report.status.value}:{report.attempt or 0}"
+
+
+def _delays(first: tuple[float, ...], then: float) -> Iterator[float]:
+    return itertools.chain(first, itertools.repeat(then))
+
+
+@dataclass
+class Consumer:
+    """An agent's subscription to its queue."""
+
+    queue: AbstractQueue
+    consumer_tag: str
+
+    async def cancel(self) -> None:
+        """Stop deliveries (what was delivered already still runs)."""
+        if not self.queue.channel.is_closed:
+            await self.queue.cancel(self.consumer_tag)
+
+
+@dataclass
+class _QueueProbe:
+    """Asks whether a queue exists with a passive declare, one question at a time, on a channel
+    of its own: RabbitMQ answers "no" by closing the channel."""
+
+    channel: AbstractRobustChannel
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    reopened: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.channel.reopen_callbacks.add(self._on_reopened)
+
+    def _on_reopened(self, *_: object) -> None:
+        self.reopened.set()
+
+    async def queue_exists(self, name: str, *, deadline: float) -> bool:
+        """Whether queue ``name`` exists; False as well when the deadline (event loop time)
+        passes while other questions are asked first."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.lock.acquire()
+        except TimeoutError:
+            return False
+        try:
+            self.reopened.clear()
+            try:
+                # robust=False: the channel must not declare anything again when it reopens.
+                await self.channel.declare_queue(name, passive=True, robust=False)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                # aio-pika reopens the closed channel by itself; wait for that. Reopening it here as
+                # well would leak a channel per "no" (RabbitMQ allows 2,047 per connection), and a
+                # second probe channel closing meanwhile can make aiormq reuse a channel number
+                # before the broker freed it, which closes the whole connection: hence one channel
+                # and one question at a time.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.reopened.wait(), PROBE_REOPEN_TIMEOUT)
+                return False
+            except (aiormq.exceptions.AMQPError, ConnectionError) as error:
+                # The connection is down or recovering: the next question waits for it to be back.
+                log.debug("queue probe failed", queue=name, error=repr(error))
+                return False
+            return True
+        finally:
+            self.lock.release()
+
+
+class AgentConnection:
+    """Channels, consumers and publishing for agents sharing one broker connection.
+
+    ``lanes`` is how many consumer channels the agents are spread over: setting up consumers goes
+    this many at a time. ``prefetch`` is how many commands each agent is given at once (RabbitMQ
+    applies it per consumer).
+    """
+
+    def __init__(self, broker: RabbitBroker, *, lanes: int = 1, prefetch: int = 4, owns_broker: bool = False) -> None:
+        if lanes < 1 or prefetch < 1:
+            raise ValueError("lanes and prefetch must be at least 1")
+        self.broker = broker
+        self.heartbeats = HeartbeatScheduler(self.publish_heartbeat)
+        self._lane_count = lanes
+        self._prefetch = prefetch
+        self._owns_broker = owns_broker
+        self._lanes: list[AbstractRobustChannel] = []
+        self._probe: _QueueProbe | None = None
+        self._next_lane = itertools.count()
+        self._status_channel: AbstractRobustChannel | None = None
+        self._heartbeat_channel: AbstractRobustChannel | None = None
+        self._opened = False
+
+    @classmethod
+    def to(cls, amqp_url: str, *, lanes: int = 1, prefetch: int = 4) -> AgentConnection:
+        """A connection with its own broker (closed by :meth:`close`)."""
+        broker = make_broker(Settings(amqp_url=amqp_url))
+        return cls(broker, lanes=lanes, prefetch=prefetch, owns_broker=True)
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    async def open(self) -> None:
+        """Connect (if the broker is not connected yet), open the channels, start heartbeats."""
+        if self._opened:
+            return
+        connection = await self.broker.connect()
+        self._status_channel = await _robust(connection.channel(publisher_confirms=True, on_return_raises=True))
+        self._heartbeat_channel = await _robust(connection.channel(publisher_confirms=False))
+        self._probe = _QueueProbe(await _robust(connection.channel(publisher_confirms=False)))
+        for _ in range(self._lane_count):
+            consumer = await _robust(connection.channel(publisher_confirms=False))
+            await consumer.set_qos(prefetch_count=self._prefetch)
+            self._lanes.append(consumer)
+        self.heartbeats.start()
+        self._opened = True
+
+    async def close(self) -> None:
+        """Stop heartbeats, close the channels, and the broker if this connection made it."""
+        if not self._opened:
+            return
+        self._opened = False
+        await self.heartbeats.stop()
+        channels = [self._status_channel, self._heartbeat_channel, *self._lanes]
+        if self._probe is not None:
+            channels.append(self._probe.channel)
+        for channel in channels:
+            if channel is not None and not channel.is_closed:
+                try:
+                    await channel.close()
+                except Exception as error:  # closing anyway; nothing to do about it
+                    log.debug("channel close failed", error=repr(error))
+        self._lanes.clear()
+        self._probe = None
+        if self._owns_broker:
+            await self.broker.stop()
+
+    async def consume(self, host_id: str, on_message: OnMessage, *, queue_wait_timeout: float) -> Consumer:
+        """Wait until ``agent.<host_id>`` exists (the gateway declares it when it first sees the
+        host's heartbeat), then consume it. Raises :class:`AgentQueueMissing` when it still does
+        not exist after ``queue_wait_timeout`` seconds."""
+        if self._probe is None:
+            raise RuntimeError("AgentConnection is not open; call open() first")
+        lane = self._lanes[next(self._next_lane) % len(self._lanes)]
+        name = topology.agent_queue_name(host_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + queue_wait_timeout
+        for delay in _delays(QUEUE_WAIT_DELAYS, QUEUE_WAIT_MAX_DELAY):
+            if await self._probe.queue_exists(name, deadline=deadline):
+                break
+            if loop.time() + delay > deadline:
+                raise AgentQueueMissing(
+                    f"queue {name} still does not exist after {queue_wait_timeout:g} s; "
+                    "the gateway declares it when it sees the host's heartbeat: is it running?"
+                )
+            await asyncio.sleep(delay)
+        # The probe just found it, so this passive declare cannot close the shared channel.
+        queue = await lane.declare_queue(name, passive=True)
+        consumer_tag = await queue.consume(on_message)
+        return Consumer(queue, consumer_tag)
+
+    async def publish_status(self, report: VmStatusReport) -> None:
+        """Publish ``report`` on ``vm.status``, persistent, and return once the broker has confirmed
+        it and routed it to a queue. Retries (with backoff) until then: a status must not be lost,
+        and the command it answers is acked only afterwards."""
+        channel = self._require(self._status_channel)
+        headers: dict[str, Any] = {}
+        propagate.inject(headers)  # the trace of the command goes on in whoever reads the status
+        for attempt, delay in enumerate(_delays(STATUS_RETRY_DELAYS, STATUS_RETRY_MAX_DELAY), start=1):
+            message = aio_pika.Message(
+                report.model_dump_json().encode(),
+                content_type=JSON,
+                delivery_mode=DeliveryMode.PERSISTENT,
+                message_id=status_message_id(report),
+                headers=headers,
+            )
+            try:
+                # A closed channel is reopened by aio-pika itself (never here: see _Lane); publish
+                # waits for that, or fails and is retried.
+                exchange = await channel.get_exchange(topology.EXCHANGE.name, ensure=False)
+                await exchange.publish(message, routing_key=topology.VM_STATUS, mandatory=True)
+                return
+            except Exception as error:
+                log.warning(
+                    "status report not delivered; retrying",
+                    vm_id=str(report.vm_id),
+                    status=report.status.value,
+                    attempt=attempt,
+                    error=_describe(error),
+                )
+                await asyncio.sleep(delay)
+
+    async def publish_heartbeat(self, heartbeat: AgentHeartbeat) -> None:
+        """Publish on ``agent.heartbeat``, not persistent, without waiting for a confirm."""
+        channel = self._require(self._heartbeat_channel)
+        exchange = await channel.get_exchange(topology.EXCHANGE.name, ensure=False)
+        message = aio_pika.Message(
+            heartbeat.model_dump_json().encode(),
+            content_type=JSON,
+            delivery_mode=DeliveryMode.NOT_PERSISTENT,
+            message_id=uuid.uuid4().hex,
+        )
+        await exchange.publish(message, routing_key=topology.AGENT_HEARTBEAT, mandatory=False)
+
+    async def dead_letter(self, message: AbstractIncomingMessage, host_id: str, reason: str) -> None:
+        """Copy an unusable command to ``vmsched.dlx`` with the reason in a header (the caller acks)."""
+        await dead_letter(self.broker, message, topology.agent_queue_name(host_id), reason)
+
+    @staticmethod
+    def _require(channel: AbstractRobustChannel | None) -> AbstractRobustChannel:
+        if channel is None:
+            raise RuntimeError("AgentConnection is not open; call open() first")
+        return channel
+
+
+async def _robust(opening: Awaitable[Any]) -> AbstractRobustChannel:
+    channel = await opening
+    if not isinstance(channel, AbstractRobustChannel):  # a RobustConnection makes robust channels
+        raise TypeError(f"expected a robust channel, got {type(channel).__name__}")
+    return channel
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, aiormq.exceptions.PublishError):
+        return "returned unroutable: no queue is bound to vm.status (is the gateway's queue declared?)"
+    return repr(error)

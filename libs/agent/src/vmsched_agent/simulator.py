@@ -1,0 +1,261 @@
+"""A fleet of fake hypervisors in one process, on one broker connection, for tests and benchmarks.
+
+Each fake host is a real :class:`~vmsched_agent.Agent` (same queue, same idempotency, same reports)
+around a :class:`FakeHypervisor` that keeps its VMs in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Self
+from uuid import UUID
+
+from faststream.rabbit import RabbitBroker
+
+from vmsched_agent.agent import Agent
+from vmsched_agent.connection import AgentConnection, AgentQueueMissing
+from vmsched_agent.hosts import HostSpec
+from vmsched_common.amqp import make_broker
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import (
+    AgentCommand,
+    CommandAction,
+    Overcommit,
+    Resources,
+    VmStatusReport,
+)
+from vmsched_common.settings import Settings, default_settings
+
+log = get_logger(__name__)
+
+
+class HostFull(Exception):
+    """The VM does not fit in what the host has left."""
+
+
+class SimulatedFailure(Exception):
+    """A create that failed on purpose (``fail_rate``), to exercise retries."""
+
+
+def shortfall(requested: Resources, used: Resources, capacity: Resources, overcommit: Overcommit) -> list[str]:
+    """Every resource ``requested`` does not fit in, with the numbers (empty: it fits)."""
+    free = {
+        "cpu": capacity.cpu * overcommit.cpu - used.cpu,
+        "memory": capacity.memory_mb * overcommit.memory - used.memory_mb,
+        "disk": capacity.disk_gb - used.disk_gb,
+        "gpu": capacity.gpu - used.gpu,
+    }
+    asked = {"cpu": requested.cpu, "memory": requested.memory_mb, "disk": requested.disk_gb, "gpu": requested.gpu}
+    units = {"cpu": "", "memory": " MiB", "disk": " GB", "gpu": ""}
+    return [
+        f"{name}: needs {asked[name]}{units[name]}, {max(0, free[name]):g} free"
+        for name in free
+        if asked[name] > free[name]
+    ]
+
+
+class FakeHypervisor:
+    """Creates VMs in memory, instantly or after ``create_delay`` seconds. Refuses a VM that does not
+    fit in what is left (with ``check_capacity``), and any create with probability ``fail_rate``."""
+
+    def __init__(
+        self,
+        host: HostSpec,
+        *,
+        create_delay: float = 0.0,
+        fail_rate: float = 0.0,
+        check_capacity: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 0.0 <= fail_rate <= 1.0:
+            raise ValueError(f"fail_rate must be between 0 and 1, got {fail_rate}")
+        self.host = host
+        self.create_delay = create_delay
+        self.fail_rate = fail_rate
+        self.check_capacity = check_capacity
+        self.vms: dict[UUID, Resources] = {}
+        self._rng = rng or random.Random(host.id)
+
+    @property
+    def used(self) -> Resources:
+        total = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
+        for resources in self.vms.values():
+            total = total.plus(resources)
+        return total
+
+    async def create_vm(self, command: AgentCommand) -> None:
+        if self.fail_rate and self._rng.random() < self.fail_rate:
+            raise SimulatedFailure(f"simulated failure (fail rate {self.fail_rate:g})")
+        if self.check_capacity:
+            missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
+            if missing:
+                raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
+        self.vms[command.vm_id] = command.resources  # held from now, so concurrent creates see it
+        if self.create_delay > 0:
+            try:
+                await asyncio.sleep(self.create_delay)  # a simulated boot takes time
+            except BaseException:
+                self.vms.pop(command.vm_id, None)
+                raise
+
+    async def delete_vm(self, command: AgentCommand) -> None:
+        self.vms.pop(command.vm_id, None)
+
+
+class SimulatedFleet:
+    """``hosts`` as fake hypervisors sharing one broker connection.
+
+    ``record_commands`` keeps every command and report, for tests (:meth:`received`,
+    :meth:`wait_for_report`); a long benchmark turns it off and reads :attr:`commands_received`.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[HostSpec],
+        *,
+        amqp_url: str | None = None,
+        broker: RabbitBroker | None = None,
+        heartbeat_interval: float | None = None,
+        create_delay: float = 0.0,
+        fail_rate: float = 0.0,
+        check_capacity: bool = True,
+        seed: int = 0,
+        queue_wait_timeout: float = 120.0,
+        max_concurrent_commands: int = 4,
+        lanes: int | None = None,
+        record_commands: bool = True,
+    ) -> None:
+        if amqp_url is not None and broker is not None:
+            raise ValueError("give amqp_url or broker, not both")
+        if len({host.id for host in hosts}) != len(hosts):
+            raise ValueError("host ids must be unique")
+        owns_broker = broker is None
+        if broker is None:
+            settings = default_settings() if amqp_url is None else Settings(amqp_url=amqp_url)
+            broker = make_broker(settings)
+        self.connection = AgentConnection(
+            broker,
+            lanes=lanes or default_lanes(len(hosts)),
+            prefetch=max_concurrent_commands,
+            owns_broker=owns_broker,
+        )
+        self.record_commands = record_commands
+        self.startup_seconds: float | None = None
+        self.hypervisors: dict[str, FakeHypervisor] = {}
+        self.agents: dict[str, Agent] = {}
+        for host in hosts:
+            hypervisor = FakeHypervisor(
+                host,
+                create_delay=create_delay,
+                fail_rate=fail_rate,
+                check_capacity=check_capacity,
+                rng=random.Random(f"{seed}:{host.id}"),
+            )
+            self.hypervisors[host.id] = hypervisor
+            self.agents[host.id] = Agent(
+                host.id,
+                host.capacity,
+                hypervisor,
+                connection=self.connection,
+                labels=host.labels,
+                overcommit=host.overcommit,
+                heartbeat_interval=heartbeat_interval,
+                queue_wait_timeout=queue_wait_timeout,
+                observer=self._observe if record_commands else None,
+            )
+        self._received: dict[str, list[AgentCommand]] = defaultdict(list)
+        self._reports: dict[tuple[UUID, CommandAction], list[tuple[str, VmStatusReport]]] = defaultdict(list)
+        self._waiters: dict[tuple[UUID, CommandAction], list[asyncio.Future[tuple[str, VmStatusReport]]]] = defaultdict(
+            list
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect, heartbeat every host, and return once every host consumes its queue
+        (the gateway declares them). Records the time it took in :attr:`startup_seconds`."""
+        began = time.perf_counter()
+        await self.connection.open()
+        results = await asyncio.gather(*(agent.start() for agent in self.agents.values()), return_exceptions=True)
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            await self.stop()
+            missing = [failure for failure in failures if isinstance(failure, AgentQueueMissing)]
+            if len(missing) == len(failures):
+                raise AgentQueueMissing(f"{len(missing)} of {len(self.agents)} hosts: {missing[0]}")
+            raise failures[0]
+        self.startup_seconds = time.perf_counter() - began
+        log.info("fleet started", hosts=len(self.agents), seconds=round(self.startup_seconds, 2))
+
+    async def stop(self) -> None:
+        """Stop every host (in-flight commands finish), then close the connection."""
+        await asyncio.gather(*(agent.stop() for agent in self.agents.values()), return_exceptions=True)
+        await self.connection.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- what happened -------------------------------------------------------------------------
+    @property
+    def commands_received(self) -> Mapping[str, Counter[CommandAction]]:
+        """Per host, how many commands of each action it was given (re-deliveries included)."""
+        return {host_id: agent.stats.commands_received for host_id, agent in self.agents.items()}
+
+    def total_commands(self) -> Counter[CommandAction]:
+        total: Counter[CommandAction] = Counter()
+        for counts in self.commands_received.values():
+            total.update(counts)
+        return total
+
+    def received(self, host_id: str) -> list[AgentCommand]:
+        """Every command ``host_id`` carried out and reported, in order (``record_commands``)."""
+        self._require_records()
+        return list(self._received.get(host_id, ()))
+
+    def host_of(self, vm_id: UUID) -> str | None:
+        """The host that runs ``vm_id`` now, if any."""
+        return next((host_id for host_id, agent in self.agents.items() if agent.runs(vm_id)), None)
+
+    async def wait_for_report(
+        self, vm_id: UUID, action: CommandAction = CommandAction.CREATE
+    ) -> tuple[str, VmStatusReport]:
+        """The first host that reported on ``action`` for ``vm_id``, and its report; waits for one
+        (bound it with ``asyncio.timeout``). Needs ``record_commands``."""
+        self._require_records()
+        key = (vm_id, action)
+        if self._reports[key]:
+            return self._reports[key][0]
+        waiter: asyncio.Future[tuple[str, VmStatusReport]] = asyncio.get_running_loop().create_future()
+        self._waiters[key].append(waiter)
+        try:
+            return await waiter
+        finally:
+            if waiter in self._waiters.get(key, []):
+                self._waiters[key].remove(waiter)
+
+    def _observe(self, agent: Agent, command: AgentCommand, report: VmStatusReport) -> None:
+        self._received[agent.agent_id].append(command)
+        key = (command.vm_id, command.action)
+        self._reports[key].append((agent.agent_id, report))
+        for waiter in self._waiters.pop(key, []):
+            if not waiter.done():
+                waiter.set_result((agent.agent_id, report))
+
+    def _require_records(self) -> None:
+        if not self.record_commands:
+            raise RuntimeError("this fleet does not record commands (record_commands=False)")
+
+
+def default_lanes(hosts: int) -> int:
+    """Channel pairs for ``hosts`` agents: consumers are set up this many at a time."""
+    return max(1, min(16, hosts // 250))

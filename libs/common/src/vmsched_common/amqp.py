@@ -1,0 +1,155 @@
+"""The RabbitMQ broker every service builds, and what every consumer shares.
+
+- A poison message (undecodable JSON, a body that fails validation) is published to ``vmsched.dlx``
+  with the reason in a header and acked, so the consumer goes on with the rest.
+- A transient failure (a server unreachable) re-runs the handler with backoff for a while; handlers
+  are idempotent, so running one twice is safe. If it keeps failing the message is nacked and comes
+  back; the quorum queue's delivery limit dead-letters it after ``DELIVERY_LIMIT`` tries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aio_pika
+import aiormq
+import redis.exceptions
+from faststream import BaseMiddleware
+from faststream.message import StreamMessage
+from faststream.rabbit import RabbitBroker
+from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from vmsched_common import topology
+from vmsched_common.logs import get_logger
+from vmsched_common.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
+from vmsched_common.settings import Settings
+
+log = get_logger(__name__)
+
+
+class PoisonMessage(Exception):
+    """Raised by a handler for a message that can never be processed (wrong, not unlucky)."""
+
+
+class TransientError(Exception):
+    """Raised by a handler that cannot decide yet (its view is behind); retried like a lost server."""
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    TransientError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    OperationalError,
+    InterfaceError,
+    aiormq.exceptions.AMQPConnectionError,
+    aiormq.exceptions.ChannelInvalidStateError,
+)
+TRANSIENT_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    return isinstance(error, TRANSIENT_ERRORS)
+
+
+def poison_reason(error: BaseException) -> str | None:
+    """Why a message can never be processed, or None when the error says nothing about the message."""
+    if isinstance(error, PoisonMessage):
+        return str(error)
+    if isinstance(error, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}" for item in error.errors()[:5]
+        )
+        return f"invalid message: {problems}"
+    if isinstance(error, json.JSONDecodeError | UnicodeDecodeError):
+        return f"undecodable body: {error}"
+    return None
+
+
+def dead_letter_middleware(broker_ref: Callable[[], RabbitBroker]) -> type[BaseMiddleware]:
+    class DeadLetterMiddleware(BaseMiddleware):
+        async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+            raw = msg.raw_message
+            queue = _queue_of(msg)
+            for attempt, delay in enumerate((*TRANSIENT_RETRY_DELAYS, None)):
+                try:
+                    return await call_next(msg)
+                except Exception as error:
+                    reason = poison_reason(error)
+                    if reason is not None:
+                        await dead_letter(broker_ref(), raw, queue, reason)
+                        return None
+                    if delay is None or not is_transient(error):
+                        raise
+                    TRANSIENT_RETRIES.labels(queue).inc()
+                    log.warning("transient error, retrying", queue=queue, attempt=attempt + 1, error=repr(error))
+                    await asyncio.sleep(delay)
+            return None  # unreachable: the last iteration returns or raises
+
+    return DeadLetterMiddleware
+
+
+def _queue_of(msg: StreamMessage[Any]) -> str:
+    raw = msg.raw_message
+    if isinstance(raw, aio_pika.IncomingMessage):
+        consumer_tag = raw.consumer_tag or ""
+        return str(getattr(raw, "routing_key", "") or consumer_tag)
+    return "unknown"
+
+
+async def dead_letter(broker: RabbitBroker, raw: Any, queue: str, reason: str) -> None:
+    """Send a copy of ``raw`` to the dead-letter exchange with the reason, under its routing key."""
+    headers = dict(getattr(raw, "headers", None) or {})
+    headers[topology.DEAD_LETTER_REASON_HEADER] = reason[:1000]
+    headers[topology.DEAD_LETTER_QUEUE_HEADER] = queue
+    await broker.publish(
+        bytes(getattr(raw, "body", b"")),
+        exchange=topology.DEAD_LETTER_EXCHANGE,
+        routing_key=str(getattr(raw, "routing_key", "") or "unknown"),
+        headers=headers,
+        content_type=getattr(raw, "content_type", None),
+        message_id=getattr(raw, "message_id", None),
+        persist=True,
+    )
+    DEAD_LETTERED.labels(queue).inc()
+    log.error("message dead-lettered", queue=queue, reason=reason, message_id=getattr(raw, "message_id", None))
+
+
+def make_broker(settings: Settings, *, prefetch: int = 32, middlewares: tuple[Any, ...] = ()) -> RabbitBroker:
+    """A broker with publisher confirms, bounded prefetch and the dead-letter middleware."""
+    from faststream.rabbit import Channel
+
+    holder: list[RabbitBroker] = []
+    broker = RabbitBroker(
+        str(settings.amqp_url),
+        default_channel=Channel(prefetch_count=prefetch, publisher_confirms=True),
+        middlewares=(*middlewares, dead_letter_middleware(lambda: holder[0])),
+        graceful_timeout=30.0,
+        reconnect_interval=1.0,
+        logger=get_logger("faststream"),
+    )
+    holder.append(broker)
+    return broker
+
+
+async def declare_topology(broker: RabbitBroker) -> None:
+    """Exchanges and the dead-letter queue; idempotent, every service calls it on start."""
+    for exchange in (topology.EXCHANGE, topology.AGENTS_EXCHANGE, topology.DEAD_LETTER_EXCHANGE):
+        await broker.declare_exchange(exchange)
+    dead_letters = await broker.declare_queue(topology.DEAD_LETTER_QUEUE)
+    await dead_letters.bind(topology.DEAD_LETTER_EXCHANGE.name, routing_key="#")
+
+
+def json_body(model: Any) -> bytes:
+    """A message body as every service sends it."""
+    data: bytes = model.model_dump_json().encode()
+    return data

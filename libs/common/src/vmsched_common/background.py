@@ -1,0 +1,57 @@
+"""Periodic duties a service runs beside its consumers, stopped together at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from faststream import FastStream
+from faststream.rabbit import RabbitBroker
+
+from vmsched_common.amqp import declare_topology
+
+
+class BackgroundTasks:
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, duty: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.create_task(duty))
+
+    async def stop(self) -> None:
+        """Cancel every duty and wait until each has ended."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+
+def consumer_app(
+    broker: RabbitBroker,
+    *,
+    on_ready: Callable[[BackgroundTasks], Awaitable[None]],
+    closers: Sequence[Callable[[], Awaitable[object]]],
+    logger: Any,
+) -> FastStream:
+    """A consumer service's FastStream app: before the first message, connect, declare the topology
+    and call ``on_ready`` (which may start background duties); at shutdown, once consumers stopped,
+    stop the duties and run ``closers`` in order."""
+    background = BackgroundTasks()
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await background.stop()
+            for close in closers:
+                await close()
+
+    async def before_consuming() -> None:
+        await broker.connect()
+        await declare_topology(broker)
+        await on_ready(background)
+
+    return FastStream(broker, lifespan=lifespan, on_startup=[before_consuming], logger=logger)

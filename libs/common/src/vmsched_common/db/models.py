@@ -1,0 +1,98 @@
+"""The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts`` and ``scheduler_settings`` tables.
+
+A host's ``alloc_*`` columns are the sum of the resources of its VMs in an allocating status
+(scheduled, running, deleting). They are changed only in the same transaction as the VM row that
+causes the change, under the row lock of the host, and a placement only adds to them when the result
+stays within capacity times the overcommit ratio: that conditional update is what makes overcommit
+impossible whatever the Redis snapshot says.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text, func, text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class VmRow(Base):
+    __tablename__ = "vms"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    hypervisor_id: Mapped[str | None] = mapped_column(String(128))
+    cpu: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(BigInteger)
+    disk_gb: Mapped[int] = mapped_column(BigInteger)
+    gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    strategy: Mapped[str | None] = mapped_column(String(32))
+    restart_policy: Mapped[str] = mapped_column(String(16), server_default="never")
+    restart_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Placement attempt (1-based). Each retry on another host, after an agent refused the VM or a
+    # restart after a failure, increments it; messages carry it so stale ones are recognised.
+    attempt: Mapped[int] = mapped_column(Integer, server_default="1")
+    exclude_hosts: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # NULL while the message the current status implies (vm.create for pending, the delete command
+    # for deleting) has not been confirmed by the broker; a sweeper publishes those again.
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        Index("ix_vms_created_id", "created_at", "id"),
+        Index("ix_vms_status_created", "status", "created_at", "id"),
+        Index("ix_vms_hypervisor", "hypervisor_id", "status"),
+        Index(
+            "ix_vms_unpublished",
+            "updated_at",
+            postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting')"),
+        ),
+    )
+
+
+class HostRow(Base):
+    __tablename__ = "hosts"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    cpu: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(BigInteger)
+    disk_gb: Mapped[int] = mapped_column(BigInteger)
+    gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    alloc_cpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    alloc_memory_mb: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    alloc_disk_gb: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    alloc_gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    vm_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    scheduling_paused: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class SchedulerSettingRow(Base):
+    """Cluster-wide settings changed at runtime (GET/PUT /v1/settings/scheduler)."""
+
+    __tablename__ = "scheduler_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

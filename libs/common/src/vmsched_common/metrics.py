@@ -1,0 +1,39 @@
+"""Prometheus metrics every service may record; each is named once, here, prefixed ``vmsched_``."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+DEAD_LETTERED = Counter(
+    "vmsched_dead_lettered_messages_total",
+    "Messages a consumer dead-lettered because they could not be decoded or validated",
+    ["queue"],
+)
+TRANSIENT_RETRIES = Counter(
+    "vmsched_transient_retries_total",
+    "Handler runs repeated after a transient error (a server unreachable)",
+    ["queue"],
+)
+PLACEMENTS = Counter(
+    "vmsched_placements_total",
+    "Placement decisions by strategy and outcome (scheduled, unschedulable, duplicate)",
+    ["strategy", "outcome"],
+)
+DECISION_SECONDS = Histogram(
+    "vmsched_decision_seconds",
+    "Time to choose a host for one VM (filters and strategy, in memory)",
+    buckets=(0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1),
+)
+REQUEST_TO_ASSIGNMENT_SECONDS = Histogram(
+    "vmsched_request_to_assignment_seconds",
+    "Time from the VM's creation in the API to its assignment being committed",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+CLAIM_CONFLICTS = Counter(
+    "vmsched_claim_conflicts_total",
+    "Claims lost to another scheduler or a stale snapshot; the VM moved on to the next host",
+    ["stage"],
+)
+HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
+RESOURCE_CAPACITY = Gauge("vmsched_resource_capacity", "Capacity of online hosts", ["resource"])
+RESOURCE_ALLOCATED = Gauge("vmsched_resource_allocated", "Allocated resources on online hosts", ["resource"])

@@ -1,0 +1,153 @@
+"""Publishing what a committed VM row implies, and remembering that it was published.
+
+A row's ``published_at`` stays NULL until the broker confirmed the message its status implies
+(``vm.create`` for pending, the delete command for deleting). Whoever commits a row publishes right
+after the commit; if that publish fails, or the process dies in between, the sweeper
+(:func:`republish_unpublished`) finds the row and publishes again. Consumers are idempotent, so a
+message sent twice does no harm; a message never sent would leave the VM pending forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from faststream.rabbit import RabbitBroker
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common import topology
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import (
+    AgentCommand,
+    CommandAction,
+    Resources,
+    VmCreate,
+    command_message_id,
+    create_message_id,
+)
+from vmsched_common.settings import Strategy
+
+log = get_logger(__name__)
+
+VM_COLUMNS = "id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, gpu, labels, strategy, exclude_hosts, attempt"
+
+_MARK_PUBLISHED = text(
+    """
+    UPDATE vms SET published_at = now()
+     WHERE id = ANY(CAST(:ids AS uuid[])) AND published_at IS NULL AND status IN ('pending', 'deleting')
+    """
+)
+_UNPUBLISHED = text(
+    f"""
+    SELECT {VM_COLUMNS} FROM vms
+     WHERE published_at IS NULL AND status IN ('pending', 'deleting')
+       AND updated_at < now() - make_interval(secs => :age)
+     ORDER BY updated_at LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VmRow:
+    """The columns of a VM that its messages need."""
+
+    id: UUID
+    name: str
+    status: str
+    hypervisor_id: str | None
+    resources: Resources
+    labels: dict[str, str]
+    strategy: Strategy | None
+    exclude_hosts: list[str]
+    attempt: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> VmRow:
+        return cls(
+            id=row.id,
+            name=row.name,
+            status=row.status,
+            hypervisor_id=row.hypervisor_id,
+            resources=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
+            labels=dict(row.labels or {}),
+            strategy=Strategy(row.strategy) if row.strategy else None,
+            exclude_hosts=list(row.exclude_hosts or []),
+            attempt=row.attempt,
+        )
+
+    def create_message(self) -> VmCreate:
+        return VmCreate(
+            vm_id=self.id,
+            name=self.name,
+            resources=self.resources,
+            labels=self.labels,
+            strategy=self.strategy,
+            exclude_hosts=self.exclude_hosts,
+            attempt=self.attempt,
+        )
+
+    def delete_command(self) -> AgentCommand:
+        return AgentCommand(
+            action=CommandAction.DELETE,
+            vm_id=self.id,
+            name=self.name,
+            resources=self.resources,
+            attempt=self.attempt,
+        )
+
+
+async def publish_vm_create(broker: RabbitBroker, vm: VmRow) -> None:
+    message = vm.create_message()
+    await broker.publish(
+        message,
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_CREATE,
+        message_id=create_message_id(vm.id, vm.attempt),
+        persist=True,
+    )
+
+
+async def publish_delete_command(broker: RabbitBroker, vm: VmRow) -> None:
+    if vm.hypervisor_id is None:
+        return
+    await send_command(broker, vm.hypervisor_id, vm.delete_command())
+
+
+async def send_command(broker: RabbitBroker, host_id: str, command: AgentCommand) -> None:
+    await broker.publish(
+        command,
+        exchange=topology.AGENTS_EXCHANGE,
+        routing_key=host_id,
+        message_id=command_message_id(command.vm_id, command.action, command.attempt),
+        persist=True,
+    )
+
+
+async def publish_rows(broker: RabbitBroker, engine: AsyncEngine, rows: Sequence[VmRow]) -> None:
+    """Publish each row's message with confirms, then record them all as published."""
+    done: list[str] = []
+    for vm in rows:
+        if vm.status == "pending":
+            await publish_vm_create(broker, vm)
+        elif vm.status == "deleting":
+            await publish_delete_command(broker, vm)
+        done.append(str(vm.id))
+    if done:
+        async with engine.begin() as connection:
+            await connection.execute(_MARK_PUBLISHED, {"ids": done})
+
+
+async def republish_unpublished(
+    broker: RabbitBroker, engine: AsyncEngine, *, older_than: float, limit: int = 500
+) -> int:
+    """One sweep: publish rows whose message was never confirmed. Returns how many."""
+    async with engine.connect() as connection:
+        rows = (await connection.execute(_UNPUBLISHED, {"age": older_than, "limit": limit})).all()
+    vms = [VmRow.from_row(row) for row in rows]
+    if vms:
+        log.warning("publishing messages left unpublished", count=len(vms))
+        await publish_rows(broker, engine, vms)
+    return len(vms)

@@ -1,0 +1,119 @@
+"""Every setting of every vmsched service, read from the environment (pydantic-settings).
+
+One typed class is the single place each knob is named. A bad value stops the service at start
+with one line naming the variable and the reason (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from functools import lru_cache
+from typing import Annotated
+
+from pydantic import AmqpDsn, Field, PostgresDsn, RedisDsn, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Strategy(StrEnum):
+    """How a scheduler picks one host among those that pass every filter."""
+
+    LEAST_LOADED = "least_loaded"
+    BEST_FIT = "best_fit"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+
+
+def valid_strategies() -> str:
+    return ", ".join(s.value for s in Strategy)
+
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+Weight = Annotated[float, Field(ge=0, le=1)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", frozen=True)
+
+    amqp_url: AmqpDsn = AmqpDsn("amqp://guest:guest@127.0.0.1:5672/")
+    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
+    database_url: PostgresDsn = PostgresDsn("postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
+
+    # Prefixes every Redis key, so that several installations (or test runs) can share one Redis.
+    redis_key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "vmsched"
+
+    scheduling_strategy: Strategy = Strategy.LEAST_LOADED
+    weight_cpu: Weight = 0.4
+    weight_memory: Weight = 0.4
+    weight_disk: Weight = 0.2
+
+    agent_offline_timeout: PositiveSeconds = 15.0
+    agent_heartbeat_interval: PositiveSeconds = 5.0
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    restart_delay: Annotated[float, Field(ge=0)] = 15.0
+
+    api_host: str = "127.0.0.1"
+    api_port: Annotated[int, Field(ge=1, le=65535)] = 8000
+
+    # How long a VM may stay unpublished (its vm.create not confirmed by the broker) before a sweeper
+    # publishes it again; also the sweep period.
+    republish_after: PositiveSeconds = 5.0
+    # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read.
+    scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
+    snapshot_full_refresh: PositiveSeconds = 30.0
+    reconcile_interval: PositiveSeconds = 30.0
+    # Broker-side poison protection: deliveries of one message before it is dead-lettered.
+    delivery_limit: Annotated[int, Field(ge=1, le=100)] = 5
+
+    log_level: str = "INFO"
+    log_format: str = "auto"  # auto | json | console
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return upper
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in {"auto", "json", "console"}:
+            raise ValueError("must be one of auto, json, console")
+        return value
+
+    @field_validator("scheduling_strategy", mode="before")
+    @classmethod
+    def _known_strategy(cls, value: object) -> object:
+        if isinstance(value, str) and value not in {s.value for s in Strategy}:
+            raise ValueError(f"unknown strategy {value!r}; valid strategies: {valid_strategies()}")
+        return value
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return str(self.database_url)
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line naming each bad variable and why, for a service that refuses to start."""
+    parts = []
+    for item in error.errors():
+        name = "_".join(str(part) for part in item["loc"]).upper() or "settings"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{name}: {message}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def load_settings(service: str) -> Settings:
+    """Read the settings or stop the process with one clear line on stderr (exit status 2)."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        print(f"{service}: {describe_error(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+@lru_cache(maxsize=1)
+def default_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,48 @@
+"""The gateway's periodic duties (seed 002, Orchard's health checks):
+
+- hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
+  their VMs fail ("agent lost connection"), giving their capacity back;
+- failed VMs with ``restart_policy: on_failure`` go back to pending after RESTART_DELAY, with the
+  host they failed on excluded, and are published for placement again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream.rabbit import RabbitBroker
+
+from vmsched_common.logs import get_logger
+from vmsched_common.outbox import publish_rows
+from vmsched_common.settings import Settings
+from vmsched_common.snapshot import Snapshot
+from vmsched_gateway.store import GatewayStore
+
+log = get_logger(__name__)
+
+
+async def check_hosts_once(store: GatewayStore, snapshot: Snapshot, broker: RabbitBroker, settings: Settings) -> None:
+    offline, lost = await store.mark_offline_hosts(settings.agent_offline_timeout)
+    for host_id in offline:
+        log.warning("host offline: no heartbeat", host=host_id, timeout=settings.agent_offline_timeout)
+        await snapshot.set_host_fields(host_id, {"status": "offline"})
+    for vm_id, host_id in lost:
+        log.warning("VM failed: agent lost connection", vm_id=str(vm_id), host=host_id)
+        await snapshot.release(vm_id)
+    restarted = await store.restart_failed(settings.restart_delay)
+    if restarted:
+        log.info("restarting failed VMs", count=len(restarted), vm_ids=[str(vm.id) for vm in restarted])
+        await publish_rows(broker, store.engine, restarted)
+
+
+async def check_hosts_forever(
+    store: GatewayStore, snapshot: Snapshot, broker: RabbitBroker, settings: Settings, interval: float = 1.0
+) -> None:
+    while True:
+        try:
+            await check_hosts_once(store, snapshot, broker, settings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a server hiccup must not end the duty; the next round retries
+            log.warning("host check failed", error=repr(error))
+        await asyncio.sleep(interval)

@@ -1,0 +1,19 @@
+"""``vmsched-gateway``: relay assignments to agents, fold heartbeats and VM status back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from vmsched_common.logs import configure_logging
+from vmsched_common.settings import load_settings
+from vmsched_gateway.app import build_app
+
+
+def main() -> None:
+    settings = load_settings("vmsched-gateway")
+    configure_logging("gateway", settings.log_level, settings.log_format)
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()

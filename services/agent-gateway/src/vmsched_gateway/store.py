@@ -1,0 +1,302 @@
+"""The gateway's writes to PostgreSQL: hosts from heartbeats, VM status from agents, lost hosts.
+
+Every transition that frees capacity lowers the host's ``alloc_*`` in the same transaction as the
+VM row, so PostgreSQL's allocations always equal the sum of the VMs holding capacity.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from vmsched_common.messages import AgentHeartbeat, Resources
+from vmsched_common.outbox import VM_COLUMNS, VmRow
+
+_UPSERT_HOSTS = text(
+    """
+    INSERT INTO hosts (id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, last_heartbeat)
+    SELECT t.id, t.status, CAST(t.labels AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, t.cpu_ratio,
+           t.memory_ratio, now()
+      FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]),
+                  CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
+                  CAST(:gpus AS int[]), CAST(:cpu_ratios AS float8[]), CAST(:memory_ratios AS float8[]))
+           AS t(id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio)
+    ON CONFLICT (id) DO UPDATE
+       SET status = excluded.status, labels = excluded.labels, cpu = excluded.cpu,
+           memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
+           cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio,
+           last_heartbeat = excluded.last_heartbeat
+    RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count, scheduling_paused,
+              extract(epoch FROM last_heartbeat) AS heartbeat_at, (xmax = 0) AS inserted
+    """
+)
+
+_LOCK_VM = text(f"SELECT {VM_COLUMNS}, restart_policy, attempts FROM vms WHERE id = :vm_id FOR UPDATE")
+
+_RELEASE_HOST = text(
+    """
+    UPDATE hosts SET alloc_cpu = alloc_cpu - :cpu, alloc_memory_mb = alloc_memory_mb - :memory_mb,
+                     alloc_disk_gb = alloc_disk_gb - :disk_gb, alloc_gpu = alloc_gpu - :gpu,
+                     vm_count = vm_count - 1
+     WHERE id = :host_id
+    """
+)
+
+_MARK_OFFLINE = text(
+    """
+    UPDATE hosts SET status = 'offline'
+     WHERE status <> 'offline' AND (last_heartbeat IS NULL OR last_heartbeat < now() - make_interval(secs => :timeout))
+    RETURNING id
+    """
+)
+
+# VMs on hosts that went offline: failed (agent lost connection), their capacity given back.
+_FAIL_ON_OFFLINE = text(
+    """
+    WITH lost AS (
+        UPDATE vms v
+           SET status = CASE WHEN v.status = 'deleting' THEN 'deleted' ELSE 'failed' END,
+               status_reason = CASE WHEN v.status = 'deleting' THEN 'deleted: host went offline'
+                                    ELSE 'agent lost connection: host ' || v.hypervisor_id || ' went offline' END,
+               failed_at = CASE WHEN v.status = 'deleting' THEN NULL ELSE now() END,
+               attempts = v.attempts || jsonb_build_array(jsonb_build_object(
+                   'attempt', v.attempt, 'host', v.hypervisor_id, 'outcome', 'agent lost connection',
+                   'at', now())),
+               updated_at = now()
+          FROM hosts h
+         WHERE h.id = v.hypervisor_id AND h.status = 'offline'
+           AND v.status IN ('scheduled', 'running', 'deleting')
+     RETURNING v.id, v.hypervisor_id, v.cpu, v.memory_mb, v.disk_gb, v.gpu, v.status
+    ), released AS (
+        UPDATE hosts h
+           SET alloc_cpu = h.alloc_cpu - s.cpu, alloc_memory_mb = h.alloc_memory_mb - s.memory_mb,
+               alloc_disk_gb = h.alloc_disk_gb - s.disk_gb, alloc_gpu = h.alloc_gpu - s.gpu,
+               vm_count = h.vm_count - s.n
+          FROM (SELECT hypervisor_id, sum(cpu) AS cpu, sum(memory_mb) AS memory_mb, sum(disk_gb) AS disk_gb,
+                       sum(gpu) AS gpu, count(*) AS n
+                  FROM lost GROUP BY hypervisor_id) s
+         WHERE h.id = s.hypervisor_id
+     RETURNING h.id
+    )
+    SELECT id, hypervisor_id, status, (SELECT count(*) FROM released) AS hosts FROM lost
+    """
+)
+
+# Failed VMs whose restart policy says on_failure, once the restart delay has passed.
+_RESTART_FAILED = text(
+    f"""
+    UPDATE vms
+       SET status = 'pending', attempt = attempt + 1, restart_count = restart_count + 1,
+           exclude_hosts = CASE WHEN hypervisor_id IS NULL OR exclude_hosts ? hypervisor_id THEN exclude_hosts
+                                ELSE exclude_hosts || to_jsonb(hypervisor_id) END,
+           hypervisor_id = NULL, scheduled_at = NULL, failed_at = NULL, published_at = NULL,
+           status_reason = 'restarting after failure (restart_policy on_failure)', updated_at = now()
+     WHERE status = 'failed' AND restart_policy = 'on_failure' AND failed_at IS NOT NULL
+       AND failed_at < now() - make_interval(secs => :delay)
+    RETURNING {VM_COLUMNS}
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostAllocation:
+    host_id: str
+    allocated: Resources
+    vm_count: int
+    paused: bool
+    heartbeat_at: float
+    inserted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """What a status report did: the VM row after it, and whether capacity was freed."""
+
+    vm: VmRow
+    released_from: str | None
+    republish: bool  # the VM went back to pending: publish vm.create
+
+
+def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[Any]]:
+    return {
+        "ids": [b.agent_id for b in beats],
+        "statuses": [b.status.value for b in beats],
+        "labels": [json.dumps(b.labels, sort_keys=True) for b in beats],
+        "cpus": [b.capacity.cpu for b in beats],
+        "memories": [b.capacity.memory_mb for b in beats],
+        "disks": [b.capacity.disk_gb for b in beats],
+        "gpus": [b.capacity.gpu for b in beats],
+        "cpu_ratios": [b.overcommit.cpu for b in beats],
+        "memory_ratios": [b.overcommit.memory for b in beats],
+    }
+
+
+class GatewayStore:
+    def __init__(self, engine: AsyncEngine, *, max_attempts: int) -> None:
+        self.engine = engine
+        self.max_attempts = max_attempts
+
+    async def upsert_hosts(self, beats: Sequence[AgentHeartbeat]) -> list[HostAllocation]:
+        """One statement for a batch of heartbeats (one per host: the caller keeps the newest)."""
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(beats))).all()
+        return [
+            HostAllocation(
+                host_id=row.id,
+                allocated=Resources(
+                    cpu=row.alloc_cpu,
+                    memory_mb=row.alloc_memory_mb,
+                    disk_gb=row.alloc_disk_gb,
+                    gpu=row.alloc_gpu,
+                ),
+                vm_count=row.vm_count,
+                paused=row.scheduling_paused,
+                heartbeat_at=float(row.heartbeat_at),
+                inserted=row.inserted,
+            )
+            for row in rows
+        ]
+
+    async def mark_running(self, vm_id: UUID, agent_id: str) -> VmRow | None:
+        """Scheduled -> running on that agent. Returns the row when the report did not apply."""
+        async with self.engine.begin() as connection:
+            updated = await connection.execute(
+                text(
+                    "UPDATE vms SET status = 'running', status_reason = NULL, updated_at = now() "
+                    "WHERE id = :vm_id AND hypervisor_id = :agent_id AND status = 'scheduled' RETURNING id"
+                ),
+                {"vm_id": vm_id, "agent_id": agent_id},
+            )
+            if updated.first() is not None:
+                return None
+            row = (
+                await connection.execute(text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = :vm_id"), {"vm_id": vm_id})
+            ).first()
+        return VmRow.from_row(row) if row is not None else None
+
+    async def mark_failed(self, vm_id: UUID, agent_id: str, message: str) -> StatusChange | None:
+        """The agent could not create (or lost) the VM: retry elsewhere, restart later, or fail it."""
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(_LOCK_VM, {"vm_id": vm_id})).first()
+            if row is None or row.hypervisor_id != agent_id or row.status not in ("scheduled", "running"):
+                return None
+            vm = VmRow.from_row(row)
+            await _release(connection, vm)
+            attempts = [*row.attempts, _attempt_entry(vm, "failed", message)]
+            was_running = row.status == "running"
+            if not was_running and vm.attempt < self.max_attempts:
+                values = {
+                    "status": "pending",
+                    "attempt": vm.attempt + 1,
+                    "exclude_hosts": sorted({*vm.exclude_hosts, agent_id}),
+                    "reason": f"attempt {vm.attempt} on {agent_id} failed: {message}; retrying on another host",
+                    "failed_at": None,
+                }
+            else:
+                if was_running:
+                    reason = f"failed on {agent_id}: {message}"
+                else:
+                    reason = f"failed on every attempt ({vm.attempt}): " + "; ".join(
+                        f"#{a['attempt']} {a['host']}: {a.get('message', a.get('outcome'))}" for a in attempts
+                    )
+                values = {
+                    "status": "failed",
+                    "attempt": vm.attempt,
+                    "exclude_hosts": vm.exclude_hosts,
+                    "reason": reason,
+                    # Only a VM that ran is restarted by its restart policy; one no host could create
+                    # has used its attempts.
+                    "failed_at": datetime.now(UTC) if was_running else None,
+                }
+            await connection.execute(
+                text(
+                    """
+                    UPDATE vms SET status = :status, attempt = :attempt, exclude_hosts = CAST(:exclude AS jsonb),
+                                   status_reason = :reason, failed_at = :failed_at,
+                                   attempts = CAST(:attempts AS jsonb), hypervisor_id = CASE WHEN :status = 'pending'
+                                   THEN NULL ELSE hypervisor_id END, scheduled_at = CASE WHEN :status = 'pending'
+                                   THEN NULL ELSE scheduled_at END, published_at = NULL, updated_at = now()
+                     WHERE id = :vm_id
+                    """
+                ),
+                {
+                    "vm_id": vm_id,
+                    "status": values["status"],
+                    "attempt": values["attempt"],
+                    "exclude": json.dumps(values["exclude_hosts"]),
+                    "reason": values["reason"],
+                    "failed_at": values["failed_at"],
+                    "attempts": json.dumps(attempts, default=str),
+                },
+            )
+        after = VmRow(
+            id=vm.id,
+            name=vm.name,
+            status=str(values["status"]),
+            hypervisor_id=None if values["status"] == "pending" else agent_id,
+            resources=vm.resources,
+            labels=vm.labels,
+            strategy=vm.strategy,
+            exclude_hosts=list(values["exclude_hosts"]),  # type: ignore[call-overload]
+            attempt=int(values["attempt"]),  # type: ignore[call-overload]
+        )
+        return StatusChange(vm=after, released_from=agent_id, republish=values["status"] == "pending")
+
+    async def mark_deleted(self, vm_id: UUID, agent_id: str) -> StatusChange | None:
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(_LOCK_VM, {"vm_id": vm_id})).first()
+            if row is None or row.hypervisor_id != agent_id or row.status not in ("deleting", "scheduled", "running"):
+                return None
+            vm = VmRow.from_row(row)
+            await _release(connection, vm)
+            await connection.execute(
+                text(
+                    "UPDATE vms SET status = 'deleted', status_reason = NULL, updated_at = now(), "
+                    "attempts = attempts || CAST(:entry AS jsonb) WHERE id = :vm_id"
+                ),
+                {"vm_id": vm_id, "entry": json.dumps([_attempt_entry(vm, "deleted", "")], default=str)},
+            )
+        return StatusChange(vm=vm, released_from=agent_id, republish=False)
+
+    async def mark_offline_hosts(self, offline_after: float) -> tuple[list[str], list[tuple[UUID, str]]]:
+        """Hosts silent for ``offline_after`` seconds become offline; their VMs fail. Returns (hosts, (vm, host))."""
+        async with self.engine.begin() as connection:
+            hosts = [row.id for row in (await connection.execute(_MARK_OFFLINE, {"timeout": offline_after})).all()]
+            lost = (await connection.execute(_FAIL_ON_OFFLINE)).all()
+        return hosts, [(row.id, row.hypervisor_id) for row in lost]
+
+    async def restart_failed(self, delay: float) -> list[VmRow]:
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_RESTART_FAILED, {"delay": delay})).all()
+        return [VmRow.from_row(row) for row in rows]
+
+
+async def _release(connection: AsyncConnection, vm: VmRow) -> None:
+    r = vm.resources
+    await connection.execute(
+        _RELEASE_HOST,
+        {
+            "host_id": vm.hypervisor_id,
+            "cpu": r.cpu,
+            "memory_mb": r.memory_mb,
+            "disk_gb": r.disk_gb,
+            "gpu": r.gpu,
+        },
+    )
+
+
+def _attempt_entry(vm: VmRow, outcome: str, message: str) -> dict[str, Any]:
+    return {
+        "attempt": vm.attempt,
+        "host": vm.hypervisor_id,
+        "outcome": outcome,
+        "message": message,
+        "at": datetime.now(UTC).isoformat(),
+    }

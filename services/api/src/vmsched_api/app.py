@@ -1,0 +1,102 @@
+"""The API process: FastAPI for HTTP, a FastStream Rabbit broker for events, AsyncAPI docs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from faststream.rabbit import RabbitBroker
+from faststream_fastapi import FastStreamAPI
+
+from vmsched_api.deps import Services
+from vmsched_api.repository import Repository
+from vmsched_api.routes import hosts, system, vms
+from vmsched_common import topology
+from vmsched_common.amqp import declare_topology, make_broker
+from vmsched_common.connections import connect_redis
+from vmsched_common.db.engine import create_engine
+from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import VmCreate
+from vmsched_common.outbox import republish_unpublished
+from vmsched_common.settings import Settings
+from vmsched_common.snapshot import Snapshot
+
+log = get_logger("vmsched_api")
+
+DESCRIPTION = """vmsched places virtual machines on hypervisor hosts.
+
+`POST /v1/vms` accepts a VM (202, status `pending`); a scheduler places it within milliseconds
+(`scheduled`, with `hypervisor_id`), the host's agent creates it (`running`). Events for
+subscribers are described in the AsyncAPI document at `/asyncapi`.
+"""
+
+
+async def sweep_unpublished(services: Services) -> None:
+    """Publish again what a crash or a broker outage left unpublished (the outbox sweeper)."""
+    period = services.settings.republish_after
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await republish_unpublished(services.broker, services.engine, older_than=period)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # next period retries
+            log.warning("republish sweep failed", error=repr(error))
+
+
+def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
+    broker: RabbitBroker = make_broker(settings, prefetch=32)
+    # Declared for the AsyncAPI document; publishing goes through vmsched_common.outbox.
+    broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_CREATE,
+        persist=True,
+        schema=VmCreate,
+        title="vm.create",
+        description="A VM to place. message_id is '<vm_id>:create:<attempt>'; it may be sent more than "
+        "once (after a crash or a broker outage) and schedulers treat repeats as one request.",
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        if migrate:
+            await upgrade_schema(settings.sqlalchemy_url)
+        engine = create_engine(settings.sqlalchemy_url, pool_size=10)
+        redis = connect_redis(settings)
+        services = Services(
+            settings=settings,
+            engine=engine,
+            repository=Repository(engine),
+            snapshot=Snapshot(redis, settings.redis_key_prefix),
+            broker=broker,
+        )
+        app.state.services = services
+        sweeper = asyncio.create_task(sweep_unpublished(services))
+        try:
+            yield {}
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+            await redis.aclose()
+            await engine.dispose()
+
+    application = FastAPI(
+        title="vmsched",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+    )
+    application.include_router(vms.router)
+    application.include_router(hosts.router)
+    application.include_router(system.router)
+
+    async def connect(connected: Any) -> None:
+        await connected.start()
+        await declare_topology(connected)
+
+    return FastStreamAPI(broker, application=application, asyncapi_path="/asyncapi", connection_hook=connect)

@@ -1,0 +1,31 @@
+"""FastAPI dependencies, defined once as Annotated aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from faststream.rabbit import RabbitBroker
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_api.repository import Repository
+from vmsched_common.settings import Settings
+from vmsched_common.snapshot import Snapshot
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: AsyncEngine
+    repository: Repository
+    snapshot: Snapshot
+    broker: RabbitBroker
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(_services)]

@@ -1,0 +1,62 @@
+"""Health, readiness, metrics and runtime scheduler settings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from fastapi import APIRouter, HTTPException, Response, status
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from vmsched_api.deps import ServicesDep
+from vmsched_api.schemas import SchedulerSettings, SchedulerSettingsView
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(services: ServicesDep, response: Response) -> dict[str, str]:
+    """Readiness: PostgreSQL, Redis and the broker all answer (503 otherwise, naming which)."""
+    checks: dict[str, str] = {}
+
+    async def check(name: str, probe: Awaitable[object]) -> None:
+        try:
+            answered = await asyncio.wait_for(probe, timeout=2.0)
+            checks[name] = "ok" if answered is not False else "unreachable"
+        except Exception as error:
+            checks[name] = f"unreachable: {type(error).__name__}"
+
+    await check("database", services.repository.ping())
+    await check("redis", services.snapshot.redis.ping())
+    await check("broker", services.broker.ping(timeout=2.0))
+    if any(value != "ok" for value in checks.values()):
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    return checks
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/settings/scheduler", response_model=SchedulerSettingsView, tags=["settings"])
+async def get_scheduler_settings(services: ServicesDep) -> SchedulerSettingsView:
+    runtime = await services.repository.default_strategy()
+    if runtime is not None:
+        return SchedulerSettingsView(default_strategy=runtime, source="runtime")
+    return SchedulerSettingsView(default_strategy=services.settings.scheduling_strategy, source="environment")
+
+
+@router.put("/v1/settings/scheduler", response_model=SchedulerSettingsView, tags=["settings"])
+async def put_scheduler_settings(body: SchedulerSettings, services: ServicesDep) -> SchedulerSettingsView:
+    """Change the cluster's default strategy; schedulers pick it up within seconds."""
+    if body.default_strategy is None:  # pragma: no cover - pydantic already refuses it
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "default_strategy is required")
+    await services.repository.set_default_strategy(body.default_strategy)
+    return SchedulerSettingsView(default_strategy=body.default_strategy, source="runtime")

@@ -1,0 +1,104 @@
+"""/v1/vms: ask for VMs, watch them, delete them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+
+from vmsched_api.deps import ServicesDep
+from vmsched_api.repository import IdempotencyConflict
+from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmPage, VmRequest
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import VmStatus
+from vmsched_common.outbox import VmRow, publish_rows
+
+router = APIRouter(prefix="/v1/vms", tags=["vms"])
+log = get_logger("vmsched_api")
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=255, description="the same key returns the same VM"),
+]
+
+
+async def _publish(services: ServicesDep, rows: list[VmRow]) -> None:
+    """Publish after the commit. If the broker is unreachable the VM is still accepted: the sweeper
+    publishes it once the broker is back (rows stay marked unpublished until then)."""
+    try:
+        await publish_rows(services.broker, services.engine, rows)
+    except Exception as error:
+        log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+async def create_vm(
+    body: VmRequest, services: ServicesDep, response: Response, idempotency_key: IdempotencyKey = None
+) -> Vm:
+    try:
+        vms, rows, replayed = await services.repository.create_vms([body], idempotency_key)
+    except IdempotencyConflict as error:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"Idempotency-Key {error} was already used with a different request body",
+        ) from None
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    await _publish(services, rows)
+    return vms[0]
+
+
+@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
+async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
+    vms, rows, _ = await services.repository.create_vms(body.vms)
+    await _publish(services, rows)
+    return VmBatch(items=vms)
+
+
+@router.get("", response_model=VmPage)
+async def list_vms(
+    services: ServicesDep,
+    status_filter: Annotated[VmStatus | None, Query(alias="status")] = None,
+    hypervisor_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: str | None = None,
+) -> VmPage:
+    try:
+        items, next_cursor = await services.repository.list_vms(
+            status=status_filter, hypervisor_id=hypervisor_id, limit=limit, cursor=cursor
+        )
+    except ValueError as error:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["query", "cursor"], "msg": str(error), "type": "value_error"}],
+        ) from None
+    return VmPage(items=items, next_cursor=next_cursor)
+
+
+@router.get("/{vm_id}", response_model=Vm)
+async def get_vm(vm_id: UUID, services: ServicesDep) -> Vm:
+    vm = await services.repository.get_vm(vm_id)
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    return vm
+
+
+@router.get("/{vm_id}/placement", response_model=Placement)
+async def get_placement(vm_id: UUID, services: ServicesDep) -> Placement:
+    found = await services.repository.get_placement(vm_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    vm_status, decision = found
+    return Placement(vm_id=vm_id, status=VmStatus(vm_status), decision=decision)
+
+
+@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
+    found = await services.repository.request_delete(vm_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    vm, row = found
+    if row is not None:
+        await _publish(services, [row])
+    return vm

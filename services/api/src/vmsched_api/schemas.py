@@ -1,0 +1,109 @@
+"""The HTTP API's request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy, VmStatus
+from vmsched_common.settings import Strategy
+
+VmName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"),
+    Field(description="letters, digits, '.', '_' and '-', starting with a letter or digit"),
+]
+
+
+class VmRequest(BaseModel):
+    """What a client asks for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: VmName
+    cpu: Annotated[int, Field(ge=1, le=1024, description="vCPUs")]
+    memory_mb: Annotated[int, Field(ge=1, le=64 * 1024 * 1024, description="memory in MiB")]
+    disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
+    gpu: Annotated[int, Field(ge=0, le=64)] = 0
+    labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
+    strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(cpu=self.cpu, memory_mb=self.memory_mb, disk_gb=self.disk_gb, gpu=self.gpu)
+
+
+class VmBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    vms: Annotated[list[VmRequest], Field(min_length=1, max_length=1000)]
+
+
+class Vm(BaseModel):
+    id: UUID
+    name: str
+    status: VmStatus
+    hypervisor_id: str | None
+    status_reason: str | None
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+    labels: dict[str, str]
+    strategy: Strategy | None
+    restart_policy: RestartPolicy
+    restart_count: int
+    attempt: int
+    attempts: list[dict[str, Any]]
+    created_at: datetime
+    scheduled_at: datetime | None
+
+
+class VmPage(BaseModel):
+    items: list[Vm]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last page")
+
+
+class VmBatch(BaseModel):
+    items: list[Vm]
+
+
+class Placement(BaseModel):
+    vm_id: UUID
+    status: VmStatus
+    decision: dict[str, Any] | None = Field(
+        description="strategy, chosen host and score, hosts considered and eligible, rejections by "
+        "reason and, for an unschedulable VM, the first filter that rejected each host with the numbers"
+    )
+
+
+class Host(BaseModel):
+    id: str
+    status: HostStatus
+    labels: dict[str, str]
+    capacity: Resources
+    allocated: Resources
+    overcommit: Overcommit
+    vm_count: int
+    last_heartbeat: datetime | None
+    scheduling_paused: bool
+
+
+class HostPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scheduling_paused: bool
+
+
+class SchedulerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default_strategy: Strategy
+
+
+class SchedulerSettingsView(SchedulerSettings):
+    source: str = Field(description="'runtime' when set through this API, 'environment' for SCHEDULING_STRATEGY")

@@ -1,0 +1,72 @@
+"""vmsched's placement engine: pure, columnar, fast. No I/O, no clock, no randomness it is not handed.
+
+The scheduler service keeps a ``Fleet`` in memory (refreshed from the Redis snapshot), builds a
+``PlacementRequest`` and a ``DecisionContext`` per VM, and calls ``decide``; ``explain`` spells out
+every host's verdict when a person asks or a VM is unschedulable.
+"""
+
+from __future__ import annotations
+
+from vmsched_scheduler.placement.engine import (
+    INSUFFICIENT_RESOURCES,
+    NO_AVAILABLE_AGENTS,
+    Decision,
+    HostVerdict,
+    decide,
+    explain,
+)
+from vmsched_scheduler.placement.filters import FILTER_NAMES, FILTERS, FILTERS_BY_NAME, HostFilter
+from vmsched_scheduler.placement.fleet import Fleet, FleetColumns
+from vmsched_scheduler.placement.info import SchedulingInfo, render_scheduling_info, scheduling_info
+from vmsched_scheduler.placement.log_lines import decision_log_lines, scheduling_line, selected_line
+from vmsched_scheduler.placement.model import (
+    DecisionContext,
+    Demand,
+    HostState,
+    PlacementRequest,
+    RequestVector,
+    Weights,
+)
+from vmsched_scheduler.placement.strategies import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    VALID_STRATEGIES,
+    PlacementStrategy,
+    Ranking,
+    UnknownStrategyError,
+    strategy_for,
+)
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "FILTERS",
+    "FILTERS_BY_NAME",
+    "FILTER_NAMES",
+    "INSUFFICIENT_RESOURCES",
+    "NO_AVAILABLE_AGENTS",
+    "STRATEGIES",
+    "VALID_STRATEGIES",
+    "Decision",
+    "DecisionContext",
+    "Demand",
+    "Fleet",
+    "FleetColumns",
+    "HostFilter",
+    "HostState",
+    "HostVerdict",
+    "PlacementRequest",
+    "PlacementStrategy",
+    "Ranking",
+    "RequestVector",
+    "SchedulingInfo",
+    "UnknownStrategyError",
+    "Weights",
+    "decide",
+    "decision_log_lines",
+    "explain",
+    "render_scheduling_info",
+    "scheduling_info",
+    "scheduling_line",
+    "selected_line",
+    "strategy_for",
+]

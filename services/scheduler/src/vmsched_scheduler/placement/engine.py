@@ -1,0 +1,141 @@
+"""``decide`` and ``explain``: run the filters over the fleet, then the request's strategy.
+
+A decision is a few vectorised passes over the columns: each filter yields a boolean mask, the
+running AND of the masks is the eligible set, and counting it after each filter gives how many
+hosts each filter rejected first. Per-host reasons are only spelled out by ``explain``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.filters import AVAILABILITY_FILTER, FILTERS
+from vmsched_scheduler.placement.fleet import BoolArray, Fleet
+from vmsched_scheduler.placement.model import DecisionContext, PlacementRequest, RequestVector
+from vmsched_scheduler.placement.strategies import strategy_for
+
+NO_AVAILABLE_AGENTS = "no_available_agents"
+INSUFFICIENT_RESOURCES = "insufficient_resources"
+
+_NO_REJECTIONS: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one placement decision."""
+
+    strategy: Strategy
+    host_id: str | None  # the chosen host; None when the VM is unschedulable
+    score: float | None  # the chosen host's score (lower is better); None for unscored strategies
+    ranked: tuple[str, ...]  # the chosen host, then up to ``fallbacks`` more in strategy order
+    reason: str | None  # None | "no_available_agents" | "insufficient_resources"
+    rejections: Mapping[str, int]  # filter name -> hosts that filter rejected first (non-zero only)
+    considered: int  # hosts in the fleet
+    eligible: int  # hosts that passed every filter
+
+
+@dataclass(frozen=True, slots=True)
+class HostVerdict:
+    """One host's answer for one request: passed, or the first filter that rejected it and why."""
+
+    host_id: str
+    passed: bool
+    filter: str | None
+    reason: str | None
+    score: float | None  # the strategy's score when passed (None for unscored strategies)
+
+
+def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *, fallbacks: int = 4) -> Decision:
+    """Pick a host for ``request``, and up to ``fallbacks`` more to try if its claim is lost.
+
+    Pure: reads the fleet, the request and the context (time, weights, rng, cursor) only. Ties
+    go to the lowest host id. ``reason`` is ``no_available_agents`` when no host passes the
+    ``offline`` filter, else ``insufficient_resources`` when no host passes them all.
+    Raises ``UnknownStrategyError`` for a strategy no plugin implements.
+    """
+    strategy = strategy_for(request.strategy)
+    vector = RequestVector.of(request, context)
+    columns = fleet.columns
+    considered = len(columns)
+    eligible: BoolArray | None = None
+    remaining = considered
+    available: int | None = None
+    rejections: dict[str, int] = {}
+    for host_filter in FILTERS:
+        if remaining == 0 and available is not None:
+            break
+        passes = host_filter.mask(columns, vector)
+        if host_filter.NAME == AVAILABILITY_FILTER:
+            available = considered if passes is None else int(np.count_nonzero(passes))
+        if passes is None or remaining == 0:
+            continue
+        if eligible is None:
+            eligible = columns.scratch.eligible
+            np.copyto(eligible, passes)
+        else:
+            np.logical_and(eligible, passes, out=eligible)
+        still = int(np.count_nonzero(eligible))
+        if still < remaining:
+            rejections[host_filter.NAME] = remaining - still
+            remaining = still
+    if remaining == 0:
+        return Decision(
+            strategy=request.strategy,
+            host_id=None,
+            score=None,
+            ranked=(),
+            reason=NO_AVAILABLE_AGENTS if not available else INSUFFICIENT_RESOURCES,
+            rejections=MappingProxyType(rejections) if rejections else _NO_REJECTIONS,
+            considered=considered,
+            eligible=0,
+        )
+    if eligible is None:
+        eligible = columns.scratch.eligible
+        eligible.fill(True)
+    ranking = strategy.rank(columns, vector, eligible, remaining, context, 1 + max(0, fallbacks))
+    ids = columns.ids
+    ranked = tuple(ids[index] for index in ranking.indices)
+    return Decision(
+        strategy=request.strategy,
+        host_id=ranked[0],
+        score=ranking.score,
+        ranked=ranked,
+        reason=None,
+        rejections=MappingProxyType(rejections) if rejections else _NO_REJECTIONS,
+        considered=considered,
+        eligible=remaining,
+    )
+
+
+def explain(fleet: Fleet, request: PlacementRequest, context: DecisionContext) -> list[HostVerdict]:
+    """Every host's verdict for ``request``, in host id order: the slow path, for people.
+
+    Agrees with ``decide``: the passing hosts are exactly its eligible set, each rejected host
+    is counted under the same filter, and a passing host's score is the one ``decide`` ranks by.
+    Does not draw from ``context.rng``.
+    """
+    strategy = strategy_for(request.strategy)
+    vector = RequestVector.of(request, context)
+    columns = fleet.columns
+    count = len(columns)
+    first_failed = np.full(count, -1, dtype=np.int64)
+    for position in reversed(range(len(FILTERS))):
+        passes = FILTERS[position].mask(columns, vector)
+        if passes is not None:
+            first_failed[~passes] = position  # earlier filters overwrite later ones
+    scores = strategy.scores(columns, vector, context)
+    verdicts: list[HostVerdict] = []
+    for index, (host_id, failed) in enumerate(zip(columns.ids, first_failed.tolist(), strict=True)):
+        if failed < 0:
+            score = None if scores is None else float(scores[index])
+            verdicts.append(HostVerdict(host_id, True, None, None, score))
+        else:
+            host_filter = FILTERS[failed]
+            reason = host_filter.reason(fleet, index, vector)
+            verdicts.append(HostVerdict(host_id, False, host_filter.NAME, reason, None))
+    return verdicts

@@ -1,0 +1,47 @@
+"""The placement filters, in the order they run. A host's rejection is the first filter it fails."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from vmsched_scheduler.placement.filters.base import HostFilter
+from vmsched_scheduler.placement.filters.cpu import CpuFilter
+from vmsched_scheduler.placement.filters.disk import DiskFilter
+from vmsched_scheduler.placement.filters.excluded import ExcludedFilter
+from vmsched_scheduler.placement.filters.gpu import GpuFilter
+from vmsched_scheduler.placement.filters.labels import LabelsFilter
+from vmsched_scheduler.placement.filters.memory import MemoryFilter
+from vmsched_scheduler.placement.filters.offline import OfflineFilter
+from vmsched_scheduler.placement.filters.paused import PausedFilter
+
+# Cheapest and most decisive first; the order is also the order of rejection keys.
+FILTERS: tuple[HostFilter, ...] = (
+    ExcludedFilter(),
+    OfflineFilter(),
+    PausedFilter(),
+    CpuFilter(),
+    MemoryFilter(),
+    DiskFilter(),
+    GpuFilter(),
+    LabelsFilter(),
+)
+FILTERS_BY_NAME: Mapping[str, HostFilter] = MappingProxyType({f.NAME: f for f in FILTERS})
+FILTER_NAMES: tuple[str, ...] = tuple(f.NAME for f in FILTERS)
+AVAILABILITY_FILTER = OfflineFilter.NAME  # no host passing it means "no_available_agents"
+
+__all__ = [
+    "AVAILABILITY_FILTER",
+    "FILTERS",
+    "FILTERS_BY_NAME",
+    "FILTER_NAMES",
+    "CpuFilter",
+    "DiskFilter",
+    "ExcludedFilter",
+    "GpuFilter",
+    "HostFilter",
+    "LabelsFilter",
+    "MemoryFilter",
+    "OfflineFilter",
+    "PausedFilter",
+]

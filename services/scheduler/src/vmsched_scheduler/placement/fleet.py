@@ -1,0 +1,304 @@
+"""The fleet in columns: one numpy array per host attribute, index i = the i-th host in id order.
+
+Filters and scorers read whole columns at once, so a decision over 10,000 hosts is a handful of
+vectorised operations instead of a Python loop. Hosts stay sorted by id, so "the first index" is
+also "the lowest host id": ``argmin`` and ``flatnonzero`` break ties by host id for free.
+
+Updating one known host rewrites one row in place; adding or removing a host shifts the columns
+(O(n) memmove, rare: hosts come and go far less often than they heartbeat).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from vmsched_scheduler.placement.model import ONLINE, Demand, HostState
+
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+CodeArray = npt.NDArray[np.int32]
+
+# Label keys whose value columns are kept; the oldest is dropped beyond this (each costs 4n bytes
+# and one assignment per host update).
+MAX_INDEXED_LABEL_KEYS = 64
+# The code of "this host has no such label" in a label key's column.
+NO_LABEL = -1
+
+# Adding more hosts than this share of the fleet in one batch rebuilds the columns instead.
+REBUILD_SHARE = 0.125
+
+
+class FleetColumns:
+    """The arrays filters and strategies read. Treat every array as read-only outside ``Fleet``.
+
+    Resource columns are float64 (whole numbers, exact below 2**53; float comparisons are several
+    times faster than int64 ones in numpy) of shape (4, n), rows ``CPU, MEMORY, DISK, GPU``:
+    ``effective`` (capacity after overcommit), ``allocated``, ``free`` (effective - allocated),
+    ``divisor`` (effective as float, at least 1: what shares are computed against) and
+    ``utilisation`` (allocated / divisor).
+    """
+
+    __slots__ = (
+        "allocated",
+        "divisor",
+        "effective",
+        "free",
+        "hosts",
+        "ids",
+        "label_codes",
+        "label_values",
+        "last_heartbeat",
+        "online",
+        "paused",
+        "scratch",
+        "utilisation",
+    )
+
+    def __init__(self, hosts: Sequence[HostState]) -> None:
+        self.hosts: list[HostState] = list(hosts)
+        self.ids: list[str] = [host.id for host in self.hosts]
+        block = _Block(self.hosts)
+        self.online: BoolArray = block.online
+        self.last_heartbeat: FloatArray = block.last_heartbeat
+        self.paused: BoolArray = block.paused
+        self.effective: FloatArray = block.effective
+        self.allocated: FloatArray = block.allocated
+        self.free: FloatArray = block.free
+        self.divisor: FloatArray = block.divisor
+        self.utilisation: FloatArray = block.utilisation
+        # Per label key asked about: each host's value as a small integer code (interned in
+        # ``label_values``), so "carries key=value" is one vectorised comparison.
+        self.label_codes: dict[str, CodeArray] = {}
+        self.label_values: dict[str, dict[str, int]] = {}
+        self.scratch = Scratch(len(self.ids))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def index_of(self, host_id: str) -> int | None:
+        """The row of a host, or None when the fleet does not know it."""
+        index = bisect_left(self.ids, host_id)
+        if index < len(self.ids) and self.ids[index] == host_id:
+            return index
+        return None
+
+    def label_mask(self, key: str, value: str) -> BoolArray:
+        """Which hosts carry the label ``key=value`` (a fresh array).
+
+        The first question about a key reads every host's labels once; after that the key's value
+        column is kept current by every fleet update.
+        """
+        codes = self.label_codes.get(key)
+        if codes is None:
+            codes = np.fromiter((self._code(key, h.labels.get(key)) for h in self.hosts), np.int32, len(self.hosts))
+            if len(self.label_codes) >= MAX_INDEXED_LABEL_KEYS:
+                oldest = next(iter(self.label_codes))
+                del self.label_codes[oldest]
+                self.label_values.pop(oldest, None)
+            self.label_codes[key] = codes
+        code = self.label_values.get(key, {}).get(value)
+        if code is None:
+            return np.zeros(len(self.hosts), dtype=np.bool_)
+        mask: BoolArray = np.equal(codes, code)
+        return mask
+
+    def _code(self, key: str, value: str | None) -> int:
+        if value is None:
+            return NO_LABEL
+        values = self.label_values.setdefault(key, {})
+        return values.setdefault(value, len(values))
+
+    def write_row(self, index: int, host: HostState) -> None:
+        """Overwrite row ``index`` with ``host`` (same id or its replacement at the same position)."""
+        effective = host.effective_capacity.as_tuple()
+        allocated = host.allocated.as_tuple()
+        divisor = tuple(float(max(amount, 1)) for amount in effective)
+        self.hosts[index] = host
+        self.ids[index] = host.id
+        self.online[index] = host.status == ONLINE
+        self.last_heartbeat[index] = host.last_heartbeat
+        self.paused[index] = host.scheduling_paused
+        self.effective[:, index] = effective
+        self.allocated[:, index] = allocated
+        self.free[:, index] = tuple(e - a for e, a in zip(effective, allocated, strict=True))
+        self.divisor[:, index] = divisor
+        self.utilisation[:, index] = tuple(float(a) / d for a, d in zip(allocated, divisor, strict=True))
+        for key, codes in self.label_codes.items():
+            codes[index] = self._code(key, host.labels.get(key))
+
+    def insert_rows(self, new_hosts: Sequence[HostState]) -> None:
+        """Insert hosts whose ids are not in the fleet; ``new_hosts`` must be sorted by id."""
+        positions = [bisect_left(self.ids, host.id) for host in new_hosts]
+        for position, host in zip(reversed(positions), reversed(new_hosts), strict=True):
+            self.ids.insert(position, host.id)
+            self.hosts.insert(position, host)
+        block = _Block(new_hosts)
+        self.online = np.insert(self.online, positions, block.online)
+        self.last_heartbeat = np.insert(self.last_heartbeat, positions, block.last_heartbeat)
+        self.paused = np.insert(self.paused, positions, block.paused)
+        self.effective = np.insert(self.effective, positions, block.effective, axis=1)
+        self.allocated = np.insert(self.allocated, positions, block.allocated, axis=1)
+        self.free = np.insert(self.free, positions, block.free, axis=1)
+        self.divisor = np.insert(self.divisor, positions, block.divisor, axis=1)
+        self.utilisation = np.insert(self.utilisation, positions, block.utilisation, axis=1)
+        for key, codes in self.label_codes.items():
+            carried = [self._code(key, host.labels.get(key)) for host in new_hosts]
+            self.label_codes[key] = np.insert(codes, positions, carried)
+        self.scratch = Scratch(len(self.ids))
+
+    def delete_row(self, index: int) -> None:
+        del self.ids[index]
+        del self.hosts[index]
+        self.online = np.delete(self.online, index)
+        self.last_heartbeat = np.delete(self.last_heartbeat, index)
+        self.paused = np.delete(self.paused, index)
+        self.effective = np.delete(self.effective, index, axis=1)
+        self.allocated = np.delete(self.allocated, index, axis=1)
+        self.free = np.delete(self.free, index, axis=1)
+        self.divisor = np.delete(self.divisor, index, axis=1)
+        self.utilisation = np.delete(self.utilisation, index, axis=1)
+        for key, codes in self.label_codes.items():
+            self.label_codes[key] = np.delete(codes, index)
+        self.scratch = Scratch(len(self.ids))
+
+
+class Scratch:
+    """Reusable work arrays of fleet length, so a decision allocates nothing in its hot path.
+
+    Contents are meaningless between uses; whatever a decision writes here is only valid until
+    the next decision on the same fleet (a fleet is used by one thread at a time).
+    """
+
+    __slots__ = ("eligible", "floats", "ineligible", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.eligible: BoolArray = np.empty(size, dtype=np.bool_)
+        self.ineligible: BoolArray = np.empty(size, dtype=np.bool_)
+        self.floats: tuple[FloatArray, ...] = tuple(np.empty(size, dtype=np.float64) for _ in range(4))
+
+
+class _Block:
+    """Columns for a run of hosts, built in one pass (fleet construction and batch inserts)."""
+
+    __slots__ = ("allocated", "divisor", "effective", "free", "last_heartbeat", "online", "paused", "utilisation")
+
+    def __init__(self, hosts: Sequence[HostState]) -> None:
+        count = len(hosts)
+        self.online: BoolArray = np.fromiter((h.status == ONLINE for h in hosts), np.bool_, count)
+        self.last_heartbeat: FloatArray = np.fromiter((h.last_heartbeat for h in hosts), np.float64, count)
+        self.paused: BoolArray = np.fromiter((h.scheduling_paused for h in hosts), np.bool_, count)
+        self.effective: FloatArray = _resource_rows([h.effective_capacity for h in hosts])
+        self.allocated: FloatArray = _resource_rows([h.allocated for h in hosts])
+        self.free: FloatArray = self.effective - self.allocated
+        self.divisor: FloatArray = np.maximum(self.effective, 1.0)
+        self.utilisation: FloatArray = self.allocated / self.divisor
+
+
+def _resource_rows(amounts: Sequence[Demand]) -> FloatArray:
+    flat = np.fromiter((value for amount in amounts for value in amount.as_tuple()), np.float64, 4 * len(amounts))
+    return np.ascontiguousarray(flat.reshape(len(amounts), 4).T)
+
+
+class Fleet:
+    """The scheduler's mutable, columnar view of every known host, kept sorted by host id."""
+
+    __slots__ = ("_columns",)
+
+    def __init__(self, columns: FleetColumns) -> None:
+        self._columns = columns
+
+    @classmethod
+    def from_hosts(cls, hosts: Iterable[HostState]) -> Fleet:
+        """A fleet of these hosts; when an id repeats, the last state wins."""
+        by_id = {host.id: host for host in hosts}
+        return cls(FleetColumns([by_id[host_id] for host_id in sorted(by_id)]))
+
+    @property
+    def columns(self) -> FleetColumns:
+        """The arrays filters and strategies read (valid until the next update of the fleet)."""
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __iter__(self) -> Iterator[HostState]:
+        return iter(tuple(self._columns.hosts))
+
+    def __contains__(self, host_id: object) -> bool:
+        return isinstance(host_id, str) and self._columns.index_of(host_id) is not None
+
+    @property
+    def host_ids(self) -> tuple[str, ...]:
+        return tuple(self._columns.ids)
+
+    def host(self, host_id: str) -> HostState | None:
+        """The current state of one host, None if unknown."""
+        index = self._columns.index_of(host_id)
+        return None if index is None else self._columns.hosts[index]
+
+    def host_at(self, index: int) -> HostState:
+        """The host in row ``index`` of the columns."""
+        return self._columns.hosts[index]
+
+    def index_of(self, host_id: str) -> int | None:
+        return self._columns.index_of(host_id)
+
+    def upsert(self, host: HostState) -> None:
+        """Add a host or replace its state. O(1) for a known host, O(n) memmove for a new one."""
+        index = self._columns.index_of(host.id)
+        if index is None:
+            self._columns.insert_rows([host])
+        else:
+            self._columns.write_row(index, host)
+
+    def upsert_many(self, hosts: Iterable[HostState]) -> None:
+        """``upsert`` for a batch; new hosts are inserted in one pass (or the columns rebuilt)."""
+        new: dict[str, HostState] = {}
+        for host in hosts:
+            index = self._columns.index_of(host.id)
+            if index is None:
+                new[host.id] = host
+            else:
+                self._columns.write_row(index, host)
+        if not new:
+            return
+        if len(new) > REBUILD_SHARE * len(self._columns):
+            merged = {host.id: host for host in self._columns.hosts}
+            merged.update(new)
+            self._columns = FleetColumns([merged[host_id] for host_id in sorted(merged)])
+        else:
+            self._columns.insert_rows([new[host_id] for host_id in sorted(new)])
+
+    def remove(self, host_id: str) -> None:
+        """Forget a host; unknown ids are ignored."""
+        index = self._columns.index_of(host_id)
+        if index is not None:
+            self._columns.delete_row(index)
+
+    def allocate(self, host_id: str, demand: Demand) -> None:
+        """Book a placed VM on a host locally (after a successful claim): adds ``demand`` and one VM.
+
+        Unknown hosts are ignored: the next refresh of the snapshot brings the truth.
+        """
+        index = self._columns.index_of(host_id)
+        if index is None:
+            return
+        host = self._columns.hosts[index]
+        self._columns.write_row(index, replace(host, allocated=host.allocated.plus(demand), vm_count=host.vm_count + 1))
+
+    def release(self, host_id: str, demand: Demand) -> None:
+        """Undo ``allocate``: subtracts ``demand`` (never below zero) and one VM. Unknown hosts are ignored."""
+        index = self._columns.index_of(host_id)
+        if index is None:
+            return
+        host = self._columns.hosts[index]
+        self._columns.write_row(
+            index,
+            replace(host, allocated=host.allocated.minus_floored(demand), vm_count=max(0, host.vm_count - 1)),
+        )

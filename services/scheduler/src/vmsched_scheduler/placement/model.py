@@ -1,0 +1,165 @@
+"""The plain values the placement engine reads: hosts, demands, requests and the decision context.
+
+Everything here is a frozen dataclass: cheap to build, safe to share between decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vmsched_common.settings import Strategy
+
+# Rows of the fleet's (4, n) resource columns, in this order everywhere.
+CPU, MEMORY, DISK, GPU = 0, 1, 2, 3
+RESOURCES = ("cpu", "memory", "disk", "gpu")
+
+# Absorbs float error in capacity x ratio (16 x 1.1 is 17.600000000000001, 10 x 0.7 is 6.999999999999999).
+RATIO_EPSILON = 1e-9
+
+ONLINE = "online"
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """An amount of every resource: what a VM asks for, or what a host has or has handed out."""
+
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int = 0
+
+    def plus(self, other: Demand) -> Demand:
+        return Demand(
+            self.cpu + other.cpu,
+            self.memory_mb + other.memory_mb,
+            self.disk_gb + other.disk_gb,
+            self.gpu + other.gpu,
+        )
+
+    def minus_floored(self, other: Demand) -> Demand:
+        """``self - other``, never below zero (a release can not free more than was allocated)."""
+        return Demand(
+            max(0, self.cpu - other.cpu),
+            max(0, self.memory_mb - other.memory_mb),
+            max(0, self.disk_gb - other.disk_gb),
+            max(0, self.gpu - other.gpu),
+        )
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        """The amounts in row order (cpu, memory, disk, gpu)."""
+        return (self.cpu, self.memory_mb, self.disk_gb, self.gpu)
+
+
+def overcommitted(capacity: int, ratio: float) -> int:
+    """What the scheduler may hand out of ``capacity`` under an allocation ratio (Nova's meaning)."""
+    return math.floor(capacity * ratio + RATIO_EPSILON)
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """One host as the capacity snapshot knows it."""
+
+    id: str
+    status: str  # "online" | "draining" | "offline" (anything but "online" is not schedulable)
+    labels: Mapping[str, str]
+    capacity: Demand
+    allocated: Demand
+    vm_count: int
+    scheduling_paused: bool
+    last_heartbeat: float  # epoch seconds
+    cpu_ratio: float = 1.0  # overcommit (allocation ratio) for cpu
+    memory_ratio: float = 1.0  # overcommit (allocation ratio) for memory
+
+    @property
+    def effective_capacity(self) -> Demand:
+        """Capacity after overcommit: ``floor(capacity x ratio)`` for cpu and memory; disk and gpu as is."""
+        return Demand(
+            overcommitted(self.capacity.cpu, self.cpu_ratio),
+            overcommitted(self.capacity.memory_mb, self.memory_ratio),
+            self.capacity.disk_gb,
+            self.capacity.gpu,
+        )
+
+    @property
+    def free(self) -> Demand:
+        """Effective capacity minus allocations; negative where a host is over its (lowered) capacity."""
+        effective = self.effective_capacity
+        return Demand(
+            effective.cpu - self.allocated.cpu,
+            effective.memory_mb - self.allocated.memory_mb,
+            effective.disk_gb - self.allocated.disk_gb,
+            effective.gpu - self.allocated.gpu,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    """One VM to place."""
+
+    vm_id: str
+    name: str
+    demand: Demand
+    labels: Mapping[str, str]
+    strategy: Strategy
+    exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """How much each resource's share counts in ``least_loaded`` and ``best_fit`` scores."""
+
+    cpu: float = 0.4
+    memory: float = 0.4
+    disk: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "memory", "disk"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"weight {name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionContext:
+    """Everything a decision needs from outside the engine: time, settings, randomness, the shared cursor."""
+
+    now: float  # epoch seconds
+    offline_timeout: float  # AGENT_OFFLINE_TIMEOUT, seconds
+    weights: Weights
+    rng: random.Random  # the only randomness the engine uses (strategy ``random``)
+    round_robin_cursor: int = 0  # the shared counter's value for this decision (Redis INCR)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVector:
+    """A request reduced to what filters and scorers read, built once per decision."""
+
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+    labels: tuple[tuple[str, str], ...]  # sorted (key, value) pairs the host must carry
+    exclude_hosts: frozenset[str]
+    now: float
+    offline_timeout: float
+
+    @classmethod
+    def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
+        demand = request.demand
+        return cls(
+            cpu=demand.cpu,
+            memory_mb=demand.memory_mb,
+            disk_gb=demand.disk_gb,
+            gpu=demand.gpu,
+            labels=tuple(sorted(request.labels.items())),
+            exclude_hosts=request.exclude_hosts,
+            now=context.now,
+            offline_timeout=context.offline_timeout,
+        )
+
+    def demanded(self, resource: int) -> int:
+        """The amount of one resource row (``CPU``, ``MEMORY``, ``DISK``, ``GPU``)."""
+        return (self.cpu, self.memory_mb, self.disk_gb, self.gpu)[resource]

@@ -1,0 +1,45 @@
+"""The strategy extension point: how one host is picked among those that pass every filter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from vmsched_common.settings import Strategy
+    from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+    from vmsched_scheduler.placement.model import DecisionContext, RequestVector
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Rows of the chosen host and its fallbacks, best first, and the chosen host's score."""
+
+    indices: tuple[int, ...]
+    score: float | None
+
+
+@runtime_checkable
+class PlacementStrategy(Protocol):
+    """A placement strategy. ``NAME`` is the ``Strategy`` value requests name it by."""
+
+    NAME: Strategy
+
+    def rank(
+        self,
+        columns: FleetColumns,
+        request: RequestVector,
+        eligible: BoolArray,
+        eligible_count: int,
+        context: DecisionContext,
+        limit: int,
+    ) -> Ranking:
+        """Up to ``limit`` eligible rows, best first. ``eligible_count`` >= 1 is ``eligible.sum()``.
+
+        Deterministic for the same fleet, request and context; ties go to the lowest host id.
+        """
+        ...
+
+    def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
+        """Every host's score (lower is better), or None when the strategy does not score hosts."""
+        ...

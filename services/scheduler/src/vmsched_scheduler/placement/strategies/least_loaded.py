@@ -1,0 +1,35 @@
+"""``least_loaded`` (default): the host with the lowest weighted utilisation, to spread load.
+
+Score = w_cpu x cpu share + w_memory x memory share + w_disk x disk share, each share being
+allocated / effective capacity *before* the VM is placed (the seed's "current utilisation" of an
+agent; it does not depend on the VM, so a decision ranks hosts by how busy they are now).
+"""
+
+from __future__ import annotations
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
+from vmsched_scheduler.placement.strategies.base import Ranking
+from vmsched_scheduler.placement.strategies.scoring import rank_lowest, weighted_sum
+
+
+class LeastLoaded:
+    NAME = Strategy.LEAST_LOADED
+
+    def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
+        used, floats = columns.utilisation, columns.scratch.floats
+        return weighted_sum(context.weights, used[CPU], used[MEMORY], used[DISK], out=floats[0], work=floats[1])
+
+    def rank(
+        self,
+        columns: FleetColumns,
+        request: RequestVector,
+        eligible: BoolArray,
+        eligible_count: int,
+        context: DecisionContext,
+        limit: int,
+    ) -> Ranking:
+        scores = self.scores(columns, request, context)
+        assert scores is not None
+        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

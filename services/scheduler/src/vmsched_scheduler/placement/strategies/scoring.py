@@ -1,0 +1,52 @@
+"""The scoring math every scored strategy shares: weighted sums of per-resource shares, lowest wins.
+
+Elementwise numpy arithmetic in a fixed order, so a host's score is bit-identical to the same
+formula evaluated in plain Python, and equal shares give equal scores (ties then go to the lowest
+host id, which is the lowest row).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vmsched_scheduler.placement.fleet import BoolArray, FloatArray, Scratch
+from vmsched_scheduler.placement.model import Weights
+from vmsched_scheduler.placement.strategies.base import Ranking
+
+# Added to the scores of hosts that failed a filter: above any real score (shares are finite and
+# far below it), finite so that 0 x it is 0 (inf would give NaN), cheaper than a masked copy.
+INELIGIBLE_PENALTY = 1e300
+
+
+def weighted_sum(
+    weights: Weights, cpu: FloatArray, memory: FloatArray, disk: FloatArray, *, out: FloatArray, work: FloatArray
+) -> FloatArray:
+    """``weights.cpu * cpu + weights.memory * memory + weights.disk * disk`` into ``out``, left to right.
+
+    ``work`` is a scratch array; it may be ``cpu`` (read before it is overwritten), not ``memory``
+    or ``disk``.
+    """
+    np.multiply(cpu, weights.cpu, out=out)
+    out += np.multiply(memory, weights.memory, out=work)
+    out += np.multiply(disk, weights.disk, out=work)
+    return out
+
+
+def rank_lowest(
+    scores: FloatArray, eligible: BoolArray, eligible_count: int, limit: int, *, scratch: Scratch
+) -> Ranking:
+    """The eligible rows with the lowest scores, ascending; equal scores in row (host id) order.
+
+    Overwrites ``scores`` (a scratch array of the caller's).
+    """
+    chosen_score = 0.0
+    penalty = np.multiply(np.logical_not(eligible, out=scratch.ineligible), INELIGIBLE_PENALTY, out=scratch.floats[3])
+    masked = np.add(scores, penalty, out=scores)
+    picks: list[int] = []
+    for _ in range(min(limit, eligible_count)):
+        index = int(masked.argmin())  # the first minimum: the lowest host id among ties
+        if not picks:
+            chosen_score = float(masked[index])
+        picks.append(index)
+        masked[index] = np.inf
+    return Ranking(tuple(picks), chosen_score)

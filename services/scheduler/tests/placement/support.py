@@ -1,0 +1,257 @@
+"""Test helpers: small factories, a slow obviously-correct reference, hypothesis strategies."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement import (
+    DecisionContext,
+    Demand,
+    Fleet,
+    HostState,
+    PlacementRequest,
+    Weights,
+)
+
+NOW = 1_000_000.0
+TIMEOUT = 15.0
+
+
+def host(
+    host_id: str = "hv-01",
+    *,
+    cpu: int = 16,
+    memory_mb: int = 32768,
+    disk_gb: int = 500,
+    gpu: int = 0,
+    used_cpu: int = 0,
+    used_memory_mb: int = 0,
+    used_disk_gb: int = 0,
+    used_gpu: int = 0,
+    status: str = "online",
+    labels: Mapping[str, str] | None = None,
+    vm_count: int = 0,
+    paused: bool = False,
+    heartbeat_age: float = 1.0,
+    cpu_ratio: float = 1.0,
+    memory_ratio: float = 1.0,
+) -> HostState:
+    return HostState(
+        id=host_id,
+        status=status,
+        labels=dict(labels or {}),
+        capacity=Demand(cpu, memory_mb, disk_gb, gpu),
+        allocated=Demand(used_cpu, used_memory_mb, used_disk_gb, used_gpu),
+        vm_count=vm_count,
+        scheduling_paused=paused,
+        last_heartbeat=NOW - heartbeat_age,
+        cpu_ratio=cpu_ratio,
+        memory_ratio=memory_ratio,
+    )
+
+
+def request(
+    *,
+    cpu: int = 1,
+    memory_mb: int = 1024,
+    disk_gb: int = 10,
+    gpu: int = 0,
+    labels: Mapping[str, str] | None = None,
+    strategy: Strategy = Strategy.LEAST_LOADED,
+    exclude: Sequence[str] = (),
+    name: str = "web-1",
+) -> PlacementRequest:
+    return PlacementRequest(
+        vm_id="00000000-0000-0000-0000-000000000001",
+        name=name,
+        demand=Demand(cpu, memory_mb, disk_gb, gpu),
+        labels=dict(labels or {}),
+        strategy=strategy,
+        exclude_hosts=frozenset(exclude),
+    )
+
+
+def context(*, cursor: int = 0, seed: int = 0, weights: Weights | None = None, now: float = NOW) -> DecisionContext:
+    return DecisionContext(
+        now=now,
+        offline_timeout=TIMEOUT,
+        weights=weights or Weights(),
+        rng=random.Random(seed),
+        round_robin_cursor=cursor,
+    )
+
+
+def fleet_of(*hosts: HostState) -> Fleet:
+    return Fleet.from_hosts(hosts)
+
+
+# ---- the reference: one host at a time, in plain Python ------------------------------------
+
+
+def reference_effective(h: HostState) -> tuple[int, int, int, int]:
+    return (
+        math.floor(h.capacity.cpu * h.cpu_ratio + 1e-9),
+        math.floor(h.capacity.memory_mb * h.memory_ratio + 1e-9),
+        h.capacity.disk_gb,
+        h.capacity.gpu,
+    )
+
+
+def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionContext) -> str | None:
+    """The name of the first filter ``h`` fails, or None when it passes them all."""
+    if h.id in req.exclude_hosts:
+        return "excluded"
+    if h.status != "online" or ctx.now - h.last_heartbeat > ctx.offline_timeout:
+        return "offline"
+    if h.scheduling_paused:
+        return "paused"
+    effective = reference_effective(h)
+    allocated = h.allocated.as_tuple()
+    demand = req.demand.as_tuple()
+    for position, name in enumerate(("cpu", "memory", "disk", "gpu")):
+        if demand[position] > 0 and effective[position] - allocated[position] < demand[position]:
+            return name
+    if any(h.labels.get(key) != value for key, value in req.labels.items()):
+        return "labels"
+    return None
+
+
+def reference_online(h: HostState, ctx: DecisionContext) -> bool:
+    return h.status == "online" and ctx.now - h.last_heartbeat <= ctx.offline_timeout
+
+
+def reference_least_loaded(h: HostState, weights: Weights) -> float:
+    effective = reference_effective(h)
+    shares = [float(used) / float(max(total, 1)) for used, total in zip(h.allocated.as_tuple(), effective, strict=True)]
+    return weights.cpu * shares[0] + weights.memory * shares[1] + weights.disk * shares[2]
+
+
+def reference_best_fit(h: HostState, req: PlacementRequest, weights: Weights) -> float:
+    effective = reference_effective(h)
+    left = [
+        float(total - used - need) / float(max(total, 1))
+        for total, used, need in zip(effective, h.allocated.as_tuple(), req.demand.as_tuple(), strict=True)
+    ]
+    return weights.cpu * left[0] + weights.memory * left[1] + weights.disk * left[2]
+
+
+def reference_eligible(hosts: Sequence[HostState], req: PlacementRequest, ctx: DecisionContext) -> list[HostState]:
+    """Eligible hosts in id order (the last state wins for a repeated id, as in the fleet)."""
+    by_id = {h.id: h for h in hosts}
+    return [by_id[i] for i in sorted(by_id) if reference_first_failure(by_id[i], req, ctx) is None]
+
+
+# ---- hypothesis strategies -----------------------------------------------------------------
+
+HOST_IDS = [f"hv-{n:02d}" for n in range(24)]
+LABEL_KEYS = ["zone", "rack", "gpu"]
+LABEL_VALUES = ["a", "b", "c"]
+
+label_maps = st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=3)
+
+
+@st.composite
+def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
+    """Mostly healthy hosts with room, and every way of failing now and then (including the edges)."""
+    cpu = draw(st.integers(0, 16))
+    memory_mb = draw(st.sampled_from([0, 1024, 2048, 4096, 8192, 3000]))
+    disk_gb = draw(st.integers(0, 200))
+    gpu = draw(st.sampled_from([0, 0, 1, 2]))
+    cpu_ratio = draw(st.sampled_from([1.0, 1.0, 1.5, 2.0, 0.7, 1.1]))
+    memory_ratio = draw(st.sampled_from([1.0, 1.0, 1.5, 0.9]))
+    # How full the host is, from empty to a little over its effective capacity (a ratio lowered
+    # under a full host); resources fill together, with a nudge each.
+    fill = draw(st.sampled_from([0.0, 0.0, 0.1, 0.25, 0.5, 0.5, 0.75, 0.9, 1.0]))
+    effective = (
+        math.floor(cpu * cpu_ratio + 1e-9),
+        math.floor(memory_mb * memory_ratio + 1e-9),
+        disk_gb,
+        gpu,
+    )
+    used_cpu, used_memory, used_disk, used_gpu = (
+        max(0, math.floor(total * fill) + draw(st.sampled_from([0, 0, 0, -1, 1]))) for total in effective
+    )
+    return HostState(
+        id=host_id if host_id is not None else draw(st.sampled_from(HOST_IDS)),
+        status=draw(st.sampled_from(["online"] * 6 + ["draining", "offline"])),
+        labels=draw(label_maps),
+        capacity=Demand(cpu, memory_mb, disk_gb, gpu),
+        allocated=Demand(used_cpu, used_memory, used_disk, used_gpu),
+        vm_count=draw(st.integers(0, 20)),
+        scheduling_paused=draw(st.sampled_from([False] * 7 + [True])),
+        last_heartbeat=NOW - draw(st.sampled_from([0.0, 1.0, 1.0, 2.5, 14.9, TIMEOUT, 15.1, 60.0])),
+        cpu_ratio=cpu_ratio,
+        memory_ratio=memory_ratio,
+    )
+
+
+@st.composite
+def healthy_host_states(draw: st.DrawFn) -> HostState:
+    """Hosts that pass everything but (sometimes) the request's own needs: capacity and labels."""
+    base = draw(host_states())
+    fill = draw(st.sampled_from([0.0, 0.25, 0.5, 0.6]))
+    capacity = Demand(
+        draw(st.integers(4, 32)), draw(st.sampled_from([4096, 8192, 16384])), 200, draw(st.integers(0, 2))
+    )
+    return replace(
+        base,
+        status="online",
+        last_heartbeat=NOW - draw(st.sampled_from([0.0, 2.5, TIMEOUT])),
+        scheduling_paused=False,
+        labels={key: draw(st.sampled_from(LABEL_VALUES)) for key in LABEL_KEYS},
+        capacity=capacity,
+        allocated=Demand(*(math.floor(total * fill) for total in capacity.as_tuple())),
+    )
+
+
+# A mix of healthy hosts and hosts of any kind, so decisions both succeed and fail for every reason.
+host_lists = st.lists(st.one_of(healthy_host_states(), host_states()), max_size=20)
+
+
+@st.composite
+def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> PlacementRequest:
+    """Mostly modest requests; labels, GPUs and exclusions now and then."""
+    labels = draw(
+        st.one_of(
+            st.just({}),
+            st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=2),
+        )
+    )
+    return PlacementRequest(
+        vm_id="vm",
+        name="vm",
+        demand=Demand(
+            draw(st.integers(0, 6)),
+            draw(st.sampled_from([0, 512, 1024, 2048])),
+            draw(st.integers(0, 60)),
+            draw(st.sampled_from([0, 0, 0, 1])),
+        ),
+        labels=labels,
+        strategy=strategy if strategy is not None else draw(st.sampled_from(list(Strategy))),
+        exclude_hosts=frozenset(draw(st.lists(st.sampled_from(HOST_IDS), max_size=2))),
+    )
+
+
+weight_sets = st.builds(
+    Weights,
+    cpu=st.sampled_from([0.0, 0.4, 1.0, 0.3]),
+    memory=st.sampled_from([0.0, 0.4, 0.5]),
+    disk=st.sampled_from([0.0, 0.2, 1.0]),
+)
+
+
+@st.composite
+def contexts(draw: st.DrawFn) -> DecisionContext:
+    return DecisionContext(
+        now=NOW,
+        offline_timeout=TIMEOUT,
+        weights=draw(weight_sets),
+        rng=random.Random(draw(st.integers(0, 2**32))),
+        round_robin_cursor=draw(st.integers(0, 10_000)),
+    )

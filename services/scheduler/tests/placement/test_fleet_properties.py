@@ -1,0 +1,75 @@
+"""A fleet updated step by step always holds the same columns as one built from scratch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from services.scheduler.tests.placement.support import HOST_IDS, LABEL_KEYS, LABEL_VALUES, host_states
+from vmsched_scheduler.placement import Demand, Fleet, HostState
+
+demands = st.builds(Demand, st.integers(0, 4), st.integers(0, 2048), st.integers(0, 20), st.integers(0, 1))
+
+
+class FleetMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fleet = Fleet.from_hosts([])
+        self.expected: dict[str, HostState] = {}
+        self.watched_labels: set[tuple[str, str]] = set()
+
+    @rule(state=host_states())
+    def upsert(self, state: HostState) -> None:
+        self.fleet.upsert(state)
+        self.expected[state.id] = state
+
+    @rule(states=st.lists(host_states(), max_size=8))
+    def upsert_many(self, states: list[HostState]) -> None:
+        self.fleet.upsert_many(states)
+        self.expected.update((s.id, s) for s in states)
+
+    @rule(host_id=st.sampled_from(HOST_IDS))
+    def remove(self, host_id: str) -> None:
+        self.fleet.remove(host_id)
+        self.expected.pop(host_id, None)
+
+    @rule(host_id=st.sampled_from(HOST_IDS), demand=demands)
+    def allocate(self, host_id: str, demand: Demand) -> None:
+        self.fleet.allocate(host_id, demand)
+        if host_id in self.expected:
+            h = self.expected[host_id]
+            self.expected[host_id] = replace(h, allocated=h.allocated.plus(demand), vm_count=h.vm_count + 1)
+
+    @rule(host_id=st.sampled_from(HOST_IDS), demand=demands)
+    def release(self, host_id: str, demand: Demand) -> None:
+        self.fleet.release(host_id, demand)
+        if host_id in self.expected:
+            h = self.expected[host_id]
+            left = Demand(*(max(0, a - b) for a, b in zip(h.allocated.as_tuple(), demand.as_tuple(), strict=True)))
+            self.expected[host_id] = replace(h, allocated=left, vm_count=max(0, h.vm_count - 1))
+
+    @rule(key=st.sampled_from(LABEL_KEYS), value=st.sampled_from(LABEL_VALUES))
+    def watch_label(self, key: str, value: str) -> None:
+        """Use a label mask, so that the fleet has to keep it current from now on."""
+        self.fleet.columns.label_mask(key, value)
+        self.watched_labels.add((key, value))
+
+    @invariant()
+    def columns_match_a_fleet_built_from_scratch(self) -> None:
+        fresh = Fleet.from_hosts(self.expected.values()).columns
+        columns = self.fleet.columns
+        assert columns.ids == sorted(self.expected)
+        assert columns.hosts == [self.expected[i] for i in columns.ids]
+        for name in ("online", "last_heartbeat", "paused", "effective", "allocated", "free", "divisor", "utilisation"):
+            assert np.array_equal(getattr(columns, name), getattr(fresh, name)), name
+        for key, value in self.watched_labels:
+            assert np.array_equal(columns.label_mask(key, value), fresh.label_mask(key, value)), (key, value)
+        assert len(columns.scratch.eligible) == len(self.expected)
+
+
+TestFleetUpdates = FleetMachine.TestCase
+TestFleetUpdates.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)

@@ -1,0 +1,37 @@
+"""Every registered filter and strategy satisfies its extension point's protocol."""
+
+from __future__ import annotations
+
+import pytest
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement import (
+    FILTER_NAMES,
+    FILTERS,
+    FILTERS_BY_NAME,
+    STRATEGIES,
+    VALID_STRATEGIES,
+    HostFilter,
+    PlacementStrategy,
+)
+
+
+@pytest.mark.parametrize("host_filter", FILTERS, ids=lambda f: f.NAME)
+def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> None:
+    assert isinstance(host_filter, HostFilter)
+    assert FILTERS_BY_NAME[host_filter.NAME] is host_filter
+
+
+def test_filters_run_in_the_documented_order() -> None:
+    assert FILTER_NAMES == ("excluded", "offline", "paused", "cpu", "memory", "disk", "gpu", "labels")
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_every_strategy_value_has_a_plugin_satisfying_the_strategy_protocol(strategy: Strategy) -> None:
+    plugin = STRATEGIES[strategy]
+    assert isinstance(plugin, PlacementStrategy)
+    assert plugin.NAME is strategy
+
+
+def test_valid_strategies_are_the_seed_names() -> None:
+    assert {"least_loaded", "best_fit", "round_robin", "random"} == VALID_STRATEGIES

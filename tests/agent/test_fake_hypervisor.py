@@ -1,0 +1,84 @@
+"""``FakeHypervisor``: in-memory VMs, refusals that name the numbers, failures on purpose."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from vmsched_agent.hosts import HostSpec
+from vmsched_agent.simulator import FakeHypervisor, HostFull, SimulatedFailure
+from vmsched_common.messages import AgentCommand, CommandAction, Overcommit, Resources
+
+HOST = HostSpec(id="h1", capacity=Resources(cpu=4, memory_mb=8192, disk_gb=100, gpu=0))
+
+
+def create(cpu: int = 1, memory_mb: int = 1024, disk_gb: int = 10, gpu: int = 0) -> AgentCommand:
+    resources = Resources(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
+    return AgentCommand(action=CommandAction.CREATE, vm_id=uuid.uuid4(), name="vm", resources=resources)
+
+
+async def test_a_vm_that_fits_is_created_and_counted_as_used() -> None:
+    hypervisor = FakeHypervisor(HOST)
+
+    await hypervisor.create_vm(create(cpu=3))
+
+    assert hypervisor.used.cpu == 3
+
+
+async def test_a_vm_that_does_not_fit_is_refused_with_every_missing_resource() -> None:
+    hypervisor = FakeHypervisor(HOST)
+    await hypervisor.create_vm(create(cpu=3, memory_mb=4096))
+
+    with pytest.raises(HostFull) as refused:
+        await hypervisor.create_vm(create(cpu=2, memory_mb=8192, gpu=1))
+
+    assert str(refused.value) == (
+        "no room on h1: cpu: needs 2, 1 free; memory: needs 8192 MiB, 4096 free; gpu: needs 1, 0 free"
+    )
+
+
+async def test_overcommit_makes_room_for_cpu_and_memory_only() -> None:
+    host = HOST.model_copy(update={"overcommit": Overcommit(cpu=2.0, memory=1.5)})
+    hypervisor = FakeHypervisor(host)
+
+    await hypervisor.create_vm(create(cpu=8, memory_mb=12288))
+    with pytest.raises(HostFull, match="disk: needs 200 GB, 90 free"):
+        await hypervisor.create_vm(create(cpu=0, memory_mb=0, disk_gb=200))
+
+
+async def test_without_the_capacity_check_everything_is_accepted() -> None:
+    hypervisor = FakeHypervisor(HOST, check_capacity=False)
+
+    await hypervisor.create_vm(create(cpu=64))
+
+    assert hypervisor.used.cpu == 64
+
+
+async def test_delete_frees_what_the_vm_held() -> None:
+    hypervisor = FakeHypervisor(HOST)
+    vm = create(cpu=4)
+    await hypervisor.create_vm(vm)
+
+    await hypervisor.delete_vm(vm.model_copy(update={"action": CommandAction.DELETE}))
+    await hypervisor.create_vm(create(cpu=4))
+
+    assert hypervisor.used.cpu == 4
+
+
+async def test_the_fail_rate_fails_that_share_of_creates_reproducibly() -> None:
+    async def failures(seed: int) -> list[bool]:
+        hypervisor = FakeHypervisor(HOST, fail_rate=0.5, check_capacity=False, rng=random.Random(seed))
+        outcome = []
+        for _ in range(40):
+            try:
+                await hypervisor.create_vm(create())
+                outcome.append(False)
+            except SimulatedFailure:
+                outcome.append(True)
+        return outcome
+
+    first = await failures(3)
+    assert first == await failures(3)
+    assert 10 < sum(first) < 30

@@ -1,0 +1,92 @@
+"""Fault and concurrency tests: each module runs its own stack, so killing things harms no other test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+from devtools.stack import Stack
+from tests.integration.conftest import free_port
+from tests.integration.waiting import eventually
+from tests.servers import Servers
+from vmsched_agent.hosts import Profile, generate_hosts
+from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.messages import Resources
+
+
+@contextlib.contextmanager
+def fault_stack(servers: Servers, log_dir: Path, *, schedulers: int, **env: str) -> Iterator[Stack]:
+    """A stack of this module's own, so what a test kills harms no other module."""
+    stack = Stack(env=servers.env(REPUBLISH_AFTER="2", **env), log_dir=log_dir, api_port=free_port())
+    with stack.running(schedulers=schedulers):
+        yield stack
+
+
+@contextlib.asynccontextmanager
+async def online_fleet(
+    stack: Stack, servers: Servers, suite: str, count: int, capacity: Resources, heartbeat_interval: float
+) -> AsyncIterator[SimulatedFleet]:
+    """``count`` uniform simulated hosts labelled ``suite=<suite>``, yielded once all are online."""
+    hosts = generate_hosts(count, prefix=suite, capacity=capacity, profile=Profile.UNIFORM, labels={"suite": suite})
+    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=heartbeat_interval) as fleet:
+        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+            await eventually(
+                lambda: api.get("/v1/hosts"),
+                lambda r: sum(1 for h in r.json() if h["id"].startswith(suite) and h["status"] == "online") == count,
+                timeout=60,
+                what=f"the {suite} fleet online",
+            )
+        yield fleet
+
+
+def mixed_vm(rng: random.Random, index: int, suite: str) -> dict[str, object]:
+    return {
+        "name": f"{suite}-{index}",
+        "cpu": rng.choice([1, 1, 1, 2]),
+        "memory_mb": rng.choice([512, 768, 1024]),
+        "disk_gb": rng.choice([5, 10, 20]),
+        "labels": {"suite": suite},
+    }
+
+
+async def submit(api: httpx.AsyncClient, bodies: list[dict[str, object]], batch: int = 500) -> list[str]:
+    """POST the VMs in concurrent batches; the ids the API accepted."""
+
+    async def one(chunk: list[dict[str, object]]) -> list[str]:
+        response = await api.post("/v1/vms/batch", json={"vms": chunk})
+        assert response.status_code == 202, response.text
+        return [vm["id"] for vm in response.json()["items"]]
+
+    chunks = [bodies[i : i + batch] for i in range(0, len(bodies), batch)]
+    return [vm_id for ids in await asyncio.gather(*(one(c) for c in chunks)) for vm_id in ids]
+
+
+# A VM is settled once its agent has answered: scheduled still waits for the agent's report.
+UNSETTLED = ["pending", "scheduled", "deleting"]
+
+
+async def unsettled(servers: Servers, vm_ids: list[str]) -> int:
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = ANY($2::text[])", vm_ids, UNSETTLED
+        )
+        return count
+    finally:
+        await conn.close()
+
+
+async def wait_settled(servers: Servers, vm_ids: list[str], timeout: float) -> None:
+    await eventually(
+        lambda: unsettled(servers, vm_ids),
+        lambda n: n == 0,
+        timeout=timeout,
+        what="every VM settled (running, unschedulable, failed or deleted)",
+        interval=0.5,
+    )

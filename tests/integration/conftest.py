@@ -1,0 +1,42 @@
+"""A running vmsched (API, gateway, one scheduler as real processes) on this run's servers."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devtools.stack import Stack
+from tests.servers import Servers
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def stack_env(servers: Servers, **overrides: str) -> dict[str, str]:
+    return servers.env(
+        AGENT_OFFLINE_TIMEOUT="15", RECONCILE_INTERVAL="5", REPUBLISH_AFTER="2", LOG_LEVEL="INFO", **overrides
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    log_dir = Path(tmp_path_factory.mktemp("stack-logs"))
+    running = Stack(env=stack_env(servers), log_dir=log_dir, api_port=free_port())
+    with running.running(schedulers=1):
+        yield running
+
+
+@pytest.fixture(scope="session")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.api_url, timeout=30) as client:
+        yield client

@@ -1,0 +1,140 @@
+"""The real servers a test run talks to, isolated from every other run.
+
+Testcontainers starts fresh RabbitMQ, Redis and PostgreSQL containers where a Docker engine answers;
+otherwise the local servers named by AMQP_URL, REDIS_URL and DATABASE_URL are used, and this run
+gets its own RabbitMQ virtual host, its own PostgreSQL database and its own Redis key prefix, all
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import redis
+
+LOCAL_AMQP = "amqp://guest:guest@127.0.0.1:5672/"
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+LOCAL_DATABASE = "postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched"
+
+
+@dataclass
+class Servers:
+    amqp_url: str
+    redis_url: str
+    database_url: str
+    redis_key_prefix: str
+    run_id: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        """Environment for a vmsched process (or Settings) that talks to these servers."""
+        env = {
+            "AMQP_URL": self.amqp_url,
+            "REDIS_URL": self.redis_url,
+            "DATABASE_URL": self.database_url,
+            "REDIS_KEY_PREFIX": self.redis_key_prefix,
+            **self.extra_env,
+        }
+        env.update(overrides)
+        return env
+
+    @property
+    def asyncpg_dsn(self) -> str:
+        return self.database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+def docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def provide_servers() -> Iterator[Servers]:
+    run_id = uuid.uuid4().hex[:10]
+    if docker_engine_answers() and not os.environ.get("VMSCHED_TEST_LOCAL_SERVERS"):
+        with _containers(run_id) as servers:
+            yield servers
+    else:
+        with _local(run_id) as servers:
+            yield servers
+
+
+@contextlib.contextmanager
+def _containers(run_id: str) -> Iterator[Servers]:
+    from testcontainers.postgres import PostgresContainer
+    from testcontainers.rabbitmq import RabbitMqContainer
+    from testcontainers.redis import RedisContainer
+
+    with (
+        RabbitMqContainer("rabbitmq:3.10-management") as rabbit,
+        RedisContainer("redis:7.0") as cache,
+        PostgresContainer("postgres:15", driver="asyncpg") as pg,
+    ):
+        amqp = f"amqp://guest:guest@{rabbit.get_container_host_ip()}:{rabbit.get_exposed_port(5672)}/"
+        rurl = f"redis://{cache.get_container_host_ip()}:{cache.get_exposed_port(6379)}/0"
+        yield Servers(amqp, rurl, pg.get_connection_url(), f"vmsched-test-{run_id}", run_id)
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+@contextlib.contextmanager
+def _local(run_id: str) -> Iterator[Servers]:
+    base_amqp = os.environ.get("AMQP_URL", LOCAL_AMQP)
+    base_redis = os.environ.get("REDIS_URL", LOCAL_REDIS)
+    base_db = os.environ.get("DATABASE_URL", LOCAL_DATABASE)
+    vhost = f"vmsched-test-{run_id}"
+    database = f"vmsched_test_{run_id}"
+    prefix = f"vmsched-test-{run_id}"
+
+    _rabbitmqctl("add_vhost", vhost)
+    user = urlsplit(base_amqp).username or "guest"
+    _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+    parts = urlsplit(base_amqp)
+    amqp = urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", ""))
+    db_parts = urlsplit(base_db)
+    database_url = urlunsplit((db_parts.scheme, db_parts.netloc, "/" + database, "", ""))
+    try:
+        yield Servers(amqp, base_redis, database_url, prefix, run_id)
+    finally:
+        with contextlib.suppress(Exception):
+            _rabbitmqctl("delete_vhost", vhost)
+        with contextlib.suppress(Exception):
+            _drop_database(base_db, database)
+        with contextlib.suppress(Exception):
+            client = redis.Redis.from_url(base_redis)
+            for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                client.delete(key)
+
+
+def _drop_database(base_db: str, database: str) -> None:
+    import asyncio
+
+    parts = urlsplit(base_db.replace("postgresql+asyncpg://", "postgresql://", 1))
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(
+            host=parts.hostname,
+            port=parts.port or 5432,
+            user=parts.username or "postgres",
+            database="postgres",
+        )
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())

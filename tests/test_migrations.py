@@ -1,0 +1,39 @@
+"""The schema: migrations apply on an empty database, twice and concurrently, and match the models."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection
+
+from tests.servers import Servers
+from vmsched_common.db.engine import create_engine
+from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.db.models import Base
+
+
+async def test_concurrent_upgrades_leave_one_current_schema(migrated: Servers) -> None:
+    await asyncio.gather(*(upgrade_schema(migrated.database_url) for _ in range(4)))
+    conn = await asyncpg.connect(migrated.asyncpg_dsn)
+    try:
+        versions = await conn.fetch("SELECT version_num FROM alembic_version")
+    finally:
+        await conn.close()
+    assert [row["version_num"] for row in versions] == ["0001"]
+
+
+async def test_models_match_the_migrations(migrated: Servers) -> None:
+    engine = create_engine(migrated.database_url, pool_size=1)
+
+    def diff(connection: Connection) -> list[object]:
+        return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+
+    try:
+        async with engine.connect() as connection:
+            differences = await connection.run_sync(diff)
+    finally:
+        await engine.dispose()
+    assert differences == []

@@ -1,0 +1,143 @@
+"""Reconciliation rebuilds Redis from PostgreSQL, the truth, on the real servers.
+
+It runs against a database and key prefix of its own, so no running stack reconciles the same rows
+at the same moment and the report's counts are this test's alone.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.servers import Servers
+from vmsched_common.db.engine import create_engine, ensure_database
+from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.messages import Resources
+from vmsched_common.snapshot import HeartbeatWrite, Snapshot
+from vmsched_scheduler.reconcile import reconcile
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def private_engine(servers: Servers) -> AsyncIterator[AsyncEngine]:
+    url = make_url(servers.database_url)
+    private = url.set(database=f"{url.database}_reconcile")
+    dsn = private.render_as_string(hide_password=False)
+    await ensure_database(dsn)
+    await upgrade_schema(dsn)
+    engine = create_engine(dsn, pool_size=2)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+        admin = await asyncpg.connect(
+            host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
+        )
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    prefix = f"{servers.redis_key_prefix}-reconcile-{uuid.uuid4().hex[:6]}"
+    try:
+        yield Snapshot(redis, prefix)
+    finally:
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+async def _heartbeat(snapshot: Snapshot, host_id: str) -> None:
+    await snapshot.record_heartbeats(
+        [
+            HeartbeatWrite(
+                host_id=host_id,
+                capacity=Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=0),
+                cpu_ratio=1.0,
+                memory_ratio=1.0,
+                labels={},
+                status="online",
+                heartbeat_at=time.time(),
+                paused=False,
+                allocated=Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0),
+                vm_count=0,
+            )
+        ],
+        bump_interval=5.0,
+    )
+
+
+async def test_a_flushed_snapshot_and_a_drifted_host_row_are_rebuilt_from_the_vms(
+    private_engine: AsyncEngine, snapshot: Snapshot
+) -> None:
+    vm_a, vm_b = uuid.uuid4(), uuid.uuid4()
+    async with private_engine.begin() as connection:
+        # alloc_* deliberately wrong: the VMs, not the recorded sums, are the truth.
+        await connection.execute(
+            text(
+                "INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb, alloc_cpu, vm_count) "
+                "VALUES ('hv-r1', 'online', 16, 65536, 1000, 99, 7)"
+            )
+        )
+        for vm_id, status in ((vm_a, "scheduled"), (vm_b, "running")):
+            await connection.execute(
+                text(
+                    "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb) "
+                    "VALUES (:id, 'r', :status, 'hv-r1', 2, 2048, 20)"
+                ),
+                {"id": vm_id, "status": status},
+            )
+    # The host is known to Redis (its agent heartbeats) but its claims are gone, as after a flush.
+    await _heartbeat(snapshot, "hv-r1")
+
+    report = await reconcile(private_engine, snapshot)
+
+    assert (report.hosts, report.restored_claims, report.repaired_hosts) == (1, 2, 1)
+    assert {await snapshot.claim_of(vm_a), await snapshot.claim_of(vm_b)} == {"hv-r1"}
+    host = (await snapshot.read_hosts(["hv-r1"]))["hv-r1"]
+    assert host is not None
+    assert (host.allocated.cpu, host.allocated.memory_mb, host.allocated.disk_gb, host.vm_count) == (4, 4096, 40, 2)
+    async with private_engine.connect() as connection:
+        row = (await connection.execute(text("SELECT alloc_cpu, vm_count FROM hosts WHERE id = 'hv-r1'"))).one()
+    assert tuple(row) == (4, 2)
+
+    # A second pass finds nothing to do.
+    again = await reconcile(private_engine, snapshot)
+    assert (again.restored_claims, again.dropped_claims, again.repaired_hosts) == (0, 0, 0)
+
+
+async def test_a_stale_claim_of_a_vm_postgresql_does_not_count_is_dropped(
+    private_engine: AsyncEngine, snapshot: Snapshot
+) -> None:
+    async with private_engine.begin() as connection:
+        await connection.execute(
+            text("INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb) VALUES ('hv-r2', 'online', 16, 65536, 1000)")
+        )
+    await _heartbeat(snapshot, "hv-r2")
+    orphan, fresh = uuid.uuid4(), uuid.uuid4()
+    resources = Resources(cpu=1, memory_mb=512, disk_gb=5)
+    assert (await snapshot.claim(orphan, "hv-r2", resources, now=time.time() - 120)).holds
+    assert (await snapshot.claim(fresh, "hv-r2", resources, now=time.time())).holds
+
+    report = await reconcile(private_engine, snapshot, grace=30.0)
+
+    # The old claim was a scheduler that died before committing; the young one may still commit.
+    assert (report.dropped_claims, report.in_flight_claims) == (1, 1)
+    assert await snapshot.claim_of(orphan) is None
+    assert await snapshot.claim_of(fresh) == "hv-r2"
+    host = (await snapshot.read_hosts(["hv-r2"]))["hv-r2"]
+    assert host is not None
+    assert (host.allocated.cpu, host.vm_count) == (1, 1)

@@ -11,10 +11,12 @@ local hk = ARGV[1] .. ':host:' .. host
 -- A host re-created after a flush carries allocations read from PostgreSQL, where this VM may
 -- already be released; only a synced hash holds the claim's share.
 if redis.call('HGET', hk, 'synced') == '1' and redis.call('SISMEMBER', hk .. ':vms', ARGV[2]) == 1 then
-  redis.call('HINCRBY', hk, 'a_cpu', -tonumber(c[2]))
-  redis.call('HINCRBY', hk, 'a_memory_mb', -tonumber(c[3]))
-  redis.call('HINCRBY', hk, 'a_disk_gb', -tonumber(c[4]))
-  redis.call('HINCRBY', hk, 'a_gpu', -tonumber(c[5]))
+  -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY rejects (and a script error does not
+  -- undo the increments before it).
+  redis.call('HINCRBY', hk, 'a_cpu', 0 - tonumber(c[2]))
+  redis.call('HINCRBY', hk, 'a_memory_mb', 0 - tonumber(c[3]))
+  redis.call('HINCRBY', hk, 'a_disk_gb', 0 - tonumber(c[4]))
+  redis.call('HINCRBY', hk, 'a_gpu', 0 - tonumber(c[5]))
   redis.call('HINCRBY', hk, 'vm_count', -1)
 end
 redis.call('SREM', hk .. ':vms', ARGV[2])

@@ -1,0 +1,81 @@
+"""The Redis snapshot's Lua scripts on the real Redis: a claim and its release leave a host as it was."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.servers import Servers
+from vmsched_common.messages import Resources
+from vmsched_common.snapshot import HeartbeatWrite, Snapshot
+
+pytestmark = pytest.mark.integration
+
+CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=2)
+ZERO = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
+
+
+@pytest.fixture
+async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    prefix = f"{servers.redis_key_prefix}-snapshot-{uuid.uuid4().hex[:6]}"
+    snap = Snapshot(redis, prefix)
+    await snap.record_heartbeats(
+        [
+            HeartbeatWrite(
+                host_id="hv-s1",
+                capacity=CAPACITY,
+                cpu_ratio=1.0,
+                memory_ratio=1.0,
+                labels={},
+                status="online",
+                heartbeat_at=time.time(),
+                paused=False,
+                allocated=ZERO,
+                vm_count=0,
+            )
+        ],
+        bump_interval=5.0,
+    )
+    try:
+        yield snap
+    finally:
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+async def _allocated(snapshot: Snapshot) -> tuple[Resources, int]:
+    host = (await snapshot.read_hosts(["hv-s1"]))["hv-s1"]
+    assert host is not None
+    return host.allocated, host.vm_count
+
+
+@pytest.mark.parametrize("gpu", [0, 1])
+async def test_release_gives_back_exactly_the_claim_once(snapshot: Snapshot, gpu: int) -> None:
+    vm_id = uuid.uuid4()
+    claim = Resources(cpu=2, memory_mb=2048, disk_gb=20, gpu=gpu)
+    assert (await snapshot.claim(vm_id, "hv-s1", claim, now=time.time())).outcome == "claimed"
+    assert await _allocated(snapshot) == (claim, 1)
+    # A retry of the same VM holds the claim it has; it does not claim twice.
+    assert (await snapshot.claim(vm_id, "hv-s1", claim, now=time.time())).outcome == "held"
+    assert await _allocated(snapshot) == (claim, 1)
+
+    assert await snapshot.release(vm_id) == "hv-s1"
+    assert await _allocated(snapshot) == (ZERO, 0)
+    assert await snapshot.claim_of(vm_id) is None
+    # Releasing again (a redelivered status report) changes nothing.
+    assert await snapshot.release(vm_id) is None
+    assert await _allocated(snapshot) == (ZERO, 0)
+
+
+async def test_a_claim_beyond_capacity_is_refused_and_changes_nothing(snapshot: Snapshot) -> None:
+    too_big = Resources(cpu=17, memory_mb=1024, disk_gb=10, gpu=0)
+    result = await snapshot.claim(uuid.uuid4(), "hv-s1", too_big, now=time.time())
+    assert result.outcome == "insufficient"
+    assert await _allocated(snapshot) == (ZERO, 0)

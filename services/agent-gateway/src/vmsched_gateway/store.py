@@ -220,15 +220,18 @@ class GatewayStore:
                     """
                     UPDATE vms SET status = :status, attempt = :attempt, exclude_hosts = CAST(:exclude AS jsonb),
                                    status_reason = :reason, failed_at = :failed_at,
-                                   attempts = CAST(:attempts AS jsonb), hypervisor_id = CASE WHEN :status = 'pending'
-                                   THEN NULL ELSE hypervisor_id END, scheduled_at = CASE WHEN :status = 'pending'
-                                   THEN NULL ELSE scheduled_at END, published_at = NULL, updated_at = now()
+                                   attempts = CAST(:attempts AS jsonb),
+                                   hypervisor_id = CASE WHEN :retry THEN NULL ELSE hypervisor_id END,
+                                   scheduled_at = CASE WHEN :retry THEN NULL ELSE scheduled_at END,
+                                   published_at = NULL, updated_at = now()
                      WHERE id = :vm_id
                     """
                 ),
                 {
                     "vm_id": vm_id,
                     "status": values["status"],
+                    # Its own parameter: asyncpg types a parameter once, and :status is varchar above.
+                    "retry": values["status"] == "pending",
                     "attempt": values["attempt"],
                     "exclude": json.dumps(values["exclude_hosts"]),
                     "reason": values["reason"],

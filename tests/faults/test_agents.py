@@ -1,0 +1,171 @@
+"""Agents that go away or say no: a lost host's VMs fail and, with ``on_failure``, land elsewhere; a
+rejected create is retried on another host, that host excluded, up to MAX_ATTEMPTS."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.stack import Stack
+from tests.faults.conftest import fault_stack, wait_settled
+from tests.faults.invariants import check
+from tests.integration.waiting import eventually
+from tests.servers import Servers
+from vmsched_agent.hosts import generate_hosts
+from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.messages import CommandAction, Resources
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+OFFLINE_TIMEOUT = 3.0
+HEARTBEAT = 0.5
+HOST = Resources(cpu=32, memory_mb=64 * 1024, disk_gb=1000)
+
+
+@pytest.fixture(scope="module")
+def agents_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with fault_stack(
+        servers,
+        Path(tmp_path_factory.mktemp("agent-fault-logs")),
+        schedulers=1,
+        AGENT_OFFLINE_TIMEOUT=str(OFFLINE_TIMEOUT),
+        RESTART_DELAY="1",
+        MAX_ATTEMPTS="3",
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+async def api(agents_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=agents_stack.api_url, timeout=30) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def fleet(
+    servers: Servers,
+    api: httpx.AsyncClient,
+    prefix: str,
+    count: int,
+    labels: dict[str, str],
+    *,
+    fail_rate: float = 0.0,
+    capacity: Resources = HOST,
+) -> AsyncIterator[SimulatedFleet]:
+    hosts = generate_hosts(count, prefix=prefix, capacity=capacity, labels=labels)
+    async with SimulatedFleet(
+        hosts, amqp_url=servers.amqp_url, heartbeat_interval=HEARTBEAT, fail_rate=fail_rate
+    ) as simulated:
+        ids = {host.id for host in hosts}
+        await eventually(
+            lambda: api.get("/v1/hosts"),
+            lambda r: sum(1 for h in r.json() if h["id"] in ids and h["status"] == "online") == count,
+            timeout=30,
+            what=f"hosts {sorted(ids)} online",
+        )
+        yield simulated
+
+
+async def create(api: httpx.AsyncClient, name: str, labels: dict[str, str], **extra: Any) -> str:
+    body = {"name": name, "cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": labels, **extra}
+    response = await api.post("/v1/vms", json=body)
+    assert response.status_code == 202, response.text
+    vm_id: str = response.json()["id"]
+    return vm_id
+
+
+async def vm(api: httpx.AsyncClient, vm_id: str) -> dict[str, Any]:
+    response = await api.get(f"/v1/vms/{vm_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def test_a_silent_agent_fails_its_vms_and_on_failure_ones_are_placed_elsewhere(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    labels = {"suite": "agentloss"}
+    async with fleet(servers, api, "live", 1, labels) as survivor:
+        # The survivor is paused while the VMs are created, so all of them land on ``lost``.
+        assert (await api.patch("/v1/hosts/live-0001", json={"scheduling_paused": True})).status_code == 200
+        async with fleet(servers, api, "lost", 1, labels):
+            restartable = [await create(api, f"loss-r{i}", labels, restart_policy="on_failure") for i in range(4)]
+            fragile = [await create(api, f"loss-n{i}", labels) for i in range(2)]
+            everyone = restartable + fragile
+            await eventually(
+                lambda: _statuses(api, everyone), lambda s: s == {"running"}, timeout=30, what="every VM running"
+            )
+            assert {(await vm(api, v))["hypervisor_id"] for v in everyone} == {"lost-0001"}
+            assert (await api.patch("/v1/hosts/live-0001", json={"scheduling_paused": False})).status_code == 200
+        # ``lost``'s agent has stopped: no more heartbeats, no goodbye.
+        await eventually(
+            lambda: api.get("/v1/hosts/lost-0001"),
+            lambda r: r.json()["status"] == "offline",
+            timeout=OFFLINE_TIMEOUT + 15,
+            what="lost-0001 offline",
+        )
+        await eventually(
+            lambda: _statuses(api, restartable),
+            lambda s: s == {"running"},
+            timeout=60,
+            what="every on_failure VM running again",
+        )
+        for vm_id in restartable:
+            body = await vm(api, vm_id)
+            assert body["hypervisor_id"] == "live-0001"
+            assert body["restart_count"] == 1
+            assert any(a["host"] == "lost-0001" and a["outcome"] == "agent lost connection" for a in body["attempts"])
+        for vm_id in fragile:
+            body = await vm(api, vm_id)
+            assert body["status"] == "failed"
+            assert "agent lost connection" in body["status_reason"]
+        created_on_survivor = {str(c.vm_id) for c in survivor.received("live-0001") if c.action is CommandAction.CREATE}
+        assert created_on_survivor == set(restartable)
+        lost_host = (await api.get("/v1/hosts/lost-0001")).json()
+        assert (lost_host["vm_count"], lost_host["allocated"]["cpu"]) == (0, 0)
+        await wait_settled(servers, everyone, timeout=30)
+        report = await check(servers.asyncpg_dsn, everyone)
+    print(f"agent loss: {len(everyone)} VMs -> {report.by_status}")
+    assert report.problems == []
+
+
+async def _statuses(api: httpx.AsyncClient, vm_ids: list[str]) -> set[str]:
+    return {(await vm(api, vm_id))["status"] for vm_id in vm_ids}
+
+
+async def test_a_rejected_create_is_retried_elsewhere_until_max_attempts(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    bigger = Resources(cpu=64, memory_mb=128 * 1024, disk_gb=2000)
+    async with (
+        # Every create on these is refused by the agent; the bigger host is least loaded, so tried first.
+        fleet(servers, api, "rjx", 3, {"suite": "reject", "pool": "doomed"}, fail_rate=1.0),
+        fleet(servers, api, "rjy", 1, {"suite": "reject", "pool": "mixed"}, fail_rate=1.0, capacity=bigger),
+        fleet(servers, api, "rjz", 1, {"suite": "reject", "pool": "mixed"}),
+    ):
+        retried = await create(api, "reject-retried", {"suite": "reject", "pool": "mixed"})
+        doomed = await create(api, "reject-doomed", {"suite": "reject", "pool": "doomed"})
+        await eventually(
+            lambda: _statuses(api, [retried, doomed]),
+            lambda s: s <= {"running", "failed"} and len(s) == 2,
+            timeout=60,
+            what="both VMs settled",
+        )
+        body = await vm(api, retried)
+        assert (body["status"], body["hypervisor_id"], body["attempt"]) == ("running", "rjz-0001", 2)
+        assert [(a["host"], a["outcome"]) for a in body["attempts"]][:1] == [("rjy-0001", "failed")]
+
+        body = await vm(api, doomed)
+        assert body["status"] == "failed"
+        # CloudStack's ExcludeList: each attempt went to a host not tried before, MAX_ATTEMPTS of them.
+        tried = [a["host"] for a in body["attempts"] if a["outcome"] == "failed"]
+        assert sorted(tried) == ["rjx-0001", "rjx-0002", "rjx-0003"]
+        assert "failed on every attempt (3)" in body["status_reason"]
+        report = await check(servers.asyncpg_dsn, [retried, doomed])
+    print(f"agent rejection: 2 VMs -> {report.by_status}, attempts {len(tried)}")
+    assert report.problems == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -84,3 +85,19 @@ async def test_a_fleet_nobody_declares_queues_for_gives_up_and_closes(
     finally:
         gateway.declare_queues = True
     assert not simulated.connection.is_open
+
+
+async def test_receipts_say_when_each_command_was_taken_off_its_queue(
+    servers: Servers, gateway: StandInGateway
+) -> None:
+    async with fleet(servers, 2, record_receipts=True) as simulated:
+        host_id = list(simulated.agents)[1]
+        command = create()
+        sent_at = time.time()
+        await gateway.send(host_id, command)
+        await asyncio.wait_for(simulated.wait_for_report(command.vm_id), 5)
+
+        (receipt,) = simulated.take_receipts()
+        assert (receipt.vm_id, receipt.host_id, receipt.action) == (command.vm_id, host_id, CommandAction.CREATE)
+        assert sent_at <= receipt.at <= time.time()
+        assert simulated.take_receipts() == []  # taken once

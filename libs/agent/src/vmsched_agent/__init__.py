@@ -3,11 +3,11 @@
 See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake hypervisors.
 """
 
-from vmsched_agent.agent import Agent, AgentStats, CommandObserver
+from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObserver
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
 from vmsched_agent.hypervisor import Hypervisor
-from vmsched_agent.simulator import FakeHypervisor, HostFull, SimulatedFailure, SimulatedFleet
+from vmsched_agent.simulator import FakeHypervisor, HostFull, Receipt, SimulatedFailure, SimulatedFleet
 
 __all__ = [
     "Agent",
@@ -20,6 +20,8 @@ __all__ = [
     "HostSpec",
     "Hypervisor",
     "Profile",
+    "Receipt",
+    "ReceiveObserver",
     "SimulatedFailure",
     "SimulatedFleet",
     "generate_hosts",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ STOP_STEP_TIMEOUT = 5.0
 
 # Called after each command was carried out and its report confirmed (before the ack).
 CommandObserver = Callable[["Agent", AgentCommand, VmStatusReport], None]
+# Called as soon as a command is decoded, with the wall-clock time (time.time()) it was taken off the
+# queue: what a benchmark needs to time "command received on the agent's queue".
+ReceiveObserver = Callable[["Agent", AgentCommand, float], None]
 
 
 @dataclass
@@ -86,6 +90,7 @@ class Agent:
         queue_wait_timeout: float = 60.0,
         graceful_timeout: float = 30.0,
         observer: CommandObserver | None = None,
+        on_receive: ReceiveObserver | None = None,
     ) -> None:
         if sum(option is not None for option in (amqp_url, broker, connection)) > 1:
             raise ValueError("give at most one of amqp_url, broker and connection")
@@ -99,6 +104,7 @@ class Agent:
         self.graceful_timeout = graceful_timeout
         self.stats = AgentStats()
         self._observer = observer
+        self._on_receive = on_receive
         self._vm_ids: set[UUID] = set(vm_ids)
         self._draining = False
         self._vm_locks = _KeyedLocks()
@@ -298,6 +304,7 @@ class Agent:
                 self._in_flight.discard(task)
 
     async def _process(self, message: AbstractIncomingMessage) -> None:
+        received_at = time.time()
         try:
             command = AgentCommand.model_validate_json(message.body)
         except ValidationError as error:
@@ -307,6 +314,8 @@ class Agent:
             self.stats.dead_lettered += 1
             await message.ack()
             return
+        if self._on_receive is not None:
+            self._on_receive(self, command, received_at)
         queue = topology.agent_queue_name(self.agent_id)
         context = propagate.extract(_text_headers(message.headers))
         with (

@@ -11,6 +11,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 from uuid import UUID
@@ -107,11 +108,22 @@ class FakeHypervisor:
         self.vms.pop(command.vm_id, None)
 
 
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A command taken off a host's queue, and when (``time.time()``)."""
+
+    vm_id: UUID
+    host_id: str
+    action: CommandAction
+    at: float
+
+
 class SimulatedFleet:
     """``hosts`` as fake hypervisors sharing one broker connection.
 
     ``record_commands`` keeps every command and report, for tests (:meth:`received`,
     :meth:`wait_for_report`); a long benchmark turns it off and reads :attr:`commands_received`.
+    ``record_receipts`` keeps when each command was taken off its queue, for :meth:`take_receipts`.
     """
 
     def __init__(
@@ -129,6 +141,7 @@ class SimulatedFleet:
         max_concurrent_commands: int = 4,
         lanes: int | None = None,
         record_commands: bool = True,
+        record_receipts: bool = False,
     ) -> None:
         if amqp_url is not None and broker is not None:
             raise ValueError("give amqp_url or broker, not both")
@@ -145,6 +158,7 @@ class SimulatedFleet:
             owns_broker=owns_broker,
         )
         self.record_commands = record_commands
+        self._receipts: list[Receipt] = []
         self.startup_seconds: float | None = None
         self.hypervisors: dict[str, FakeHypervisor] = {}
         self.agents: dict[str, Agent] = {}
@@ -167,6 +181,7 @@ class SimulatedFleet:
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,
                 observer=self._observe if record_commands else None,
+                on_receive=self._receive if record_receipts else None,
             )
         self._received: dict[str, list[AgentCommand]] = defaultdict(list)
         self._reports: dict[tuple[UUID, CommandAction], list[tuple[str, VmStatusReport]]] = defaultdict(list)
@@ -242,6 +257,14 @@ class SimulatedFleet:
         finally:
             if waiter in self._waiters.get(key, []):
                 self._waiters[key].remove(waiter)
+
+    def take_receipts(self) -> list[Receipt]:
+        """Receipts since the last call, oldest first (``record_receipts``)."""
+        receipts, self._receipts = self._receipts, []
+        return receipts
+
+    def _receive(self, agent: Agent, command: AgentCommand, at: float) -> None:
+        self._receipts.append(Receipt(command.vm_id, agent.agent_id, command.action, at))
 
     def _observe(self, agent: Agent, command: AgentCommand, report: VmStatusReport) -> None:
         self._received[agent.agent_id].append(command)

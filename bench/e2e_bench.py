@@ -1,0 +1,731 @@
+"""End-to-end benchmark: the real services on the local servers, a simulated fleet, a load generator.
+
+    python bench/e2e_bench.py            # what `make bench` runs (about 6 minutes)
+    BENCH_QUICK=1 python bench/e2e_bench.py            # one short run per fleet size (about 2 minutes)
+    BENCH_HOSTS=1000 BENCH_RUNS=1 python bench/e2e_bench.py --out /tmp/x.json
+
+What runs (docs/performance.md has the why): API, 2 scheduler replicas and the gateway (devtools.Stack),
+and the fleet in a process of its own (bench/e2e_fleet.py), all against an own RabbitMQ vhost, own
+PostgreSQL database and own Redis key prefix, removed afterwards. For each fleet size, on one stack:
+
+- latency: single ``POST /v1/vms`` at a fixed offered rate (300/s);
+- sweep: ``POST /v1/vms/batch`` at rising offered rates, then as fast as the API takes them
+  (saturation: the sustained placements/s);
+
+end to end means from the moment the load generator sends the request to the moment the agent takes
+the create command off its queue (both clocks are this machine's). Then, from PostgreSQL, each
+placement's decision time and claim conflicts (kept in its decision record), and from /proc the
+schedulers' peak RSS. Separately, on a fleet without overcommit: filling it to 80% with mixed-size
+VMs (claim conflicts under contention), and packing (best_fit against the lower bound, least_loaded's
+spread), each on its own pool of identical hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.e2e_stats import (  # noqa: E402
+    hosts_lower_bound,
+    median,
+    percentile,
+    sustained_rate,
+    utilisation_spread,
+)
+from devtools.stack import Stack, wait_for  # noqa: E402
+from vmsched_agent import Profile, generate_hosts  # noqa: E402
+from vmsched_common.messages import Resources  # noqa: E402
+
+BASE_AMQP = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+BASE_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+BASE_DB = os.environ.get("DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
+HEARTBEAT_INTERVAL = 30.0
+SCHEDULERS = 2
+LATENCY_RATE = 300.0
+# A throughput VM is small: the fleets are overcommitted (cpu x4) so that every run fits in them.
+SMALL_VM = {"cpu": 1, "memory_mb": 512, "disk_gb": 1}
+THROUGHPUT_OVERCOMMIT_CPU = 4.0
+DRAIN_TIMEOUT = 60.0
+
+TARGETS = {
+    "throughput_per_s": 1500.0,
+    "p99_ms_at_300": 50.0,
+    "scale_ratio": 0.80,
+    "conflicts_per_placement": 0.01,
+    "peak_rss_mb": 250.0,
+    "best_fit_over_bound": 1.10,
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    hosts: list[int]
+    runs: int
+    latency_seconds: float
+    sweep_rates: list[float]
+    step_seconds: float
+    saturation_vms: int
+    fill_hosts: int
+    pack_hosts: int
+
+
+def plan_from_env() -> Plan:
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    hosts = [int(h) for h in os.environ.get("BENCH_HOSTS", "1000,10000").split(",") if h]
+    runs = int(os.environ.get("BENCH_RUNS", "1" if quick else "3"))
+    return Plan(
+        hosts=hosts,
+        runs=runs,
+        latency_seconds=5.0 if quick else 10.0,
+        sweep_rates=[500.0, 1000.0, 2000.0] if quick else [500.0, 1000.0, 1500.0, 2000.0],
+        step_seconds=3.0 if quick else 5.0,
+        saturation_vms=6000 if quick else 12000,
+        fill_hosts=int(os.environ.get("BENCH_FILL_HOSTS", "1000")),
+        pack_hosts=int(os.environ.get("BENCH_PACK_HOSTS", "100")),
+    )
+
+
+# -- isolation on the local servers --------------------------------------------------------------
+@dataclass
+class Isolated:
+    env: dict[str, str]
+    database: str
+    prefix: str
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+async def _drop_database(database: str) -> None:
+    parts = urlsplit(BASE_DB.replace("postgresql+asyncpg://", "postgresql://", 1))
+    conn = await asyncpg.connect(
+        host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres", database="postgres"
+    )
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def isolated(**env: str) -> Iterator[Isolated]:
+    """An own vhost, database and Redis key prefix (as tests/servers.py), removed afterwards."""
+    run_id = uuid.uuid4().hex[:10]
+    vhost, database, prefix = f"vmsched-bench-{run_id}", f"vmsched_bench_{run_id}", f"vmsched-bench-{run_id}"
+    _rabbitmqctl("add_vhost", vhost)
+    _rabbitmqctl("set_permissions", "-p", vhost, urlsplit(BASE_AMQP).username or "guest", ".*", ".*", ".*")
+    amqp = urlsplit(BASE_AMQP)
+    db = urlsplit(BASE_DB)
+    full_env = {
+        "AMQP_URL": urlunsplit((amqp.scheme, amqp.netloc, "/" + quote(vhost, safe=""), "", "")),
+        "REDIS_URL": BASE_REDIS,
+        "DATABASE_URL": urlunsplit((db.scheme, db.netloc, "/" + database, "", "")),
+        "REDIS_KEY_PREFIX": prefix,
+        # INFO, as operators run it (and the services' readiness lines are INFO).
+        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+        "AGENT_HEARTBEAT_INTERVAL": str(HEARTBEAT_INTERVAL),
+        "AGENT_OFFLINE_TIMEOUT": str(HEARTBEAT_INTERVAL * 3),
+        **env,
+    }
+    try:
+        yield Isolated(full_env, database, prefix)
+    finally:
+        with contextlib.suppress(Exception):
+            _rabbitmqctl("delete_vhost", vhost)
+        with contextlib.suppress(Exception):
+            asyncio.run(_drop_database(database))
+        with contextlib.suppress(Exception):
+            client = redis.Redis.from_url(BASE_REDIS)
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=5000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start : start + 1000])
+
+
+# -- the fleet process and its receipts ----------------------------------------------------------
+@dataclass
+class Fleet:
+    """One e2e_fleet.py process and the receipts it writes, tailed by a thread."""
+
+    process: subprocess.Popen[bytes]
+    receipts_path: Path
+    count: int
+    receipts: dict[str, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def start(
+        cls, env: dict[str, str], workdir: Path, name: str, count: int, profile: str, labels: str = "", overcommit=1.0
+    ) -> Fleet:
+        path = workdir / f"{name}.receipts"
+        argv = [
+            sys.executable,
+            str(ROOT / "bench" / "e2e_fleet.py"),
+            f"--count={count}",
+            f"--receipts={path}",
+            f"--prefix={name}",
+            f"--profile={profile}",
+            f"--heartbeat-interval={HEARTBEAT_INTERVAL}",
+            f"--overcommit-cpu={overcommit}",
+        ]
+        if labels:
+            argv.append(f"--labels={labels}")
+        log = (workdir / f"{name}.log").open("ab")
+        process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        return cls(process, path, count)
+
+    def wait_ready(self, timeout: float) -> float:
+        ready = Path(f"{self.receipts_path}.ready")
+
+        def is_ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"fleet process exited with {self.process.returncode}")
+            return ready.exists()
+
+        wait_for(is_ready, timeout, f"{self.count} simulated hosts", interval=0.2)
+        self._thread = threading.Thread(target=self._tail, daemon=True)
+        self._thread.start()
+        return float(ready.read_text())
+
+    def _tail(self) -> None:
+        with self.receipts_path.open() as source:
+            pending = ""
+            while not self._stop.is_set():
+                chunk = source.read()
+                if not chunk:
+                    time.sleep(0.02)
+                    continue
+                lines = (pending + chunk).split("\n")
+                pending = lines.pop()
+                for line in lines:
+                    vm_id, _, at = line.split(" ")
+                    self.receipts.setdefault(vm_id, float(at))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+# -- load ----------------------------------------------------------------------------------------
+@dataclass
+class Phase:
+    name: str
+    offered_per_s: float | None  # None: as fast as the API takes them
+    batch: int
+    sent: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def vm_body(index: int, size: dict[str, int] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": f"b{index}", **(size or SMALL_VM), **extra}
+
+
+async def post_batch(client: httpx.AsyncClient, bodies: list[dict[str, Any]], phase: Phase) -> None:
+    sent_at = time.time()
+    if len(bodies) == 1:
+        response = await client.post("/v1/vms", json=bodies[0])
+        response.raise_for_status()
+        phase.sent[response.json()["id"]] = sent_at
+        return
+    response = await client.post("/v1/vms/batch", json={"vms": bodies})
+    response.raise_for_status()
+    for item in response.json()["items"]:
+        phase.sent[item["id"]] = sent_at
+
+
+async def paced(client: httpx.AsyncClient, phase: Phase, rate: float, seconds: float, batch: int) -> None:
+    """Send ``rate`` VMs/s for ``seconds`` in requests of ``batch`` VMs, on a fixed schedule (an
+    open loop: a slow answer does not slow the next request down)."""
+    requests = int(rate * seconds / batch)
+    began = time.monotonic()
+    tasks = []
+    for n in range(requests):
+        delay = began + n * batch / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(post_batch(client, [vm_body(n * batch + i) for i in range(batch)], phase)))
+    await asyncio.gather(*tasks)
+    phase.seconds = time.monotonic() - began
+
+
+async def flat_out(client: httpx.AsyncClient, phase: Phase, total: int, batch: int, in_flight: int = 3) -> None:
+    """Send ``total`` VMs as fast as the API accepts them, ``in_flight`` batch requests at a time."""
+    began = time.monotonic()
+    queue = list(range(0, total, batch))
+
+    async def worker() -> None:
+        while queue:
+            start = queue.pop(0)
+            await post_batch(client, [vm_body(start + i) for i in range(batch)], phase)
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    phase.seconds = time.monotonic() - began
+
+
+def wait_received(fleets: Sequence[Fleet], sent: dict[str, float], timeout: float = DRAIN_TIMEOUT) -> int:
+    """Wait until every sent VM's command was received; the number still missing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        missing = sum(1 for vm in sent if not any(vm in f.receipts for f in fleets))
+        if missing == 0:
+            return 0
+        time.sleep(0.2)
+    return sum(1 for vm in sent if not any(vm in f.receipts for f in fleets))
+
+
+def summarise(phase: Phase, fleets: Sequence[Fleet], missing: int) -> dict[str, Any]:
+    received = {vm: at for f in fleets for vm, at in f.receipts.items() if vm in phase.sent}
+    latencies = [(received[vm] - sent) * 1000 for vm, sent in phase.sent.items() if vm in received]
+    return {
+        "phase": phase.name,
+        "offered_per_s": phase.offered_per_s,
+        "batch": phase.batch,
+        "vms": len(phase.sent),
+        "missing": missing,
+        "achieved_per_s": round(sustained_rate(list(received.values())), 1),
+        "accepted_per_s": round(len(phase.sent) / phase.seconds, 1) if phase.seconds else None,
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p95_ms": round(percentile(latencies, 95), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+    }
+
+
+# -- what the services recorded ------------------------------------------------------------------
+async def placement_costs(database_url: str, vm_ids: Sequence[str]) -> dict[str, Any]:
+    dsn = database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT (placement->>'decision_us')::float AS us, (placement->>'claim_conflicts')::int AS conflicts "
+            "FROM vms WHERE id = ANY($1::uuid[]) AND placement ? 'decision_us'",
+            list(vm_ids),
+        )
+    finally:
+        await conn.close()
+    decisions = [row["us"] for row in rows]
+    conflicts = sum(row["conflicts"] or 0 for row in rows)
+    return {
+        "placements": len(rows),
+        "decision_p50_us": round(percentile(decisions, 50), 1),
+        "decision_p99_us": round(percentile(decisions, 99), 1),
+        "claim_conflicts": conflicts,
+        "conflicts_per_placement": round(conflicts / len(rows), 5) if rows else None,
+    }
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's high-water mark of resident memory (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_hosts(prefix: str, count: int, timeout: float) -> None:
+    client = redis.Redis.from_url(BASE_REDIS)
+    wait_for(lambda: int(client.scard(f"{prefix}:hosts")) >= count, timeout, f"{count} hosts in the snapshot", 0.5)
+
+
+@contextlib.contextmanager
+def stack_with_fleets(
+    iso: Isolated, workdir: Path, fleets: Sequence[tuple[str, int, str, str, float]]
+) -> Iterator[tuple[Stack, list[Fleet], float]]:
+    stack = Stack(env=iso.env, log_dir=workdir, api_port=18000 + random.randrange(1000))
+    started: list[Fleet] = []
+    with stack.running(schedulers=SCHEDULERS):
+        try:
+            began = time.monotonic()
+            started = [Fleet.start(iso.env, workdir, *spec) for spec in fleets]
+            for fleet in started:
+                fleet.wait_ready(timeout=600)
+            wait_hosts(iso.prefix, sum(f.count for f in started), timeout=120)
+            yield stack, started, time.monotonic() - began
+        finally:
+            for fleet in started:
+                fleet.stop()
+
+
+@contextlib.contextmanager
+def profiled(stack: Stack, fleets: Sequence[Fleet], label: str) -> Iterator[None]:
+    """With BENCH_PYSPY=DIR, py-spy samples every service (and the fleet) while the block runs and
+    leaves collapsed stacks in DIR/<label>-<service>.txt (flamegraph.pl or speedscope read them)."""
+    target = os.environ.get("BENCH_PYSPY")
+    if not target:
+        yield
+        return
+    Path(target).mkdir(parents=True, exist_ok=True)
+    pids = {name: service.pid for name, service in stack.services.items()}
+    pids.update({f"fleet{n}": fleet.process.pid for n, fleet in enumerate(fleets)})
+    spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--format", "raw", "--rate", "50"]
+    spies = [
+        subprocess.Popen(
+            [*spy, "--pid", str(pid), "--output", str(Path(target) / f"{label}-{name}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(30)
+
+
+# -- the runs ------------------------------------------------------------------------------------
+async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[str, Any]]:
+    runs = []
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=60, limits=limits) as client:
+        for run in range(plan.runs):
+            phases: list[dict[str, Any]] = []
+            latency = Phase("latency", LATENCY_RATE, 1)
+            await paced(client, latency, LATENCY_RATE, plan.latency_seconds, 1)
+            phases.append(summarise(latency, fleets, wait_received(fleets, latency.sent)))
+            for rate in plan.sweep_rates:
+                batch = max(1, min(1000, int(rate / 10)))
+                step = Phase(f"batch@{rate:g}", rate, batch)
+                await paced(client, step, rate, plan.step_seconds, batch)
+                phases.append(summarise(step, fleets, wait_received(fleets, step.sent)))
+            saturation = Phase("saturation", None, 500)
+            with profiled(stack, fleets, f"h{fleets[0].count}-run{run + 1}"):
+                await flat_out(client, saturation, plan.saturation_vms, 500)
+            phases.append(summarise(saturation, fleets, wait_received(fleets, saturation.sent)))
+            for p in phases:
+                print(f"  run {run + 1}: {p}", flush=True)
+            runs.append({"phases": phases})
+    return runs
+
+
+def fleet_size_run(plan: Plan, hosts: int, workdir: Path) -> dict[str, Any]:
+    print(f"== {hosts} hosts", flush=True)
+    with (
+        isolated() as iso,
+        stack_with_fleets(iso, workdir, [("bench", hosts, "mixed", "", THROUGHPUT_OVERCOMMIT_CPU)]) as (
+            stack,
+            fleets,
+            startup,
+        ),
+    ):
+        print(f"  fleet of {hosts} ready in {startup:.1f} s", flush=True)
+        runs = asyncio.run(load_runs(stack, fleets, plan))
+        vm_ids = list(fleets[0].receipts)
+        costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], vm_ids))
+        rss = [peak_rss_mb(stack.services[f"scheduler-{i}"].pid) for i in range(1, SCHEDULERS + 1)]
+    return {"hosts": hosts, "fleet_startup_s": round(startup, 1), "runs": runs, **costs, "scheduler_peak_rss_mb": rss}
+
+
+MIXED_SIZES = [  # (cpu, memory MiB, disk GB), a mixed-size workload
+    (1, 2048, 20),
+    (2, 4096, 40),
+    (4, 8192, 80),
+    (8, 16384, 160),
+    (16, 32768, 320),
+]
+
+
+def mixed_body(index: int, rng: random.Random, **extra: Any) -> dict[str, Any]:
+    cpu, memory, disk = rng.choices(MIXED_SIZES, weights=[30, 30, 20, 15, 5])[0]
+    return {"name": f"m{index}", "cpu": cpu, "memory_mb": memory, "disk_gb": disk, **extra}
+
+
+async def post_all(client: httpx.AsyncClient, bodies: list[dict[str, Any]], phase: Phase) -> None:
+    for start in range(0, len(bodies), 500):
+        await post_batch(client, bodies[start : start + 500], phase)
+
+
+async def host_rows(database_url: str, prefix: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        return list(await conn.fetch("SELECT * FROM hosts WHERE id LIKE $1", f"{prefix}-%"))
+    finally:
+        await conn.close()
+
+
+def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """A mixed fleet filled to 80% cpu (claim conflicts), and two pools of identical hosts for packing."""
+    print("== contention (80% full) and packing", flush=True)
+    rng = random.Random(11)
+    specs = [
+        ("fill", plan.fill_hosts, "mixed", "pool=fill", 1.0),
+        ("bf", plan.pack_hosts, "uniform", "pool=bf", 1.0),
+        ("ll", plan.pack_hosts, "uniform", "pool=ll", 1.0),
+    ]
+    with isolated() as iso, stack_with_fleets(iso, workdir, specs) as (stack, fleets, _):
+        fill_cpu = sum(
+            h.capacity.cpu for h in generate_hosts(plan.fill_hosts, capacity=Resources(), profile=Profile.MIXED, seed=7)
+        )
+        bodies: list[dict[str, Any]] = []
+        while sum(b["cpu"] for b in bodies) < 0.8 * fill_cpu:
+            bodies.append(mixed_body(len(bodies), rng, labels={"pool": "fill"}))
+        pack_cpu = plan.pack_hosts * 32 * 0.6  # 60% of the pool by cpu
+        workload: list[dict[str, Any]] = []
+        while sum(b["cpu"] for b in workload) < pack_cpu:
+            workload.append(mixed_body(len(workload), rng))
+
+        async def drive() -> tuple[Phase, Phase, Phase]:
+            async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as client:
+                fill, bf, ll = (
+                    Phase("fill-80%", None, 500),
+                    Phase("best_fit", None, 500),
+                    Phase("least_loaded", None, 500),
+                )
+                await asyncio.gather(
+                    post_all(client, bodies, fill),
+                    post_all(client, [{**b, "labels": {"pool": "bf"}, "strategy": "best_fit"} for b in workload], bf),
+                    post_all(
+                        client, [{**b, "labels": {"pool": "ll"}, "strategy": "least_loaded"} for b in workload], ll
+                    ),
+                )
+                return fill, bf, ll
+
+        fill, bf, ll = asyncio.run(drive())
+        missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent}, timeout=120)
+        costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], list(fill.sent)))
+        time.sleep(1.0)
+        pools = {name: asyncio.run(host_rows(iso.env["DATABASE_URL"], name)) for name in ("bf", "ll", "fill")}
+    host = {"cpu": 32, "memory_mb": 128 * 1024, "disk_gb": 1000, "gpu": 0}
+    demands = [{k: b[k] for k in ("cpu", "memory_mb", "disk_gb")} for b in workload]
+    bound = hosts_lower_bound(demands, [host] * plan.pack_hosts)
+    used = {name: sum(1 for r in rows if r["vm_count"] > 0) for name, rows in pools.items()}
+    fill_rows = pools["fill"]
+    return {
+        "fill": {
+            "hosts": plan.fill_hosts,
+            "vms": len(bodies),
+            "missing": missing,
+            "cpu_utilisation": round(sum(r["alloc_cpu"] for r in fill_rows) / fill_cpu, 3),
+            **costs,
+        },
+        "packing": {
+            "pool_hosts": plan.pack_hosts,
+            "host": host,
+            "vms": len(workload),
+            "lower_bound_hosts": bound,
+            "best_fit_hosts": used["bf"],
+            "best_fit_over_bound": round(used["bf"] / bound, 3),
+            "least_loaded_hosts": used["ll"],
+            "least_loaded_cpu_spread": {
+                k: round(v, 4)
+                for k, v in utilisation_spread(
+                    [r["alloc_cpu"] for r in pools["ll"]], [r["cpu"] for r in pools["ll"]]
+                ).items()
+            },
+            "best_fit_cpu_spread": {
+                k: round(v, 4)
+                for k, v in utilisation_spread(
+                    [r["alloc_cpu"] for r in pools["bf"]], [r["cpu"] for r in pools["bf"]]
+                ).items()
+            },
+        },
+    }
+
+
+# -- results -------------------------------------------------------------------------------------
+def by_phase(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per phase, the median over runs of each figure."""
+    merged: dict[str, dict[str, Any]] = {}
+    names = [p["phase"] for p in size["runs"][0]["phases"]]
+    for name in names:
+        rows = [p for run in size["runs"] for p in run["phases"] if p["phase"] == name]
+        merged[name] = {
+            "offered_per_s": rows[0]["offered_per_s"],
+            "batch": rows[0]["batch"],
+            **{
+                key: round(median([r[key] for r in rows if r[key] is not None]), 2)
+                for key in ("achieved_per_s", "accepted_per_s", "p50_ms", "p95_ms", "p99_ms")
+            },
+            "missing": sum(r["missing"] for r in rows),
+        }
+    return merged
+
+
+def verdicts(sizes: list[dict[str, Any]], extra: dict[str, Any] | None) -> dict[str, Any]:
+    largest, smallest = sizes[-1], sizes[0]
+    throughput = largest["phases"]["saturation"]["achieved_per_s"]
+    out: dict[str, Any] = {
+        "throughput_per_s": {"value": throughput, "target": ">= 1500", "met": throughput >= 1500},
+        "p99_ms_at_300": {
+            "value": largest["phases"]["latency"]["p99_ms"],
+            "target": "<= 50",
+            "met": largest["phases"]["latency"]["p99_ms"] <= 50,
+        },
+        "peak_rss_mb": {
+            "value": max(max(s["scheduler_peak_rss_mb"]) for s in sizes),
+            "target": "<= 250",
+            "met": max(max(s["scheduler_peak_rss_mb"]) for s in sizes) <= 250,
+        },
+    }
+    if len(sizes) > 1:
+        ratio = throughput / smallest["phases"]["saturation"]["achieved_per_s"]
+        out["scale_ratio"] = {"value": round(ratio, 3), "target": ">= 0.80", "met": ratio >= 0.8}
+    if extra is not None:
+        conflicts = extra["fill"]["conflicts_per_placement"] or 0.0
+        out["conflicts_per_placement_at_80pct"] = {"value": conflicts, "target": "<= 0.01", "met": conflicts <= 0.01}
+        pack = extra["packing"]
+        out["best_fit_over_bound"] = {
+            "value": pack["best_fit_over_bound"],
+            "target": "<= 1.10 and fewer hosts than least_loaded",
+            "met": pack["best_fit_over_bound"] <= 1.10 and pack["best_fit_hosts"] < pack["least_loaded_hosts"],
+        }
+    return out
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print()
+    header = ("hosts", "phase", "offered/s", "batch", "achieved/s", "p50 ms", "p95 ms", "p99 ms")
+    print("{:>6} {:<14} {:>9} {:>5} {:>10} {:>8} {:>8} {:>8}".format(*header))
+    for size in result["fleets"]:
+        for name, p in size["phases"].items():
+            offered = "max" if p["offered_per_s"] is None else f"{p['offered_per_s']:g}"
+            print(
+                f"{size['hosts']:>6} {name:<14} {offered:>9} {p['batch']:>5} {p['achieved_per_s']:>10.0f} "
+                f"{p['p50_ms']:>8.1f} {p['p95_ms']:>8.1f} {p['p99_ms']:>8.1f}"
+            )
+        print(
+            f"{size['hosts']:>6} decision p50/p99 {size['decision_p50_us']}/{size['decision_p99_us']} us, "
+            f"conflicts/placement {size['conflicts_per_placement']}, "
+            f"scheduler peak RSS {size['scheduler_peak_rss_mb']} MB"
+        )
+    if result.get("contention_and_packing"):
+        extra = result["contention_and_packing"]
+        print(f"fill to 80%: {extra['fill']}")
+        print(f"packing: {extra['packing']}")
+    print()
+    for name, verdict in result["targets"].items():
+        print(f"{'MET ' if verdict['met'] else 'MISS'} {name}: {verdict['value']} (target {verdict['target']})")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for size in result["fleets"]:
+        points = [p for p in size["phases"].values() if p["offered_per_s"] is not None]
+        offered = [p["offered_per_s"] for p in points]
+        sat = size["phases"]["saturation"]
+        left.plot(offered, [p["achieved_per_s"] for p in points], marker="o", label=f"{size['hosts']} hosts")
+        left.axhline(sat["achieved_per_s"], linestyle=":", color=left.lines[-1].get_color())
+        right.plot(offered, [p["p99_ms"] for p in points], marker="o", label=f"{size['hosts']} hosts p99")
+        right.plot(
+            offered, [p["p50_ms"] for p in points], marker="x", linestyle="--", label=f"{size['hosts']} hosts p50"
+        )
+    top = max(max(p["offered_per_s"] or 0 for p in s["phases"].values()) for s in result["fleets"])
+    left.plot([0, top], [0, top], color="grey", linewidth=0.8, label="achieved = offered")
+    left.axhline(1500, color="red", linewidth=0.8, linestyle="--", label="target 1,500/s")
+    left.set(xlabel="offered VMs/s (300: single POSTs; rest: batches)", ylabel="placements/s end to end")
+    left.set_title("Throughput (dotted: saturation)")
+    right.axhline(50, color="red", linewidth=0.8, linestyle="--", label="target p99 50 ms at 300/s")
+    right.set(xlabel="offered VMs/s", ylabel="ms, request sent to command received", yscale="log")
+    right.set_title("Latency end to end")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    fig.suptitle(f"vmsched end to end, {result['recorded_at'][:10]}, {SCHEDULERS} schedulers, 2 cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="vmsched end-to-end benchmark")
+    today = datetime.now(UTC).date().isoformat()
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"e2e-{today}.json")
+    parser.add_argument("--no-extra", action="store_true", help="skip the contention and packing stack")
+    options = parser.parse_args()
+    plan = plan_from_env()
+    recorded_at = datetime.now(UTC).isoformat()
+    started = time.monotonic()
+    info = machine()
+    with tempfile.TemporaryDirectory(prefix="vmsched-bench-") as tmp:
+        workdir = Path(tmp)
+        sizes = []
+        for hosts in plan.hosts:
+            size = fleet_size_run(plan, hosts, workdir / f"h{hosts}")
+            size["phases"] = by_phase(size)
+            sizes.append(size)
+        skip_extra = options.no_extra or os.environ.get("BENCH_EXTRA") == "0"
+        extra = None if skip_extra else contention_and_packing(plan, workdir / "extra")
+    result = {
+        "benchmark": "e2e",
+        "recorded_at": recorded_at,
+        "git_commit": git_commit(),
+        "settings": {
+            **{k: v for k, v in plan.__dict__.items()},
+            "schedulers": SCHEDULERS,
+            "latency_rate_per_s": LATENCY_RATE,
+            "heartbeat_interval_s": HEARTBEAT_INTERVAL,
+            "throughput_vm": SMALL_VM,
+            "throughput_fleet_overcommit_cpu": THROUGHPUT_OVERCOMMIT_CPU,
+            "quick": os.environ.get("BENCH_QUICK") == "1",
+            "end_to_end": "load generator sends the request -> agent takes the create command off its queue",
+        },
+        "machine": {**info, "load_average_at_end": os.getloadavg()},
+        "duration_s": round(time.monotonic() - started, 1),
+        "fleets": sizes,
+        "contention_and_packing": extra,
+        "targets": verdicts(sizes, extra),
+    }
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, options.out.with_suffix(".png"))
+    print_table(result)
+    print(f"\nsaved {options.out} and {options.out.with_suffix('.png')} in {result['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,5 +42,8 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/placement_bench.py
 	@if [ -f bench/e2e_bench.py ]; then $(PY) bench/e2e_bench.py; fi
 
+asyncapi: .venv/.synced ## regenerate docs/asyncapi.json (the event contract) from the code
+	$(PY) -m vmsched_api.asyncapi > docs/asyncapi.json
+
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

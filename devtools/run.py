@@ -11,6 +11,15 @@ from pathlib import Path
 from devtools.stack import ROOT, Stack, wait_for
 
 
+def _other_metrics(stack: Stack) -> str:
+    """The scheduler's and gateway's /metrics (each on a port of its own), one line each."""
+    return "".join(
+        f"\n  {'':14}{service.metrics_url} ({name})"
+        for name, service in stack.services.items()
+        if service.metrics_url is not None
+    )
+
+
 def main() -> int:
     agents = int(os.environ.get("SIM_AGENTS", "3"))
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
@@ -37,7 +46,7 @@ vmsched is running:
   API           {stack.api_url}/v1/vms
   OpenAPI docs  {stack.api_url}/docs
   AsyncAPI docs {stack.api_url}/asyncapi
-  metrics       {stack.api_url}/metrics
+  metrics       {stack.api_url}/metrics{_other_metrics(stack)}
   {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s); logs in .run/*.log
 
 Try:

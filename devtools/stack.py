@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
@@ -35,6 +43,7 @@ class Service:
     log_path: Path
     ready_line: str | None = None
     ready_url: str | None = None
+    metrics_url: str | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, env: Mapping[str, str]) -> None:
@@ -123,13 +132,20 @@ class Stack:
 
     def start_scheduler(self, index: int = 1, **env: str) -> Service:
         service = self.add(f"scheduler-{index}", [str(BIN / "vmsched-scheduler")], ready_line="scheduler ready")
-        service.start({**self._env(), **env})
+        service.start({**self._env(), **self._metrics_env(service), **env})
         return service
 
     def start_gateway(self) -> Service:
         service = self.add("gateway", [str(BIN / "vmsched-gateway")], ready_line="gateway ready")
-        service.start(self._env())
+        service.start({**self._env(), **self._metrics_env(service)})
         return service
+
+    @staticmethod
+    def _metrics_env(service: Service) -> dict[str, str]:
+        """A /metrics port of its own for a process without HTTP (each replica needs its own)."""
+        port = free_port()
+        service.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        return {"METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(port)}
 
     def start_agents(self, name: str = "agents", *args: str) -> Service:
         service = self.add(name, [str(BIN / "vmsched-agent"), "simulate", *args])

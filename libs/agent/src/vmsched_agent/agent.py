@@ -320,7 +320,12 @@ class Agent:
         context = propagate.extract(_text_headers(message.headers))
         with (
             tracer.start_as_current_span(f"{queue} process", context=context, kind=trace.SpanKind.CONSUMER),
-            bound(host=self.agent_id, vm_id=str(command.vm_id), action=command.action.value),
+            bound(
+                host=self.agent_id,
+                vm_id=str(command.vm_id),
+                action=command.action.value,
+                message_id=message.message_id,
+            ),
         ):
             report = await self.carry_out(command)
             await self.connection.publish_status(report)

@@ -17,6 +17,7 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.logs import configure_logging, get_logger
 from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import Settings, load_settings
+from vmsched_common.telemetry import setup_tracing
 
 SERVICE = "vmsched-agent"
 log = get_logger("vmsched_agent.cli")
@@ -211,4 +212,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{SERVICE}: no hosts to simulate", file=sys.stderr)
         return 2
     configure_logging(SERVICE, settings.log_level, settings.log_format)
+    setup_tracing("agent", settings)
     return asyncio.run(simulate(options, settings, hosts))

@@ -31,7 +31,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel, DeliveryMode
 from faststream.rabbit import RabbitBroker
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 
 from vmsched_agent.heartbeats import HeartbeatScheduler
 from vmsched_common import topology
@@ -41,6 +41,10 @@ from vmsched_common.messages import AgentHeartbeat, VmStatusReport
 from vmsched_common.settings import Settings
 
 log = get_logger(__name__)
+tracer = trace.get_tracer("vmsched_agent")
+
+# Named as FastStream names its publish spans ("<exchange>.<routing key> publish").
+STATUS_PUBLISH_SPAN = f"{topology.EXCHANGE.name}.{topology.VM_STATUS} publish"
 
 JSON = "application/json"
 OnMessage = Callable[[AbstractIncomingMessage], Awaitable[None]]
@@ -224,6 +228,11 @@ class AgentConnection:
         it and routed it to a queue. Retries (with backoff) until then: a status must not be lost,
         and the command it answers is acked only afterwards."""
         channel = self._require(self._status_channel)
+        with tracer.start_as_current_span(STATUS_PUBLISH_SPAN, kind=trace.SpanKind.PRODUCER) as span:
+            span.set_attribute("messaging.message.id", status_message_id(report))
+            await self._deliver_status(channel, report)
+
+    async def _deliver_status(self, channel: AbstractRobustChannel, report: VmStatusReport) -> None:
         headers: dict[str, Any] = {}
         propagate.inject(headers)  # the trace of the command goes on in whoever reads the status
         for attempt, delay in enumerate(_delays(STATUS_RETRY_DELAYS, STATUS_RETRY_MAX_DELAY), start=1):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from vmsched_common import topology
-from vmsched_common.logs import get_logger
+from vmsched_common.logs import MessageLogContext, get_logger
 from vmsched_common.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
 from vmsched_common.settings import Settings
 
@@ -125,17 +126,30 @@ async def dead_letter(broker: RabbitBroker, raw: Any, queue: str, reason: str) -
 
 
 def make_broker(settings: Settings, *, prefetch: int = 32, middlewares: tuple[Any, ...] = ()) -> RabbitBroker:
-    """A broker with publisher confirms, bounded prefetch and the dead-letter middleware."""
+    """A broker with publisher confirms, bounded prefetch, trace context in the headers, the
+    message's ids bound for its log lines, and the dead-letter middleware."""
     from faststream.rabbit import Channel
+    from faststream.rabbit.opentelemetry import RabbitTelemetryMiddleware
 
     holder: list[RabbitBroker] = []
     broker = RabbitBroker(
         str(settings.amqp_url),
         default_channel=Channel(prefetch_count=prefetch, publisher_confirms=True),
-        middlewares=(*middlewares, dead_letter_middleware(lambda: holder[0])),
+        # The first is outermost: one consume span covers every transient retry, and the log
+        # context sees that span. The tracer provider is looked up when a span starts, so a
+        # broker made before setup_tracing still traces.
+        middlewares=(
+            RabbitTelemetryMiddleware(),
+            MessageLogContext,
+            *middlewares,
+            dead_letter_middleware(lambda: holder[0]),
+        ),
         graceful_timeout=30.0,
         reconnect_interval=1.0,
         logger=get_logger("faststream"),
+        # FastStream's "Received"/"Processed" line per message is logged before any middleware runs,
+        # so without trace_id; at thousands of messages a second it is debugging detail.
+        log_level=logging.DEBUG,
     )
     holder.append(broker)
     return broker

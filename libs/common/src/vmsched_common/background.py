@@ -11,6 +11,8 @@ from faststream import FastStream
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common.amqp import declare_topology
+from vmsched_common.metrics_server import start_metrics_server
+from vmsched_common.settings import Settings
 
 
 class BackgroundTasks:
@@ -34,11 +36,14 @@ def consumer_app(
     on_ready: Callable[[BackgroundTasks], Awaitable[None]],
     closers: Sequence[Callable[[], Awaitable[object]]],
     logger: Any,
+    settings: Settings | None = None,
 ) -> FastStream:
-    """A consumer service's FastStream app: before the first message, connect, declare the topology
-    and call ``on_ready`` (which may start background duties); at shutdown, once consumers stopped,
-    stop the duties and run ``closers`` in order."""
+    """A consumer service's FastStream app: before the first message, serve /metrics (if
+    ``settings`` has a METRICS_PORT), connect, declare the topology and call ``on_ready`` (which may
+    start background duties); at shutdown, once consumers stopped, stop the duties and run
+    ``closers`` in order."""
     background = BackgroundTasks()
+    stop_metrics: list[Callable[[], None]] = []
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
@@ -48,8 +53,12 @@ def consumer_app(
             await background.stop()
             for close in closers:
                 await close()
+            for stop in stop_metrics:
+                stop()
 
     async def before_consuming() -> None:
+        if settings is not None and (stop := start_metrics_server(settings)) is not None:
+            stop_metrics.append(stop)
         await broker.connect()
         await declare_topology(broker)
         await on_ready(background)

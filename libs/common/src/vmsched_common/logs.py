@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import structlog
+from faststream import BaseMiddleware
+from faststream.message import StreamMessage
 from opentelemetry import trace
 
 bind = structlog.contextvars.bind_contextvars
@@ -36,6 +38,7 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> N
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _add_trace_ids,
+        _flatten_extra,
         structlog.processors.EventRenamer("message") if as_json else _identity,
     ]
     renderer: Any = (
@@ -64,9 +67,20 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> N
     root.setLevel(level)
     for noisy in ("aiormq", "aio_pika", "asyncio", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    # FastStream's own loggers print coloured text to stdout and do not propagate: route them here.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "faststream", "faststream.access.rabbit"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+
+
+def _flatten_extra(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """FastStream logs its context (queue, exchange, message_id) as ``extra=``: make those fields."""
+    extra = event.pop("extra", None)
+    if isinstance(extra, dict):
+        for key, value in extra.items():
+            if value not in (None, ""):
+                event.setdefault(key, value)
+    return event
 
 
 def _identity(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -79,6 +93,17 @@ def _service(name: str) -> Any:
         return event
 
     return add
+
+
+class MessageLogContext(BaseMiddleware):
+    """Binds the message's id (and routing key) for every line its handling logs; handlers add
+    vm_id and host once they know them. Placed inside the telemetry middleware, so that the
+    consume span, and with it trace_id, is current as well."""
+
+    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        raw = msg.raw_message
+        with bound(message_id=msg.message_id, routing_key=getattr(raw, "routing_key", None)):
+            return await call_next(msg)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

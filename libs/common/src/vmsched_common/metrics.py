@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from vmsched_common.settings import Strategy
+
 DEAD_LETTERED = Counter(
     "vmsched_dead_lettered_messages_total",
     "Messages a consumer dead-lettered because they could not be decoded or validated",
@@ -37,3 +39,19 @@ CLAIM_CONFLICTS = Counter(
 HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
 RESOURCE_CAPACITY = Gauge("vmsched_resource_capacity", "Capacity of online hosts", ["resource"])
 RESOURCE_ALLOCATED = Gauge("vmsched_resource_allocated", "Allocated resources on online hosts", ["resource"])
+
+# Series that exist from the start, at zero: a dashboard's rate() needs a first sample, and "no
+# conflicts yet" should read 0, not "no data".
+PLACEMENT_OUTCOMES = ("scheduled", "unschedulable", "duplicate")
+CLAIM_STAGES = ("redis", "postgres")
+
+
+def _initialise_series() -> None:
+    for strategy in Strategy:
+        for outcome in PLACEMENT_OUTCOMES:
+            PLACEMENTS.labels(strategy.value, outcome)
+    for stage in CLAIM_STAGES:
+        CLAIM_CONFLICTS.labels(stage)
+
+
+_initialise_series()

@@ -68,6 +68,19 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: str = "auto"  # auto | json | console
 
+    # Scheduler and gateway: where their Prometheus /metrics listens (0: no endpoint). The API
+    # serves /metrics on its own port and ignores these.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+    # Standard OpenTelemetry variables, read here so that a bad value stops the service at start.
+    # The exporter itself reads the rest (OTEL_EXPORTER_OTLP_HEADERS, ...); see vmsched_common.telemetry.
+    otel_sdk_disabled: bool = False
+    otel_service_name: str = ""  # unset: vmsched-<service>
+    otel_traces_exporter: str = ""  # otlp, console, none (comma-separated); unset: otlp if an endpoint is set
+    otel_exporter_otlp_endpoint: str = ""
+    otel_exporter_otlp_traces_endpoint: str = ""
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -81,6 +94,14 @@ class Settings(BaseSettings):
     def _known_format(cls, value: str) -> str:
         if value not in {"auto", "json", "console"}:
             raise ValueError("must be one of auto, json, console")
+        return value
+
+    @field_validator("otel_traces_exporter")
+    @classmethod
+    def _known_exporters(cls, value: str) -> str:
+        unknown = {name.strip() for name in value.split(",") if name.strip()} - {"otlp", "console", "none"}
+        if unknown:
+            raise ValueError(f"unknown exporter {', '.join(sorted(unknown))}; valid: otlp, console, none")
         return value
 
     @field_validator("scheduling_strategy", mode="before")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from faststream import FastStream
 from faststream.middlewares import AckPolicy
 
-from vmsched_common import topology
+from vmsched_common import events, topology
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
@@ -28,14 +28,7 @@ def build_app(settings: Settings) -> FastStream:
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     store = GatewayStore(engine, max_attempts=settings.max_attempts)
 
-    deleted = broker.publisher(
-        exchange=topology.EXCHANGE,
-        routing_key=topology.VM_DELETED,
-        persist=True,
-        schema=VmDeleted,
-        title="vm.deleted",
-        description="The agent removed the VM; its capacity is free again.",
-    )
+    deleted = events.vm_deleted(broker)
 
     async def publish_deleted(event: VmDeleted) -> None:
         await deleted.publish(event, message_id=f"{event.vm_id}:deleted")
@@ -74,5 +67,9 @@ def build_app(settings: Settings) -> FastStream:
         log.info("gateway ready")
 
     return consumer_app(
-        broker, on_ready=on_ready, closers=[gateway.heartbeats.drain, redis.aclose, engine.dispose], logger=log
+        broker,
+        on_ready=on_ready,
+        closers=[gateway.heartbeats.drain, redis.aclose, engine.dispose],
+        logger=log,
+        settings=settings,
     )

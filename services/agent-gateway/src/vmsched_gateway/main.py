@@ -6,12 +6,14 @@ import asyncio
 
 from vmsched_common.logs import configure_logging
 from vmsched_common.settings import load_settings
+from vmsched_common.telemetry import setup_tracing
 from vmsched_gateway.app import build_app
 
 
 def main() -> None:
     settings = load_settings("vmsched-gateway")
     configure_logging("gateway", settings.log_level, settings.log_format)
+    setup_tracing("gateway", settings)
     asyncio.run(build_app(settings).run())
 
 

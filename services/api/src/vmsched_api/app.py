@@ -9,23 +9,26 @@ from typing import Any
 
 from fastapi import FastAPI
 from faststream.rabbit import RabbitBroker
+from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
 
 from vmsched_api.deps import Services
 from vmsched_api.repository import Repository
 from vmsched_api.routes import hosts, system, vms
-from vmsched_common import topology
+from vmsched_common import events
 from vmsched_common.amqp import declare_topology, make_broker
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmCreate
 from vmsched_common.outbox import republish_unpublished
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
+from vmsched_common.telemetry import instrument_fastapi
 
 log = get_logger("vmsched_api")
+
+API_VERSION = "0.1.0"
 
 DESCRIPTION = """vmsched places virtual machines on hypervisor hosts.
 
@@ -50,16 +53,9 @@ async def sweep_unpublished(services: Services) -> None:
 
 def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
     broker: RabbitBroker = make_broker(settings, prefetch=32)
-    # Declared for the AsyncAPI document; publishing goes through vmsched_common.outbox.
-    broker.publisher(
-        exchange=topology.EXCHANGE,
-        routing_key=topology.VM_CREATE,
-        persist=True,
-        schema=VmCreate,
-        title="vm.create",
-        description="A VM to place. message_id is '<vm_id>:create:<attempt>'; it may be sent more than "
-        "once (after a crash or a broker outage) and schedulers treat repeats as one request.",
-    )
+    # Every event, for the AsyncAPI document subscribers read; publishing goes through
+    # vmsched_common.outbox (vm.create) or the other services.
+    events.declare_all(broker)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
@@ -86,7 +82,7 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
 
     application = FastAPI(
         title="vmsched",
-        version="0.1.0",
+        version=API_VERSION,
         description=DESCRIPTION,
         lifespan=lifespan,
         docs_url="/docs",
@@ -94,9 +90,21 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
     application.include_router(vms.router)
     application.include_router(hosts.router)
     application.include_router(system.router)
+    instrument_fastapi(application)
 
     async def connect(connected: Any) -> None:
         await connected.start()
         await declare_topology(connected)
 
-    return FastStreamAPI(broker, application=application, asyncapi_path="/asyncapi", connection_hook=connect)
+    return FastStreamAPI(
+        broker,
+        application=application,
+        specification=specification(),
+        asyncapi_path="/asyncapi",
+        connection_hook=connect,
+    )
+
+
+def specification() -> AsyncAPI:
+    """The event contract's AsyncAPI document; the app adds its broker (declared with every event)."""
+    return AsyncAPI(title=events.TITLE, version=API_VERSION, description=events.DESCRIPTION)

@@ -9,7 +9,7 @@ from faststream import FastStream
 from faststream.middlewares import AckPolicy
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
+from vmsched_common import events, topology
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
@@ -39,23 +39,8 @@ def build_app(settings: Settings) -> SchedulerApp:
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     fleet = FleetCache(snapshot, full_refresh_every=settings.snapshot_full_refresh, min_refresh_interval=0.02)
 
-    assigned = broker.publisher(
-        exchange=topology.EXCHANGE,
-        routing_key=topology.VM_ASSIGNED,
-        persist=True,
-        schema=VmAssigned,
-        title="vm.assigned",
-        description="A VM was placed on a host; PostgreSQL already records it. message_id is "
-        "'<vm_id>:assigned:<attempt>': a repeat of that id is the same event.",
-    )
-    unschedulable = broker.publisher(
-        exchange=topology.EXCHANGE,
-        routing_key=topology.VM_UNSCHEDULABLE,
-        persist=True,
-        schema=VmUnschedulable,
-        title="vm.unschedulable",
-        description="No host can take the VM; rejections counts hosts by the first filter that refused them.",
-    )
+    assigned = events.vm_assigned(broker)
+    unschedulable = events.vm_unschedulable(broker)
 
     async def publish_assigned(event: VmAssigned) -> None:
         await assigned.publish(event, message_id=assigned_message_id(event.vm_id, event.attempt))
@@ -89,5 +74,5 @@ def build_app(settings: Settings) -> SchedulerApp:
         log.info("scheduler ready", hosts=report.hosts, restored_claims=report.restored_claims)
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
 
-    app = consumer_app(broker, on_ready=on_ready, closers=[redis.aclose, engine.dispose], logger=log)
+    app = consumer_app(broker, on_ready=on_ready, closers=[redis.aclose, engine.dispose], logger=log, settings=settings)
     return SchedulerApp(app=app, broker=broker)

@@ -6,12 +6,14 @@ import asyncio
 
 from vmsched_common.logs import configure_logging
 from vmsched_common.settings import load_settings
+from vmsched_common.telemetry import setup_tracing
 from vmsched_scheduler.app import build_app
 
 
 def main() -> None:
     settings = load_settings("vmsched-scheduler")
     configure_logging("scheduler", settings.log_level, settings.log_format)
+    setup_tracing("scheduler", settings)
     asyncio.run(build_app(settings).app.run())
 
 

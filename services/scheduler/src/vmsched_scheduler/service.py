@@ -40,11 +40,11 @@ from vmsched_scheduler.placement import (
     HostVerdict,
     PlacementRequest,
     Weights,
-    decide,
     decision_log_lines,
     explain,
 )
 from vmsched_scheduler.store import CommitOutcome, SchedulerStore, VmRecord
+from vmsched_scheduler.tracing import CLAIM_SPAN, COMMIT_SPAN, traced_decide, tracer
 
 log = get_logger("vmsched_scheduler")
 
@@ -96,7 +96,7 @@ class Scheduler:
             )
             context = await self._context(strategy)
             started = time.perf_counter()
-            decision = decide(self.fleet.fleet, request, context)
+            decision = traced_decide(self.fleet.fleet, request, context)
             DECISION_SECONDS.observe(time.perf_counter() - started)
             if decision.host_id is None:
                 await self._refuse_while_snapshot_behind(decision)
@@ -147,7 +147,9 @@ class Scheduler:
             if len(self.fleet.fleet) <= DETAILED_FLEET_LIMIT
             else []
         )
-        claim = await self.snapshot.claim(message.vm_id, host_id, message.resources, time.time())
+        with tracer.start_as_current_span(CLAIM_SPAN, attributes={"vmsched.host": host_id}) as span:
+            claim = await self.snapshot.claim(message.vm_id, host_id, message.resources, time.time())
+            span.set_attribute("vmsched.claim.outcome", claim.outcome)
         if not claim.holds:
             CLAIM_CONFLICTS.labels("redis").inc()
             log.info(
@@ -165,9 +167,11 @@ class Scheduler:
             self.fleet.fleet.allocate(host_id, demand_of(message.resources))
         record = placement_record(strategy, decision, host_id)
         record["hosts"] = details
-        result = await self.store.commit_placement(
-            message.vm_id, message.attempt, host_id, message.resources, strategy, record
-        )
+        with tracer.start_as_current_span(COMMIT_SPAN, attributes={"vmsched.host": host_id}) as span:
+            result = await self.store.commit_placement(
+                message.vm_id, message.attempt, host_id, message.resources, strategy, record
+            )
+            span.set_attribute("vmsched.commit.outcome", result.outcome.value)
         if result.outcome is CommitOutcome.PLACED:
             assert result.scheduled_at is not None
             assert result.created_at is not None

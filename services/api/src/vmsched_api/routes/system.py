@@ -9,9 +9,15 @@ from fastapi import APIRouter, HTTPException, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vmsched_api.deps import ServicesDep
+from vmsched_api.fleet_metrics import refresh_fleet_gauges
 from vmsched_api.schemas import SchedulerSettings, SchedulerSettingsView
+from vmsched_common.logs import get_logger
 
 router = APIRouter(tags=["system"])
+log = get_logger(__name__)
+
+# Seconds a scrape waits for the fleet's numbers before answering with the last ones.
+FLEET_QUERY_TIMEOUT = 2.0
 
 
 @router.get("/healthz")
@@ -41,7 +47,12 @@ async def readyz(services: ServicesDep, response: Response) -> dict[str, str]:
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus: this process's metrics and the fleet's (hosts, capacity, allocation)."""
+    try:
+        await asyncio.wait_for(refresh_fleet_gauges(services.engine), timeout=FLEET_QUERY_TIMEOUT)
+    except Exception as error:  # a scrape still answers, with the last fleet values, while PostgreSQL is away
+        log.warning("fleet gauges not refreshed", error=repr(error))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -1,0 +1,55 @@
+"""The fleet gauges (hosts by status, capacity and allocation per resource), read from PostgreSQL
+when /metrics is scraped: the truth, as fresh as the scrape, and no work between scrapes.
+
+A host counts once: ``offline`` when it is, else ``paused`` when an operator paused scheduling on
+it, else its reported status (``online`` or ``draining``). Capacity and allocation sum the hosts
+that are not offline (an offline host's VMs are failed and its capacity gone). Capacity is the
+hardware's, before any overcommit ratio.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.messages import HostStatus
+from vmsched_common.metrics import HOSTS, RESOURCE_ALLOCATED, RESOURCE_CAPACITY
+
+PAUSED = "paused"
+STATUSES = (HostStatus.ONLINE.value, HostStatus.DRAINING.value, HostStatus.OFFLINE.value, PAUSED)
+RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
+
+_FLEET = text(
+    """
+    SELECT CASE WHEN status = 'offline' THEN 'offline'
+                WHEN scheduling_paused THEN 'paused'
+                ELSE status END AS shown,
+           count(*) AS hosts,
+           coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
+           coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu,
+           coalesce(sum(alloc_cpu), 0) AS alloc_cpu, coalesce(sum(alloc_memory_mb), 0) AS alloc_memory_mb,
+           coalesce(sum(alloc_disk_gb), 0) AS alloc_disk_gb, coalesce(sum(alloc_gpu), 0) AS alloc_gpu
+      FROM hosts
+     GROUP BY shown
+    """
+)
+
+
+async def refresh_fleet_gauges(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        rows = (await connection.execute(_FLEET)).mappings().all()
+    hosts = dict.fromkeys(STATUSES, 0)
+    capacity = dict.fromkeys(RESOURCES, 0)
+    allocated = dict.fromkeys(RESOURCES, 0)
+    for row in rows:
+        hosts[row["shown"]] = hosts.get(row["shown"], 0) + int(row["hosts"])
+        if row["shown"] == HostStatus.OFFLINE.value:
+            continue
+        for resource in RESOURCES:
+            capacity[resource] += int(row[resource])
+            allocated[resource] += int(row[f"alloc_{resource}"])
+    for status, count in hosts.items():
+        HOSTS.labels(status).set(count)
+    for resource in RESOURCES:
+        RESOURCE_CAPACITY.labels(resource).set(capacity[resource])
+        RESOURCE_ALLOCATED.labels(resource).set(allocated[resource])

@@ -16,11 +16,17 @@ if ! answers 6379; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
 fi
 if ! answers 5672; then
-  echo "starting RabbitMQ"
-  rabbitmq-server -detached
-  rabbitmqctl await_startup --timeout 120 >/dev/null
+  if timeout 20 rabbitmqctl -q ping >/dev/null 2>&1; then
+    # The node runs but its app was stopped (rabbitmqctl stop_app, as the broker fault test does).
+    echo "starting RabbitMQ's app"
+    timeout 180 rabbitmqctl -q start_app
+  else
+    echo "starting RabbitMQ"
+    rabbitmq-server -detached
+  fi
 fi
 for port in 5432 6379 5672; do
-  for _ in $(seq 1 60); do answers "$port" && break; sleep 1; done
+  # RabbitMQ takes a while to boot (await_startup fails until the node has registered, so poll).
+  for _ in $(seq 1 120); do answers "$port" && break; sleep 1; done
   answers "$port" || { echo "server on port $port does not answer" >&2; exit 1; }
 done

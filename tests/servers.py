@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -33,6 +33,8 @@ class Servers:
     redis_key_prefix: str
     run_id: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Runs ``rabbitmqctl <args>`` against this run's broker (the local node or the container's).
+    rabbitmqctl: Callable[..., str] = field(default=lambda *args: _rabbitmqctl(*args), repr=False)
 
     def env(self, **overrides: str) -> dict[str, str]:
         """Environment for a vmsched process (or Settings) that talks to these servers."""
@@ -84,11 +86,19 @@ def _containers(run_id: str) -> Iterator[Servers]:
     ):
         amqp = f"amqp://guest:guest@{rabbit.get_container_host_ip()}:{rabbit.get_exposed_port(5672)}/"
         rurl = f"redis://{cache.get_container_host_ip()}:{cache.get_exposed_port(6379)}/0"
-        yield Servers(amqp, rurl, pg.get_connection_url(), f"vmsched-test-{run_id}", run_id)
+
+        def in_container(*args: str) -> str:
+            code, output = rabbit.exec(["rabbitmqctl", "-q", *args])
+            if code != 0:
+                raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {output!r}")
+            return bytes(output).decode()
+
+        yield Servers(amqp, rurl, pg.get_connection_url(), f"vmsched-test-{run_id}", run_id, rabbitmqctl=in_container)
 
 
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+def _rabbitmqctl(*args: str) -> str:
+    done = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=120, text=True)
+    return done.stdout
 
 
 @contextlib.contextmanager

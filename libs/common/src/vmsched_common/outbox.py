@@ -37,15 +37,16 @@ VM_COLUMNS = "id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, gpu, lab
 _MARK_PUBLISHED = text(
     """
     UPDATE vms SET published_at = now()
-     WHERE id = ANY(CAST(:ids AS uuid[])) AND published_at IS NULL AND status IN ('pending', 'deleting')
+     WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('pending', 'deleting')
     """
 )
 _UNPUBLISHED = text(
     f"""
     SELECT {VM_COLUMNS} FROM vms
-     WHERE published_at IS NULL AND status IN ('pending', 'deleting')
-       AND updated_at < now() - make_interval(secs => :age)
-     ORDER BY updated_at LIMIT :limit
+     WHERE status IN ('pending', 'deleting')
+       AND ((published_at IS NULL AND updated_at < now() - make_interval(secs => :age))
+            OR published_at < now() - make_interval(secs => :stale))
+     ORDER BY coalesce(published_at, updated_at) LIMIT :limit
     """
 )
 
@@ -141,13 +142,15 @@ async def publish_rows(broker: RabbitBroker, engine: AsyncEngine, rows: Sequence
 
 
 async def republish_unpublished(
-    broker: RabbitBroker, engine: AsyncEngine, *, older_than: float, limit: int = 500
+    broker: RabbitBroker, engine: AsyncEngine, *, older_than: float, stale_after: float, limit: int = 500
 ) -> int:
-    """One sweep: publish rows whose message was never confirmed. Returns how many."""
+    """One sweep: publish rows whose message was never confirmed (older than ``older_than``), or was
+    confirmed ``stale_after`` seconds ago and still not acted on. Returns how many."""
+    params = {"age": older_than, "stale": stale_after, "limit": limit}
     async with engine.connect() as connection:
-        rows = (await connection.execute(_UNPUBLISHED, {"age": older_than, "limit": limit})).all()
+        rows = (await connection.execute(_UNPUBLISHED, params)).all()
     vms = [VmRow.from_row(row) for row in rows]
     if vms:
-        log.warning("publishing messages left unpublished", count=len(vms))
+        log.warning("publishing messages left unpublished or unanswered", count=len(vms))
         await publish_rows(broker, engine, vms)
     return len(vms)

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     # How long a VM may stay unpublished (its vm.create not confirmed by the broker) before a sweeper
     # publishes it again; also the sweep period.
     republish_after: PositiveSeconds = 5.0
+    # How long a published VM may stay pending (or deleting) before its message is sent again: the
+    # message may have been dead-lettered by the delivery limit after broker restarts. A repeat is
+    # harmless (every consumer is idempotent), so this only needs to exceed a normal queue wait.
+    resend_stale_after: PositiveSeconds = 120.0
     # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read.
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
     snapshot_full_refresh: PositiveSeconds = 30.0

@@ -44,7 +44,9 @@ async def sweep_unpublished(services: Services) -> None:
     while True:
         await asyncio.sleep(period)
         try:
-            await republish_unpublished(services.broker, services.engine, older_than=period)
+            await republish_unpublished(
+                services.broker, services.engine, older_than=period, stale_after=services.settings.resend_stale_after
+            )
         except asyncio.CancelledError:
             raise
         except Exception as error:  # next period retries

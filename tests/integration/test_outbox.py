@@ -1,0 +1,106 @@
+"""The API's outbox sweeper on the real servers: a VM whose message was never confirmed, or was
+confirmed long ago and never acted on (dead-lettered after broker restarts), is published again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+from sqlalchemy import text
+
+from tests.integration.waiting import eventually
+from tests.servers import Servers
+from vmsched_common import topology
+from vmsched_common.amqp import declare_topology, make_broker
+from vmsched_common.db.engine import create_engine
+from vmsched_common.outbox import republish_unpublished
+from vmsched_common.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def vm_create_messages(servers: Servers) -> AsyncIterator[list[str]]:
+    """The vm_id of every ``vm.create`` published while the test runs."""
+    seen: list[str] = []
+    connection = await aio_pika.connect(servers.amqp_url)
+    channel = await connection.channel()
+    exchange = await channel.declare_exchange(topology.EXCHANGE.name, aio_pika.ExchangeType.TOPIC, durable=True)
+    queue = await channel.declare_queue(exclusive=True)
+    await queue.bind(exchange, routing_key=topology.VM_CREATE)
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        async with message.process():
+            seen.append(json.loads(message.body)["vm_id"])
+
+    await queue.consume(on_message)
+    try:
+        yield seen
+    finally:
+        await connection.close()
+
+
+async def _insert(settings: Settings, vm_id: uuid.UUID, published_ago: float | None, updated_ago: float) -> None:
+    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    """
+                    INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, updated_at, published_at)
+                    VALUES (:id, 'outbox', 'pending', 1, 512, 5, now() - make_interval(secs => :updated),
+                            CASE WHEN CAST(:published AS float8) IS NULL THEN NULL
+                                 ELSE now() - make_interval(secs => CAST(:published AS float8)) END)
+                    """
+                ),
+                {"id": vm_id, "updated": updated_ago, "published": published_ago},
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_not(
+    migrated: Servers, settings: Settings, vm_create_messages: list[str]
+) -> None:
+    never_confirmed, stale, fresh = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await _insert(settings, never_confirmed, published_ago=None, updated_ago=60)
+    await _insert(settings, stale, published_ago=600, updated_ago=600)
+    await _insert(settings, fresh, published_ago=1, updated_ago=1)
+
+    broker = make_broker(settings)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=2)
+    try:
+        await broker.connect()
+        await declare_topology(broker)
+        await republish_unpublished(broker, engine, older_than=5, stale_after=120, limit=10_000)
+        async with engine.connect() as connection:
+            ages = dict(
+                (
+                    await connection.execute(
+                        text(
+                            "SELECT id, extract(epoch FROM now() - published_at) FROM vms "
+                            "WHERE id = ANY(CAST(:ids AS uuid[]))"
+                        ),
+                        {"ids": [str(never_confirmed), str(stale), str(fresh)]},
+                    )
+                ).all()
+            )
+    finally:
+        await broker.stop()
+        await engine.dispose()
+
+    mine = {str(never_confirmed), str(stale), str(fresh)}
+    await eventually(
+        lambda: asyncio.sleep(0, [v for v in vm_create_messages if v in mine]),
+        lambda got: sorted(got) == sorted([str(never_confirmed), str(stale)]),
+        timeout=10,
+        what="one vm.create for each of the unconfirmed and the stale VM",
+    )
+    # Marked as published just now, so the next sweep leaves them alone for RESEND_STALE_AFTER.
+    assert ages[never_confirmed] < 60
+    assert ages[stale] < 60
+    assert ages[fresh] >= 1  # inserted as published 1 s ago, and left alone

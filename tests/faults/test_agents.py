@@ -4,10 +4,12 @@ rejected create is retried on another host, that host excluded, up to MAX_ATTEMP
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -36,6 +38,7 @@ def agents_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         AGENT_OFFLINE_TIMEOUT=str(OFFLINE_TIMEOUT),
         RESTART_DELAY="1",
         MAX_ATTEMPTS="3",
+        RESEND_STALE_AFTER="3",
     ) as stack:
         yield stack
 
@@ -169,3 +172,24 @@ async def test_a_rejected_create_is_retried_elsewhere_until_max_attempts(
         report = await check(servers.asyncpg_dsn, [retried, doomed])
     print(f"agent rejection: 2 VMs -> {report.by_status}, attempts {len(tried)}")
     assert report.problems == []
+
+
+async def test_a_create_command_lost_on_the_way_is_sent_again(api: httpx.AsyncClient, servers: Servers) -> None:
+    async with fleet(servers, api, "resend", 1, {"suite": "resend"}) as simulated:
+        # As if the scheduler committed the VM and its vm.assigned was then dead-lettered: PostgreSQL
+        # says scheduled on resend-0001, and no command ever left.
+        vm_id = uuid.uuid4()
+        conn = await asyncpg.connect(servers.asyncpg_dsn)
+        try:
+            await conn.execute(
+                """INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, scheduled_at, updated_at)
+                   VALUES ($1, 'resend', 'scheduled', 'resend-0001', 1, 512, 5, now(), now() - interval '1 minute')""",
+                vm_id,
+            )
+        finally:
+            await conn.close()
+        await eventually(
+            lambda: vm(api, str(vm_id)), lambda body: body["status"] == "running", timeout=30, what="VM running"
+        )
+        creates = [c for c in simulated.received("resend-0001") if c.vm_id == vm_id]
+        assert [c.action for c in creates] == [CommandAction.CREATE]

@@ -3,7 +3,9 @@
 - hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
   their VMs fail ("agent lost connection"), giving their capacity back;
 - failed VMs with ``restart_policy: on_failure`` go back to pending after RESTART_DELAY, with the
-  host they failed on excluded, and are published for placement again.
+  host they failed on excluded, and are published for placement again;
+- scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
+  (the agent is idempotent on vm_id), in case it was dead-lettered on the way.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import asyncio
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common.logs import get_logger
-from vmsched_common.outbox import publish_rows
+from vmsched_common.messages import AgentCommand, CommandAction
+from vmsched_common.outbox import publish_rows, send_command
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.store import GatewayStore
@@ -33,6 +36,14 @@ async def check_hosts_once(store: GatewayStore, snapshot: Snapshot, broker: Rabb
     if restarted:
         log.info("restarting failed VMs", count=len(restarted), vm_ids=[str(vm.id) for vm in restarted])
         await publish_rows(broker, store.engine, restarted)
+    for vm in await store.touch_stale_scheduled(settings.resend_stale_after):
+        if vm.hypervisor_id is None:
+            continue
+        log.warning("create command unanswered; sending it again", vm_id=str(vm.id), host=vm.hypervisor_id)
+        command = AgentCommand(
+            action=CommandAction.CREATE, vm_id=vm.id, name=vm.name, resources=vm.resources, attempt=vm.attempt
+        )
+        await send_command(broker, vm.hypervisor_id, command)
 
 
 async def check_hosts_forever(

@@ -89,6 +89,18 @@ _FAIL_ON_OFFLINE = text(
     """
 )
 
+# Scheduled VMs no agent has answered for a while: their vm.assigned or command may have been
+# dead-lettered after broker restarts. updated_at is bumped so each is re-sent once per period.
+_TOUCH_STALE_SCHEDULED = text(
+    f"""
+    UPDATE vms SET updated_at = now()
+     WHERE id IN (SELECT id FROM vms
+                   WHERE status = 'scheduled' AND updated_at < now() - make_interval(secs => :stale)
+                   ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+    RETURNING {VM_COLUMNS}
+    """
+)
+
 # Failed VMs whose restart policy says on_failure, once the restart delay has passed.
 _RESTART_FAILED = text(
     f"""
@@ -274,6 +286,12 @@ class GatewayStore:
             hosts = [row.id for row in (await connection.execute(_MARK_OFFLINE, {"timeout": offline_after})).all()]
             lost = (await connection.execute(_FAIL_ON_OFFLINE)).all()
         return hosts, [(row.id, row.hypervisor_id) for row in lost]
+
+    async def touch_stale_scheduled(self, stale_after: float, limit: int = 500) -> list[VmRow]:
+        """Scheduled VMs unanswered for ``stale_after`` seconds, marked so the next call skips them."""
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_TOUCH_STALE_SCHEDULED, {"stale": stale_after, "limit": limit})).all()
+        return [VmRow.from_row(row) for row in rows]
 
     async def restart_failed(self, delay: float) -> list[VmRow]:
         async with self.engine.begin() as connection:

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     amqp_url: AmqpDsn = AmqpDsn("amqp://guest:guest@127.0.0.1:5672/")
     redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
     database_url: PostgresDsn = PostgresDsn("postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
+    # PostgreSQL connections each process keeps (plus half as many in bursts); unset: the
+    # service's own default (API 10, scheduler 8, gateway 6). Mind max_connections across replicas.
+    db_pool_size: Annotated[int, Field(ge=1, le=200)] | None = None
 
     # Prefixes every Redis key, so that several installations (or test runs) can share one Redis.
     redis_key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "vmsched"

@@ -23,7 +23,7 @@ log = get_logger(__name__)
 
 def build_app(settings: Settings) -> FastStream:
     broker = make_broker(settings, prefetch=256)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=6)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     store = GatewayStore(engine, max_attempts=settings.max_attempts)

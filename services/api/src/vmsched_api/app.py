@@ -63,7 +63,7 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         if migrate:
             await upgrade_schema(settings.sqlalchemy_url)
-        engine = create_engine(settings.sqlalchemy_url, pool_size=10)
+        engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 10)
         redis = connect_redis(settings)
         services = Services(
             settings=settings,

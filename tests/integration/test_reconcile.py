@@ -10,41 +10,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import make_url, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.servers import Servers
-from vmsched_common.db.engine import create_engine, ensure_database
-from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import HeartbeatWrite, Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def private_engine(servers: Servers) -> AsyncIterator[AsyncEngine]:
-    url = make_url(servers.database_url)
-    private = url.set(database=f"{url.database}_reconcile")
-    dsn = private.render_as_string(hide_password=False)
-    await ensure_database(dsn)
-    await upgrade_schema(dsn)
-    engine = create_engine(dsn, pool_size=2)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-        admin = await asyncpg.connect(
-            host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
-        )
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')
-        finally:
-            await admin.close()
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The gateway's periodic duties (seed 002, Orchard's health checks):
 
 - hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
-  their VMs fail ("agent lost connection"), giving their capacity back;
+  their VMs fail ("agent lost connection"), giving their capacity back; unless no agent at all is
+  heard from, which says more about the gateway's own connectivity than about the hosts;
 - failed VMs with ``restart_policy: on_failure`` go back to pending after RESTART_DELAY, with the
   host they failed on excluded, and are published for placement again;
 - scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 
 from faststream.rabbit import RabbitBroker
 
@@ -24,12 +27,44 @@ from vmsched_gateway.store import GatewayStore
 log = get_logger(__name__)
 
 
-async def check_hosts_once(store: GatewayStore, snapshot: Snapshot, broker: RabbitBroker, settings: Settings) -> None:
-    offline, lost = await store.mark_offline_hosts(settings.agent_offline_timeout)
-    for host_id in offline:
+@dataclass
+class FailureGrace:
+    """When this gateway may fail the VMs of silent hosts.
+
+    Not in the first timeout after it starts, nor in the first timeout after a spell in which no
+    agent at all was heard from: either way it has not been listening long enough to tell a dead
+    agent from one whose heartbeats could not reach it (Nomad resets its heartbeat timers after a
+    leader election for the same reason). Without this, the first agent back after a broker outage
+    would end the cut-off and every agent still reconnecting would lose its VMs.
+    """
+
+    timeout: float
+    until: float
+
+    @classmethod
+    def starting(cls, now: float, timeout: float) -> FailureGrace:
+        return cls(timeout=timeout, until=now + timeout)
+
+    def allows_failing(self, now: float) -> bool:
+        return now >= self.until
+
+    def cut_off(self, now: float) -> None:
+        self.until = now + self.timeout
+
+
+async def check_hosts_once(
+    store: GatewayStore, snapshot: Snapshot, broker: RabbitBroker, settings: Settings, grace: FailureGrace
+) -> None:
+    now = time.monotonic()
+    check = await store.mark_offline_hosts(settings.agent_offline_timeout, fail_vms=grace.allows_failing(now))
+    for host_id in check.offline:
         log.warning("host offline: no heartbeat", host=host_id, timeout=settings.agent_offline_timeout)
         await snapshot.set_host_fields(host_id, {"status": "offline"})
-    for vm_id, host_id in lost:
+    if check.cut_off:
+        if grace.allows_failing(now):
+            log.error("no agent heard from at all: assuming this gateway is cut off; VMs are not failed")
+        grace.cut_off(now)
+    for vm_id, host_id in check.lost:
         log.warning("VM failed: agent lost connection", vm_id=str(vm_id), host=host_id)
         await snapshot.release(vm_id)
     restarted = await store.restart_failed(settings.restart_delay)
@@ -49,9 +84,10 @@ async def check_hosts_once(store: GatewayStore, snapshot: Snapshot, broker: Rabb
 async def check_hosts_forever(
     store: GatewayStore, snapshot: Snapshot, broker: RabbitBroker, settings: Settings, interval: float = 1.0
 ) -> None:
+    grace = FailureGrace.starting(time.monotonic(), settings.agent_offline_timeout)
     while True:
         try:
-            await check_hosts_once(store, snapshot, broker, settings)
+            await check_hosts_once(store, snapshot, broker, settings, grace)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a server hiccup must not end the duty; the next round retries

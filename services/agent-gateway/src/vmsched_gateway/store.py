@@ -57,6 +57,14 @@ _MARK_OFFLINE = text(
     """
 )
 
+# Whether any agent at all was heard from within the timeout. When none was, the likelier story is
+# that this gateway is cut off (a broker outage, a database stall), not that every host died at once:
+# like Kubernetes' node controller in "full disruption", hosts are marked offline but their VMs are
+# not failed until at least one agent is heard from again.
+_ANY_HOST_HEARD = text(
+    "SELECT EXISTS (SELECT 1 FROM hosts WHERE last_heartbeat >= now() - make_interval(secs => :timeout))"
+)
+
 # VMs on hosts that went offline: failed (agent lost connection), their capacity given back.
 _FAIL_ON_OFFLINE = text(
     """
@@ -115,6 +123,13 @@ _RESTART_FAILED = text(
     RETURNING {VM_COLUMNS}
     """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineCheck:
+    offline: list[str]  # hosts that went offline in this check
+    lost: list[tuple[UUID, str]]  # (vm, host) failed because their host is offline
+    cut_off: bool  # no agent heard from at all: VMs were left alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,12 +295,18 @@ class GatewayStore:
             )
         return StatusChange(vm=vm, released_from=agent_id, republish=False)
 
-    async def mark_offline_hosts(self, offline_after: float) -> tuple[list[str], list[tuple[UUID, str]]]:
-        """Hosts silent for ``offline_after`` seconds become offline; their VMs fail. Returns (hosts, (vm, host))."""
+    async def mark_offline_hosts(self, offline_after: float, *, fail_vms: bool = True) -> OfflineCheck:
+        """Hosts silent for ``offline_after`` seconds become offline; with ``fail_vms``, the VMs of
+        offline hosts fail, unless no agent at all has been heard from (see ``_ANY_HOST_HEARD``)."""
+        params = {"timeout": offline_after}
         async with self.engine.begin() as connection:
-            hosts = [row.id for row in (await connection.execute(_MARK_OFFLINE, {"timeout": offline_after})).all()]
+            hosts = [row.id for row in (await connection.execute(_MARK_OFFLINE, params)).all()]
+            if not await connection.scalar(_ANY_HOST_HEARD, params):
+                return OfflineCheck(offline=hosts, lost=[], cut_off=True)
+            if not fail_vms:
+                return OfflineCheck(offline=hosts, lost=[], cut_off=False)
             lost = (await connection.execute(_FAIL_ON_OFFLINE)).all()
-        return hosts, [(row.id, row.hypervisor_id) for row in lost]
+        return OfflineCheck(offline=hosts, lost=[(row.id, row.hypervisor_id) for row in lost], cut_off=False)
 
     async def touch_stale_scheduled(self, stale_after: float, limit: int = 500) -> list[VmRow]:
         """Scheduled VMs unanswered for ``stale_after`` seconds, marked so the next call skips them."""

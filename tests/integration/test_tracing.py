@@ -27,7 +27,7 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_api.app import build_app as build_api
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Settings
-from vmsched_common.telemetry import instrument_libraries, uninstrument_libraries
+from vmsched_common.telemetry import build_tracer_provider, export_to, instrument_libraries, uninstrument_libraries
 from vmsched_gateway.app import build_app as build_gateway
 from vmsched_scheduler.app import build_app as build_scheduler
 from vmsched_scheduler.tracing import CLAIM_SPAN, COMMIT_SPAN, DECISION_SPAN
@@ -58,10 +58,10 @@ def in_memory_spans() -> Iterator[InMemorySpanExporter]:
     only once), so one set by an earlier test is reused."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
+        provider = build_tracer_provider("tests", Settings())
         trace.set_tracer_provider(provider)
     exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    export_to(provider, SimpleSpanProcessor(exporter))
     instrument_libraries(provider)
     try:
         yield exporter

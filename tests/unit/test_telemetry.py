@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
 from vmsched_common.settings import Settings
-from vmsched_common.telemetry import build_tracer_provider, chosen_exporters
+from vmsched_common.telemetry import build_tracer_provider, chosen_exporters, export_to
 
 
 @pytest.mark.parametrize(
@@ -45,3 +47,21 @@ def test_the_service_name_defaults_per_service_and_otel_service_name_overrides_i
     assert build_tracer_provider("scheduler", Settings()).resource.attributes["service.name"] == "vmsched-scheduler"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "placement-eu1")
     assert build_tracer_provider("scheduler", Settings()).resource.attributes["service.name"] == "placement-eu1"
+
+
+def test_spans_are_recorded_only_once_an_exporter_is_attached_but_always_carry_a_trace_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER"):
+        monkeypatch.delenv(name, raising=False)
+    provider = build_tracer_provider("api", Settings())
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("unexported") as span, tracer.start_as_current_span("child") as child:
+        assert not span.is_recording()
+        assert span.get_span_context().is_valid
+        assert child.get_span_context().trace_id == span.get_span_context().trace_id
+    exporter = InMemorySpanExporter()
+    export_to(provider, SimpleSpanProcessor(exporter))
+    with tracer.start_as_current_span("exported") as span:
+        assert span.is_recording()
+    assert [s.name for s in exporter.get_finished_spans()] == ["exported"]

@@ -20,7 +20,7 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import CommandAction, Resources
+from vmsched_common.messages import AgentCommand, CommandAction, Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -193,3 +193,32 @@ async def test_a_create_command_lost_on_the_way_is_sent_again(api: httpx.AsyncCl
         )
         creates = [c for c in simulated.received("resend-0001") if c.vm_id == vm_id]
         assert [c.action for c in creates] == [CommandAction.CREATE]
+
+
+async def test_a_failed_delete_keeps_the_vm_deleting_and_is_sent_again(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    async with fleet(servers, api, "undel", 1, {"suite": "undelete"}) as simulated:
+        vm_id = await create(api, "undelete", {"suite": "undelete"})
+        await eventually(lambda: vm(api, vm_id), lambda b: b["status"] == "running", timeout=30, what="running")
+        hypervisor = simulated.hypervisors["undel-0001"]
+        real_delete = hypervisor.delete_vm
+
+        async def refuse_once(command: AgentCommand) -> None:
+            hypervisor.delete_vm = real_delete  # type: ignore[method-assign]
+            raise RuntimeError("disk busy")
+
+        hypervisor.delete_vm = refuse_once  # type: ignore[method-assign]
+        assert (await api.delete(f"/v1/vms/{vm_id}")).status_code == 202
+        body = await eventually(
+            lambda: vm(api, vm_id),
+            lambda b: "delete failed" in (b["status_reason"] or ""),
+            timeout=30,
+            what="the failed delete recorded",
+        )
+        assert body["status"] == "deleting"
+        await eventually(lambda: vm(api, vm_id), lambda b: b["status"] == "deleted", timeout=30, what="deleted")
+        deletes = [c for c in simulated.received("undel-0001") if c.action is CommandAction.DELETE]
+        assert len(deletes) == 2
+        host = (await api.get("/v1/hosts/undel-0001")).json()
+        assert (host["vm_count"], host["allocated"]["cpu"]) == (0, 0)

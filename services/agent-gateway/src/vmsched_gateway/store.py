@@ -212,6 +212,15 @@ class GatewayStore:
         """The agent could not create (or lost) the VM: retry elsewhere, restart later, or fail it."""
         async with self.engine.begin() as connection:
             row = (await connection.execute(_LOCK_VM, {"vm_id": vm_id})).first()
+            if row is not None and row.hypervisor_id == agent_id and row.status == "deleting":
+                # The VM still holds its host; it stays deleting, and the API's sweeper sends the
+                # delete again after RESEND_STALE_AFTER. The reason tells the user why it lingers.
+                reason = f"delete failed on {agent_id}: {message}; it will be sent again"
+                await connection.execute(
+                    text("UPDATE vms SET status_reason = :reason, updated_at = now() WHERE id = :vm_id"),
+                    {"vm_id": vm_id, "reason": reason},
+                )
+                return None
             if row is None or row.hypervisor_id != agent_id or row.status not in ("scheduled", "running"):
                 return None
             vm = VmRow.from_row(row)

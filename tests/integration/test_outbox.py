@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import aio_pika
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_common import topology
 from vmsched_common.amqp import declare_topology, make_broker
-from vmsched_common.db.engine import create_engine
 from vmsched_common.outbox import republish_unpublished
 from vmsched_common.settings import Settings
 
@@ -44,35 +44,32 @@ async def vm_create_messages(servers: Servers) -> AsyncIterator[list[str]]:
         await connection.close()
 
 
-async def _insert(settings: Settings, vm_id: uuid.UUID, published_ago: float | None, updated_ago: float) -> None:
-    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
-    try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                text(
-                    """
-                    INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, updated_at, published_at)
-                    VALUES (:id, 'outbox', 'pending', 1, 512, 5, now() - make_interval(secs => :updated),
-                            CASE WHEN CAST(:published AS float8) IS NULL THEN NULL
-                                 ELSE now() - make_interval(secs => CAST(:published AS float8)) END)
-                    """
-                ),
-                {"id": vm_id, "updated": updated_ago, "published": published_ago},
-            )
-    finally:
-        await engine.dispose()
+async def _insert(engine: AsyncEngine, vm_id: uuid.UUID, published_ago: float | None, updated_ago: float) -> None:
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                """
+                INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, updated_at, published_at)
+                VALUES (:id, 'outbox', 'pending', 1, 512, 5, now() - make_interval(secs => :updated),
+                        CASE WHEN CAST(:published AS float8) IS NULL THEN NULL
+                             ELSE now() - make_interval(secs => CAST(:published AS float8)) END)
+                """
+            ),
+            {"id": vm_id, "updated": updated_ago, "published": published_ago},
+        )
 
 
 async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_not(
-    migrated: Servers, settings: Settings, vm_create_messages: list[str]
+    private_engine: AsyncEngine, settings: Settings, vm_create_messages: list[str]
 ) -> None:
+    # A database of its own: the session stack's scheduler would otherwise act on these rows.
+    engine = private_engine
     never_confirmed, stale, fresh = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await _insert(settings, never_confirmed, published_ago=None, updated_ago=60)
-    await _insert(settings, stale, published_ago=600, updated_ago=600)
-    await _insert(settings, fresh, published_ago=1, updated_ago=1)
+    await _insert(engine, never_confirmed, published_ago=None, updated_ago=60)
+    await _insert(engine, stale, published_ago=600, updated_ago=600)
+    await _insert(engine, fresh, published_ago=1, updated_ago=1)
 
     broker = make_broker(settings)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=2)
     try:
         await broker.connect()
         await declare_topology(broker)
@@ -91,7 +88,6 @@ async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_
             )
     finally:
         await broker.stop()
-        await engine.dispose()
 
     mine = {str(never_confirmed), str(stale), str(fresh)}
     await eventually(

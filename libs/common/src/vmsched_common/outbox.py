@@ -9,6 +9,7 @@ message sent twice does no harm; a message never sent would leave the VM pending
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,15 +128,20 @@ async def send_command(broker: RabbitBroker, host_id: str, command: AgentCommand
     )
 
 
+async def _publish_row(broker: RabbitBroker, vm: VmRow) -> None:
+    if vm.status == "pending":
+        await publish_vm_create(broker, vm)
+    elif vm.status == "deleting":
+        await publish_delete_command(broker, vm)
+
+
 async def publish_rows(broker: RabbitBroker, engine: AsyncEngine, rows: Sequence[VmRow]) -> None:
-    """Publish each row's message with confirms, then record them all as published."""
-    done: list[str] = []
-    for vm in rows:
-        if vm.status == "pending":
-            await publish_vm_create(broker, vm)
-        elif vm.status == "deleting":
-            await publish_delete_command(broker, vm)
-        done.append(str(vm.id))
+    """Publish each row's message with confirms, then record them all as published.
+
+    All at once: the broker confirms a stream of messages about as fast as one, so a batch of 1,000
+    costs one wait instead of 1,000. If one fails, none is marked; the sweeper sends them again."""
+    await asyncio.gather(*(_publish_row(broker, vm) for vm in rows))
+    done = [str(vm.id) for vm in rows]
     if done:
         async with engine.begin() as connection:
             await connection.execute(_MARK_PUBLISHED, {"ids": done})

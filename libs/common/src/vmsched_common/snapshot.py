@@ -209,6 +209,27 @@ class Snapshot:
         )
         return ClaimResult(outcome=outcome, detail=detail)
 
+    async def claim_many(self, claims: Sequence[tuple[UUID, str, Resources]], now: float) -> list[ClaimResult]:
+        """:meth:`claim` for each (vm id, host id, resources), in one pipelined round trip. Each claim
+        is still its own atomic script, run in order: a later one sees what an earlier one took."""
+        if not claims:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for vm_id, host_id, resources in claims:
+                await self._claim(
+                    keys=[
+                        self.host_key(host_id),
+                        self.claim_key(vm_id),
+                        self.host_vms_key(host_id),
+                        self.changed_key,
+                        self.seq_key,
+                    ],
+                    args=[str(vm_id), host_id, *_resource_args(resources), repr(now)],
+                    client=pipe,
+                )
+            replies: list[list[str]] = await pipe.execute()
+        return [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies]  # type: ignore[arg-type]
+
     async def release(self, vm_id: UUID) -> str | None:
         """Free the VM's claim; the host it was on, or None when there was none."""
         host: str | None = await self._release(

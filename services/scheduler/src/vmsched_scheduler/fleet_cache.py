@@ -7,6 +7,7 @@ scored by a global change number) lets each refresh read only the hosts touched 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
@@ -73,6 +74,17 @@ class FleetCache:
         self._seq = seq
         self._last_full = self._last_refresh = time.monotonic()
         log.debug("snapshot reloaded", hosts=len(records), seq=seq)
+
+    async def reread_many(self, host_ids: Iterable[str]) -> None:
+        """:meth:`reread` for several hosts, in one round trip."""
+        wanted = sorted(set(host_ids))
+        if not wanted:
+            return
+        for host_id, record in (await self.snapshot.read_hosts(wanted)).items():
+            if record is None:
+                self.fleet.remove(host_id)
+            else:
+                self.fleet.upsert(to_host_state(record))
 
     async def reread(self, host_id: str) -> None:
         """Re-read one host whose cached state proved stale (a claim refused it)."""

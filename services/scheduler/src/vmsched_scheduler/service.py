@@ -60,6 +60,15 @@ PublishAssigned = Callable[[VmAssigned], Awaitable[None]]
 PublishUnschedulable = Callable[[VmUnschedulable], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementCost:
+    """Kept in the decision record, for operators and the benchmark: how long the decision that
+    placed the VM took, and how many claims were refused before one held."""
+
+    decision_seconds: float
+    claim_conflicts: int
+
+
 @dataclass
 class Scheduler:
     settings: Settings
@@ -84,6 +93,7 @@ class Scheduler:
         log.info(f"Scheduling VM '{message.name}' using {strategy.value} strategy", strategy=strategy.value)
         excluded = set(message.exclude_hosts)
         decision: Decision | None = None
+        conflicts = 0
         for _ in range(MAX_ROUNDS):
             await self.fleet.refresh()
             request = PlacementRequest(
@@ -97,14 +107,17 @@ class Scheduler:
             context = await self._context(strategy)
             started = time.perf_counter()
             decision = traced_decide(self.fleet.fleet, request, context)
-            DECISION_SECONDS.observe(time.perf_counter() - started)
+            decision_seconds = time.perf_counter() - started
+            DECISION_SECONDS.observe(decision_seconds)
             if decision.host_id is None:
                 await self._refuse_while_snapshot_behind(decision)
                 await self._unschedulable(message, strategy, request, context, decision)
                 return
             for host_id in decision.ranked:
-                if await self._try_host(message, strategy, host_id, decision, request, context):
+                timing = PlacementCost(decision_seconds, conflicts)
+                if await self._try_host(message, strategy, host_id, decision, request, context, timing):
                     return
+                conflicts += 1
                 excluded.add(host_id)
         # Every candidate refused the claim, round after round: the snapshot keeps lying. Give the
         # message back; it is redelivered (bounded by the queue's delivery limit).
@@ -139,6 +152,7 @@ class Scheduler:
         decision: Decision,
         request: PlacementRequest,
         context: DecisionContext,
+        cost: PlacementCost,
     ) -> bool:
         """True when the VM is settled (placed here, or found already handled); False: next host."""
         # Explained before the claim changes this process's view of the chosen host.
@@ -167,6 +181,8 @@ class Scheduler:
             self.fleet.fleet.allocate(host_id, demand_of(message.resources))
         record = placement_record(strategy, decision, host_id)
         record["hosts"] = details
+        record["decision_us"] = round(cost.decision_seconds * 1e6, 1)
+        record["claim_conflicts"] = cost.claim_conflicts
         with tracer.start_as_current_span(COMMIT_SPAN, attributes={"vmsched.host": host_id}) as span:
             result = await self.store.commit_placement(
                 message.vm_id, message.attempt, host_id, message.resources, strategy, record

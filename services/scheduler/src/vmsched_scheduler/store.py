@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,6 +48,50 @@ _COMMIT_PLACEMENT = text(
     """
 )
 
+# A batch of placements in one statement. The hosts are locked first, in id order, so that two
+# replicas committing batches that share hosts queue on each other instead of deadlocking.
+_LOCK_HOSTS = text("SELECT id FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
+# Only VMs still pending at their attempt move; each host then grows by the sum of what moved onto
+# it, under the same guard as one placement. ``hosts_ok < hosts_needed``: some host refused, and the
+# caller rolls the whole batch back (the VMs are then placed one by one, which finds the culprit).
+_COMMIT_PLACEMENTS = text(
+    """
+    WITH input AS (
+        SELECT * FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:attempts AS int[]), CAST(:hosts AS text[]),
+                             CAST(:strategies AS text[]), CAST(:placements AS text[]), CAST(:cpu AS int[]),
+                             CAST(:memory_mb AS bigint[]), CAST(:disk_gb AS bigint[]), CAST(:gpu AS int[]))
+               AS i(vm_id, attempt, host_id, strategy, placement, cpu, memory_mb, disk_gb, gpu)
+    ), vm AS (
+        UPDATE vms v
+           SET status = 'scheduled', hypervisor_id = i.host_id, strategy = i.strategy, scheduled_at = now(),
+               updated_at = now(), status_reason = NULL, placement = CAST(i.placement AS jsonb)
+          FROM input i
+         WHERE v.id = i.vm_id AND v.status = 'pending' AND v.attempt = i.attempt
+     RETURNING v.id, v.created_at, v.scheduled_at, i.host_id, i.cpu, i.memory_mb, i.disk_gb, i.gpu
+    ), need AS (
+        SELECT host_id, sum(cpu) AS cpu, sum(memory_mb) AS memory_mb, sum(disk_gb) AS disk_gb,
+               sum(gpu) AS gpu, count(*) AS vms
+          FROM vm GROUP BY host_id
+    ), host AS (
+        UPDATE hosts h
+           SET alloc_cpu = h.alloc_cpu + n.cpu, alloc_memory_mb = h.alloc_memory_mb + n.memory_mb,
+               alloc_disk_gb = h.alloc_disk_gb + n.disk_gb, alloc_gpu = h.alloc_gpu + n.gpu,
+               vm_count = h.vm_count + n.vms
+          FROM need n
+         WHERE h.id = n.host_id
+           AND h.status = 'online' AND NOT h.scheduling_paused
+           AND h.alloc_cpu + n.cpu <= floor(h.cpu * h.cpu_ratio + 1e-9)
+           AND h.alloc_memory_mb + n.memory_mb <= floor(h.memory_mb * h.memory_ratio + 1e-9)
+           AND h.alloc_disk_gb + n.disk_gb <= h.disk_gb
+           AND h.alloc_gpu + n.gpu <= h.gpu
+     RETURNING h.id
+    )
+    SELECT vm.id, vm.created_at, vm.scheduled_at,
+           (SELECT count(*) FROM host) AS hosts_ok, (SELECT count(*) FROM need) AS hosts_needed
+      FROM vm
+    """
+)
+
 _MARK_UNSCHEDULABLE = text(
     """
     UPDATE vms SET status = 'unschedulable', status_reason = :reason, strategy = :strategy,
@@ -80,6 +125,18 @@ class CommitResult:
     outcome: CommitOutcome
     created_at: datetime | None = None
     scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """One placement for :meth:`SchedulerStore.commit_placements`."""
+
+    vm_id: UUID
+    attempt: int
+    host_id: str
+    resources: Resources
+    strategy: Strategy
+    placement: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +194,40 @@ class SchedulerStore:
                 return CommitResult(CommitOutcome.HOST_REFUSED)
             await connection.commit()
             return CommitResult(CommitOutcome.PLACED, row.created_at, row.scheduled_at)
+
+    async def commit_placements(self, placements: Sequence[PendingCommit]) -> list[CommitResult] | None:
+        """Many :meth:`commit_placement` in one transaction and one statement, all or nothing.
+
+        Per placement, PLACED or VM_NOT_PENDING; None when a host refused (nothing was written)."""
+        if not placements:
+            return []
+        params = {
+            "vm_ids": [p.vm_id for p in placements],
+            "attempts": [p.attempt for p in placements],
+            "hosts": [p.host_id for p in placements],
+            "strategies": [p.strategy.value for p in placements],
+            "placements": [json.dumps(p.placement) for p in placements],
+            "cpu": [p.resources.cpu for p in placements],
+            "memory_mb": [p.resources.memory_mb for p in placements],
+            "disk_gb": [p.resources.disk_gb for p in placements],
+            "gpu": [p.resources.gpu for p in placements],
+        }
+        async with self.engine.connect() as connection:
+            await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in placements})})
+            rows = (await connection.execute(_COMMIT_PLACEMENTS, params)).all()
+            if rows and rows[0].hosts_ok < rows[0].hosts_needed:
+                await connection.rollback()
+                return None
+            await connection.commit()
+        placed = {row.id: row for row in rows}
+        results = []
+        for p in placements:
+            row = placed.get(p.vm_id)
+            if row is None:
+                results.append(CommitResult(CommitOutcome.VM_NOT_PENDING))
+            else:
+                results.append(CommitResult(CommitOutcome.PLACED, row.created_at, row.scheduled_at))
+        return results
 
     async def mark_unschedulable(
         self, vm_id: UUID, attempt: int, reason: str, strategy: Strategy, placement: dict[str, Any]

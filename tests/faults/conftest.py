@@ -71,15 +71,30 @@ async def submit(api: httpx.AsyncClient, bodies: list[dict[str, object]], batch:
 UNSETTLED = ["pending", "scheduled", "deleting"]
 
 
-async def unsettled(servers: Servers, vm_ids: list[str]) -> int:
+async def count_in(servers: Servers, vm_ids: list[str], *statuses: str) -> int:
+    """How many of ``vm_ids`` PostgreSQL has in one of ``statuses``."""
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
         count: int = await conn.fetchval(
-            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = ANY($2::text[])", vm_ids, UNSETTLED
+            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = ANY($2::text[])", vm_ids, list(statuses)
         )
         return count
     finally:
         await conn.close()
+
+
+async def wait_running(servers: Servers, vm_ids: list[str], at_least: int, timeout: float = 60) -> None:
+    """Until ``at_least`` of ``vm_ids`` run: the moment a test strikes mid-run."""
+    await eventually(
+        lambda: count_in(servers, vm_ids, "running"),
+        lambda n: n >= at_least,
+        timeout=timeout,
+        what=f"{at_least} VMs running",
+    )
+
+
+async def unsettled(servers: Servers, vm_ids: list[str]) -> int:
+    return await count_in(servers, vm_ids, *UNSETTLED)
 
 
 async def wait_settled(servers: Servers, vm_ids: list[str], timeout: float) -> None:

@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
-import asyncpg
 import httpx
 import pytest
 
 from devtools.stack import Stack
-from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
+from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_running, wait_settled
 from tests.faults.invariants import check
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -82,17 +81,6 @@ def consumer_counts(servers: Servers) -> dict[str, int]:
     )
 
 
-async def running_count(servers: Servers, vm_ids: list[str]) -> int:
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        count: int = await conn.fetchval(
-            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = 'running'", vm_ids
-        )
-        return count
-    finally:
-        await conn.close()
-
-
 async def test_a_broker_restart_mid_run_loses_no_accepted_vm(
     broker_stack: Stack, broker_fleet: SimulatedFleet, servers: Servers
 ) -> None:
@@ -101,7 +89,7 @@ async def test_a_broker_restart_mid_run_loses_no_accepted_vm(
     assert all(before.get(q, 0) >= n for q, n in CONSUMERS.items()), {q: before.get(q) for q in CONSUMERS}
     async with httpx.AsyncClient(base_url=broker_stack.api_url, timeout=60) as api:
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
-        await eventually(lambda: running_count(servers, vm_ids), lambda n: n >= 100, timeout=60, what="100 running")
+        await wait_running(servers, vm_ids, 100)
 
         await asyncio.to_thread(servers.rabbitmqctl, "stop_app")
         try:

@@ -6,16 +6,14 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from devtools.stack import Stack
-from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
+from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_running, wait_settled
 from tests.faults.events import EventCounter
 from tests.faults.invariants import check
-from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
@@ -48,17 +46,6 @@ async def crash_fleet(crash_stack: Stack, servers: Servers) -> AsyncIterator[Sim
         yield fleet
 
 
-async def placed_count(servers: Servers, vm_ids: list[str]) -> int:
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        count: int = await conn.fetchval(
-            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = 'running'", vm_ids
-        )
-        return count
-    finally:
-        await conn.close()
-
-
 async def test_kill_9_of_a_scheduler_mid_run_loses_nothing_and_overcommits_nothing(
     crash_stack: Stack, crash_fleet: SimulatedFleet, servers: Servers
 ) -> None:
@@ -70,7 +57,7 @@ async def test_kill_9_of_a_scheduler_mid_run_loses_nothing_and_overcommits_nothi
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         wanted = set(vm_ids)
         # the crash lands mid-run: some VMs placed, many still queued
-        await eventually(lambda: placed_count(servers, vm_ids), lambda n: n >= 100, timeout=60, what="100 VMs running")
+        await wait_running(servers, vm_ids, 100)
         crash_stack.services["scheduler-1"].kill()
         crash_stack.start_scheduler(1)
         await wait_settled(servers, vm_ids, timeout=240)
@@ -88,7 +75,7 @@ async def test_a_redis_flush_mid_run_loses_nothing_and_overcommits_nothing(
     rng = random.Random(10)
     async with httpx.AsyncClient(base_url=crash_stack.api_url, timeout=120) as api:
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
-        await eventually(lambda: placed_count(servers, vm_ids), lambda n: n >= 100, timeout=60, what="100 VMs running")
+        await wait_running(servers, vm_ids, 100)
         # Every key of this installation goes, as after FLUSHALL (the machine's Redis is shared with
         # other users, so the test removes this run's keys rather than everyone's).
         client = aioredis.Redis.from_url(servers.redis_url)

@@ -7,15 +7,13 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
 from devtools.stack import Stack
-from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
+from tests.faults.conftest import count_in, fault_stack, mixed_vm, online_fleet, submit, wait_running, wait_settled
 from tests.faults.events import EventCounter
 from tests.faults.invariants import check
-from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
@@ -46,17 +44,6 @@ async def term_fleet(term_stack: Stack, servers: Servers) -> AsyncIterator[Simul
         yield fleet
 
 
-async def count_status(servers: Servers, vm_ids: list[str], status: str) -> int:
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        count: int = await conn.fetchval(
-            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status = $2", vm_ids, status
-        )
-        return count
-    finally:
-        await conn.close()
-
-
 def terminate_gracefully(stack: Stack, name: str) -> None:
     service = stack.services[name]
     code = service.stop(timeout=45)
@@ -76,16 +63,12 @@ async def test_sigterm_of_a_scheduler_and_the_gateway_mid_run_loses_and_repeats_
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         wanted = set(vm_ids)
 
-        await eventually(
-            lambda: count_status(servers, vm_ids, "running"), lambda n: n >= 100, timeout=60, what="100 running"
-        )
+        await wait_running(servers, vm_ids, 100)
         terminate_gracefully(term_stack, "scheduler-1")
-        pending_while_down = await count_status(servers, vm_ids, "pending")
+        pending_while_down = await count_in(servers, vm_ids, "pending")
         term_stack.start_scheduler(1)
 
-        await eventually(
-            lambda: count_status(servers, vm_ids, "running"), lambda n: n >= 500, timeout=120, what="500 running"
-        )
+        await wait_running(servers, vm_ids, 500, timeout=120)
         terminate_gracefully(term_stack, "gateway")
         term_stack.start_gateway()
 

@@ -91,6 +91,15 @@ class VmRow:
             attempt=self.attempt,
         )
 
+    def create_command(self) -> AgentCommand:
+        return AgentCommand(
+            action=CommandAction.CREATE,
+            vm_id=self.id,
+            name=self.name,
+            resources=self.resources,
+            attempt=self.attempt,
+        )
+
     def delete_command(self) -> AgentCommand:
         return AgentCommand(
             action=CommandAction.DELETE,

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentCommand, CommandAction
 from vmsched_common.outbox import publish_rows, send_command
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
@@ -75,10 +74,7 @@ async def check_hosts_once(
         if vm.hypervisor_id is None:
             continue
         log.warning("create command unanswered; sending it again", vm_id=str(vm.id), host=vm.hypervisor_id)
-        command = AgentCommand(
-            action=CommandAction.CREATE, vm_id=vm.id, name=vm.name, resources=vm.resources, attempt=vm.attempt
-        )
-        await send_command(broker, vm.hypervisor_id, command)
+        await send_command(broker, vm.hypervisor_id, vm.create_command())
 
 
 async def check_hosts_forever(

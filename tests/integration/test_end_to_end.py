@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 from devtools.stack import Stack
 from tests.integration.amqp_tools import publish_raw, wait_for_message
@@ -21,6 +22,7 @@ from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common import topology
 from vmsched_common.messages import CommandAction, Resources
+from vmsched_common.snapshot import Snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -261,3 +263,47 @@ async def test_the_runtime_default_strategy_reaches_the_schedulers(
         )
     finally:
         await api.put("/v1/settings/scheduler", json={"default_strategy": "least_loaded"})
+
+
+async def test_a_vm_failed_behind_its_agents_back_is_deleted_from_the_host_by_the_next_heartbeat(
+    api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
+) -> None:
+    """What a host cut off past AGENT_OFFLINE_TIMEOUT comes back with: VMs vmsched failed (and freed
+    the capacity of) that its agent still runs. Its heartbeat lists them; the gateway deletes them."""
+    vm = (await api.post("/v1/vms", json=vm_body(random.Random(2), "orphan"))).json()
+    vm_id = uuid.UUID(vm["id"])
+    running = await eventually(
+        lambda: api.get(f"/v1/vms/{vm_id}"), lambda r: r.json()["status"] == "running", timeout=30, what="running"
+    )
+    host_id = running.json()["hypervisor_id"]
+    assert fleet.host_of(vm_id) == host_id
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        async with conn.transaction():  # what the gateway's offline check does to a silent host's VM
+            await conn.execute(
+                "UPDATE vms SET status = 'failed', status_reason = 'agent lost connection' WHERE id = $1", vm_id
+            )
+            await conn.execute(
+                "UPDATE hosts SET alloc_cpu = alloc_cpu - $2, alloc_memory_mb = alloc_memory_mb - $3, "
+                "alloc_disk_gb = alloc_disk_gb - $4, vm_count = vm_count - 1 WHERE id = $1",
+                host_id,
+                vm["cpu"],
+                vm["memory_mb"],
+                vm["disk_gb"],
+            )
+    finally:
+        await conn.close()
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    try:
+        await Snapshot(redis, servers.redis_key_prefix).release(vm_id)
+    finally:
+        await redis.aclose()
+
+    await eventually(lambda: _async(fleet.host_of(vm_id)), lambda host: host is None, timeout=20, what="orphan deleted")
+    deletes = [c for c in fleet.received(host_id) if c.vm_id == vm_id and c.action is CommandAction.DELETE]
+    assert deletes
+    assert (await api.get(f"/v1/vms/{vm_id}")).json()["status"] == "failed"  # it stays what vmsched decided
+
+
+async def _async(value: str | None) -> str | None:
+    return value

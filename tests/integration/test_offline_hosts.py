@@ -83,3 +83,20 @@ async def test_a_silent_host_among_live_ones_loses_its_vms_at_once(private_engin
     async with private_engine.connect() as connection:
         row = (await connection.execute(text("SELECT alloc_cpu, vm_count FROM hosts WHERE id = 'hv-o3'"))).one()
     assert tuple(row) == (0, 0)  # the failed VM's capacity is given back
+
+
+async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere_or_not_at_all(
+    private_engine: AsyncEngine,
+) -> None:
+    store = GatewayStore(private_engine, max_attempts=3)
+    here = await _host(private_engine, "hv-p1", silent_for=1)  # running on hv-p1: not an orphan
+    moved = await _host(private_engine, "hv-p2", silent_for=1)  # running on hv-p2, reported by hv-p1
+    failed = await _host(private_engine, "hv-p3", silent_for=1)
+    async with private_engine.begin() as connection:
+        await connection.execute(text("UPDATE vms SET status = 'failed' WHERE id = :id"), {"id": failed})
+    unmanaged = uuid.uuid4()  # a VM vmsched never placed: not ours to delete
+
+    orphans = await store.orphans([("hv-p1", [here, moved, unmanaged]), ("hv-p3", [failed])])
+
+    assert sorted((host, row.id) for host, row in orphans) == sorted([("hv-p1", moved), ("hv-p3", failed)])
+    assert {row.name for _, row in orphans} == {"v"}  # enough for the delete command

@@ -54,11 +54,16 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     aiormq.exceptions.ChannelInvalidStateError,
 )
 TRANSIENT_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+# PostgreSQL's "run the transaction again" errors: a deadlock victim, a serialization failure.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 
 
 def is_transient(error: BaseException) -> bool:
-    if isinstance(error, DBAPIError) and error.connection_invalidated:
-        return True
+    if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
+        if getattr(error.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+            return True
     return isinstance(error, TRANSIENT_ERRORS)
 
 

@@ -23,7 +23,7 @@ log = get_logger(__name__)
 
 def build_app(settings: Settings) -> FastStream:
     broker = make_broker(settings, prefetch=256)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6, pre_ping=False)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     store = GatewayStore(engine, max_attempts=settings.max_attempts)
@@ -69,7 +69,7 @@ def build_app(settings: Settings) -> FastStream:
     return consumer_app(
         broker,
         on_ready=on_ready,
-        closers=[gateway.heartbeats.drain, redis.aclose, engine.dispose],
+        closers=[gateway.drain, redis.aclose, engine.dispose],
         logger=log,
         settings=settings,
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from faststream.rabbit import RabbitBroker
 
@@ -39,9 +40,16 @@ class Gateway:
     publish_deleted: PublishDeleted
     declared_queues: set[str] = field(default_factory=set)
     heartbeats: Batcher[AgentHeartbeat, None] = field(init=False)
+    running_reports: Batcher[tuple[UUID, str], VmRow | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.heartbeats = Batcher(self._fold_heartbeats, max_size=500, max_delay=0.05)
+        # "running" is most of the status traffic (one per placed VM): one transaction per batch.
+        self.running_reports = Batcher(self.store.mark_running_many, max_size=256, max_delay=0.005)
+
+    async def drain(self) -> None:
+        await self.heartbeats.drain()
+        await self.running_reports.drain()
 
     async def ensure_agent_queue(self, host_id: str) -> None:
         """Declare ``agent.<id>`` the first time this process needs it (idempotent on the broker)."""
@@ -74,7 +82,18 @@ class Gateway:
             (_heartbeat_write(newest[row.host_id], row) for row in rows),
             bump_interval=self.settings.agent_offline_timeout / 3,
         )
+        await self._delete_orphans(newest.values())
         return [None] * len(beats)
+
+    async def _delete_orphans(self, beats: Iterable[AgentHeartbeat]) -> None:
+        """A host cut off for longer than AGENT_OFFLINE_TIMEOUT had its VMs failed (and maybe placed
+        elsewhere) while its agent kept running them; back online, it would hold capacity vmsched
+        counts as free. Its heartbeat lists its VMs: those PostgreSQL does not hold there are deleted
+        (as a kubelet kills pods no longer bound to its node)."""
+        reported = [(beat.agent_id, beat.vm_ids) for beat in beats if beat.vm_ids]
+        for host_id, orphan in await self.store.orphans(reported):
+            log.warning("agent runs a VM it should not; sending delete", host=host_id, vm_id=str(orphan.id))
+            await send_command(self.broker, host_id, orphan.delete_command())
 
     # -- vm.assigned ----------------------------------------------------------------------------
     async def on_assigned(self, event: VmAssigned) -> None:
@@ -104,7 +123,7 @@ class Gateway:
                     await self.publish_deleted(VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id))
 
     async def _running(self, report: VmStatusReport) -> None:
-        vm = await self.store.mark_running(report.vm_id, report.agent_id)
+        vm = await self.running_reports.submit((report.vm_id, report.agent_id))
         if vm is None:
             log.info("VM running")
             return

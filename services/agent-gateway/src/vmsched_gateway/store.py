@@ -38,6 +38,36 @@ _UPSERT_HOSTS = text(
     """
 )
 
+# Rows are locked in id order, so two batches (or a batch and the health check) cannot deadlock.
+_MARK_RUNNING = text(
+    """
+    WITH target AS (
+        SELECT v.id FROM vms v
+          JOIN unnest(CAST(:ids AS uuid[]), CAST(:agents AS text[])) AS r(id, agent_id)
+            ON v.id = r.id AND v.hypervisor_id = r.agent_id
+         WHERE v.status = 'scheduled'
+         ORDER BY v.id
+           FOR UPDATE OF v
+    )
+    UPDATE vms SET status = 'running', status_reason = NULL, updated_at = now()
+      FROM target WHERE vms.id = target.id AND vms.status = 'scheduled'
+    RETURNING vms.id
+    """
+)
+# VMs an agent says it runs that PostgreSQL does not hold on that host (failed while the host was
+# cut off, retried elsewhere, deleted): orphans holding capacity vmsched counts as free. VMs
+# PostgreSQL has never heard of are left alone: the hypervisor may run VMs vmsched does not manage.
+_ORPHANS = text(
+    f"""
+    SELECT r.host_id AS reported_by, {", ".join("v." + c.strip() for c in VM_COLUMNS.split(","))}
+      FROM unnest(CAST(:hosts AS text[]), CAST(:vm_ids AS uuid[])) AS r(host_id, vm_id)
+      JOIN vms v ON v.id = r.vm_id
+     WHERE v.hypervisor_id IS DISTINCT FROM r.host_id
+        OR v.status NOT IN ('scheduled', 'running', 'deleting')
+    """
+)
+_SELECT_VMS = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))")
+
 _LOCK_VM = text(f"SELECT {VM_COLUMNS}, restart_policy, attempts FROM vms WHERE id = :vm_id FOR UPDATE")
 
 _RELEASE_HOST = text(
@@ -171,9 +201,13 @@ class GatewayStore:
         self.max_attempts = max_attempts
 
     async def upsert_hosts(self, beats: Sequence[AgentHeartbeat]) -> list[HostAllocation]:
-        """One statement for a batch of heartbeats (one per host: the caller keeps the newest)."""
+        """One statement for a batch of heartbeats (one per host: the caller keeps the newest).
+
+        Rows are written, so locked, in host id order: the order every multi-host writer uses (the
+        schedulers' batched commits, other heartbeat batches), so that they queue, not deadlock."""
+        ordered = sorted(beats, key=lambda beat: beat.agent_id)
         async with self.engine.begin() as connection:
-            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(beats))).all()
+            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(ordered))).all()
         return [
             HostAllocation(
                 host_id=row.id,
@@ -193,20 +227,39 @@ class GatewayStore:
 
     async def mark_running(self, vm_id: UUID, agent_id: str) -> VmRow | None:
         """Scheduled -> running on that agent. Returns the row when the report did not apply."""
+        return (await self.mark_running_many([(vm_id, agent_id)]))[0]
+
+    async def mark_running_many(self, reports: Sequence[tuple[UUID, str]]) -> list[VmRow | None]:
+        """:meth:`mark_running` for many reports in one transaction and two statements; for each
+        report, None when it applied (or repeats one that did), else the VM's row as it is."""
+        ids = [vm_id for vm_id, _ in reports]
         async with self.engine.begin() as connection:
-            updated = await connection.execute(
-                text(
-                    "UPDATE vms SET status = 'running', status_reason = NULL, updated_at = now() "
-                    "WHERE id = :vm_id AND hypervisor_id = :agent_id AND status = 'scheduled' RETURNING id"
-                ),
-                {"vm_id": vm_id, "agent_id": agent_id},
+            applied = {
+                row.id
+                for row in await connection.execute(
+                    _MARK_RUNNING, {"ids": ids, "agents": [agent_id for _, agent_id in reports]}
+                )
+            }
+            missed = [vm_id for vm_id in ids if vm_id not in applied]
+            current = (
+                {
+                    row.id: VmRow.from_row(row)
+                    for row in await connection.execute(_SELECT_VMS, {"ids": sorted(set(missed))})
+                }
+                if missed
+                else {}
             )
-            if updated.first() is not None:
-                return None
-            row = (
-                await connection.execute(text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = :vm_id"), {"vm_id": vm_id})
-            ).first()
-        return VmRow.from_row(row) if row is not None else None
+        return [None if vm_id in applied else current.get(vm_id) for vm_id in ids]
+
+    async def orphans(self, reported: Sequence[tuple[str, Sequence[UUID]]]) -> list[tuple[str, VmRow]]:
+        """For each (host, VMs its agent reports running), the VMs it should not run: (host, row)."""
+        pairs = [(host_id, vm_id) for host_id, vm_ids in reported for vm_id in vm_ids]
+        if not pairs:
+            return []
+        params = {"hosts": [host for host, _ in pairs], "vm_ids": [vm for _, vm in pairs]}
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(_ORPHANS, params)).all()
+        return [(row.reported_by, VmRow.from_row(row)) for row in rows]
 
     async def mark_failed(self, vm_id: UUID, agent_id: str, message: str) -> StatusChange | None:
         """The agent could not create (or lost) the VM: retry elsewhere, restart later, or fail it."""

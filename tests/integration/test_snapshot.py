@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -11,7 +12,8 @@ from redis.asyncio import Redis
 
 from tests.servers import Servers
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import HeartbeatWrite, Snapshot
+from vmsched_common.snapshot import HeartbeatWrite, HostRecord, Snapshot
+from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +81,41 @@ async def test_a_claim_beyond_capacity_is_refused_and_changes_nothing(snapshot: 
     result = await snapshot.claim(uuid.uuid4(), "hv-s1", too_big, now=time.time())
     assert result.outcome == "insufficient"
     assert await _allocated(snapshot) == (ZERO, 0)
+
+
+class CountingSnapshot(Snapshot):
+    """The real snapshot, counting the reads the scheduler's cache makes of it."""
+
+    full_reads = 0
+    change_reads = 0
+
+    async def read_all(self) -> tuple[int, dict[str, HostRecord]]:
+        self.full_reads += 1
+        return await super().read_all()
+
+    async def changed_since(self, seq: int) -> tuple[int, list[str]]:
+        self.change_reads += 1
+        return await super().changed_since(seq)
+
+
+async def test_concurrent_refreshes_share_one_read_and_see_what_changed_before_they_asked(
+    snapshot: Snapshot,
+) -> None:
+    counting = CountingSnapshot(snapshot.redis, snapshot.prefix)
+    cache = FleetCache(counting, full_refresh_every=3600.0)
+
+    # Fifty handlers at once: the first reads; those that asked while it ran cannot be sure it saw
+    # what changed just before they asked, so one more read serves all of them. Two, not fifty.
+    await asyncio.gather(*(cache.refresh() for _ in range(50)))
+    assert counting.full_reads == 1
+    assert counting.change_reads <= 1
+
+    vm_id = uuid.uuid4()
+    claim = await counting.claim(vm_id, "hv-s1", Resources(cpu=3, memory_mb=1024, disk_gb=10), time.time())
+    assert claim.outcome == "claimed"
+    before = counting.change_reads
+    await asyncio.gather(*(cache.refresh() for _ in range(50)))
+    assert 1 <= counting.change_reads - before <= 2
+    host = cache.fleet.host("hv-s1")
+    assert host is not None
+    assert host.allocated.cpu == 3  # every caller asked after the claim: all see it

@@ -21,7 +21,7 @@ from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.logs import get_logger
-from vmsched_common.outbox import republish_unpublished
+from vmsched_common.outbox import published_marks, republish_unpublished
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_common.telemetry import instrument_fastapi
@@ -71,6 +71,7 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
             repository=Repository(engine),
             snapshot=Snapshot(redis, settings.redis_key_prefix),
             broker=broker,
+            published=published_marks(engine),
         )
         app.state.services = services
         sweeper = asyncio.create_task(sweep_unpublished(services))
@@ -79,6 +80,7 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
         finally:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)
+            await services.published.drain()
             await redis.aclose()
             await engine.dispose()
 

@@ -10,6 +10,7 @@ from faststream.rabbit import RabbitBroker
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.repository import Repository
+from vmsched_common.outbox import PublishedMarks
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 
@@ -21,6 +22,7 @@ class Services:
     repository: Repository
     snapshot: Snapshot
     broker: RabbitBroker
+    published: PublishedMarks
 
 
 def _services(request: Request) -> Services:

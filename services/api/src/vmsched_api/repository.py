@@ -110,12 +110,17 @@ class Repository:
             }
             for body in bodies
         ]
-        inserting = insert(VmRow).values(values)
+        # executemany form: one compiled (and cached) statement sent as multi-row VALUES pages,
+        # rows returned in the order given. A .values([...]) statement is compiled anew for every
+        # batch size, which cost a fifth of the API's CPU under load.
+        inserting = insert(VmRow)
         if idempotency_key is not None:
             inserting = inserting.on_conflict_do_nothing(index_elements=["idempotency_key"])
-        statement = inserting.returning(*(VmRow.__table__.c[c.strip()] for c in _VM_VIEW.split(",")))
+        statement = inserting.returning(
+            *(VmRow.__table__.c[c.strip()] for c in _VM_VIEW.split(",")), sort_by_parameter_order=True
+        )
         async with self.engine.begin() as connection:
-            rows = (await connection.execute(statement)).all()
+            rows = (await connection.execute(statement, values)).all()
             if not rows and idempotency_key is not None:
                 existing = (
                     await connection.execute(

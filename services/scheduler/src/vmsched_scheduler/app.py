@@ -18,6 +18,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmAssigned, VmCreate, VmUnschedulable, assigned_message_id
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
+from vmsched_scheduler.batch import BatchPlacer
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.service import Scheduler
@@ -34,7 +35,7 @@ class SchedulerApp:
 
 def build_app(settings: Settings) -> SchedulerApp:
     broker = make_broker(settings, prefetch=settings.scheduler_prefetch)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8, pre_ping=False)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     fleet = FleetCache(snapshot, full_refresh_every=settings.snapshot_full_refresh, min_refresh_interval=0.02)
@@ -58,6 +59,9 @@ def build_app(settings: Settings) -> SchedulerApp:
         rng=random.Random(),
     )
 
+    # The messages a replica holds are placed together (batch.py); anything unusual goes one by one.
+    placer = BatchPlacer(scheduler, max_batch=settings.scheduler_prefetch)
+
     @broker.subscriber(
         topology.SCHEDULER_QUEUE,
         topology.EXCHANGE,
@@ -66,7 +70,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         description="Place a VM: claim capacity, commit hypervisor_id, emit vm.assigned; ack after all three.",
     )
     async def on_vm_create(message: VmCreate) -> None:
-        await scheduler.place(message)
+        await placer.place(message)
 
     async def on_ready(background: BackgroundTasks) -> None:
         # Restore claims and allocations from PostgreSQL before the first decision.
@@ -74,5 +78,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         log.info("scheduler ready", hosts=report.hosts, restored_claims=report.restored_claims)
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
 
-    app = consumer_app(broker, on_ready=on_ready, closers=[redis.aclose, engine.dispose], logger=log, settings=settings)
+    app = consumer_app(
+        broker, on_ready=on_ready, closers=[placer.drain, redis.aclose, engine.dispose], logger=log, settings=settings
+    )
     return SchedulerApp(app=app, broker=broker)

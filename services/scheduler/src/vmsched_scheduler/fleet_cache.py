@@ -2,10 +2,16 @@
 
 A full read of 10,000 host hashes costs hundreds of milliseconds; the change feed (``p:changed``
 scored by a global change number) lets each refresh read only the hosts touched since the last one.
+
+Refreshes are single-flight: a scheduler handles dozens of messages at once, and without the lock
+each of them would issue its own read of the same changes (and, every ``full_refresh_every``, its
+own full read of the fleet). A caller that waited while another refresh ran, started after it
+asked, takes that refresh's result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 
@@ -43,16 +49,23 @@ class FleetCache:
         self._seq = -1
         self._full_refresh_every = full_refresh_every
         self._min_refresh_interval = min_refresh_interval
-        self._last_full = 0.0
-        self._last_refresh = 0.0
+        # Monotonic times at which the last full and the last refresh of any kind began.
+        self._last_full = float("-inf")
+        self._last_refresh = float("-inf")
+        self._lock = asyncio.Lock()
 
     async def refresh(self, *, force_full: bool = False) -> None:
-        now = time.monotonic()
-        if force_full or self._seq < 0 or now - self._last_full >= self._full_refresh_every:
-            await self._full()
-            return
-        if now - self._last_refresh < self._min_refresh_interval:
-            return
+        asked = time.monotonic()
+        async with self._lock:
+            if self._last_refresh >= asked and (not force_full or self._last_full >= asked):
+                return  # a refresh that began after this call was made has just finished
+            now = time.monotonic()
+            if force_full or self._seq < 0 or now - self._last_full >= self._full_refresh_every:
+                await self._full(now)
+            elif now - self._last_refresh >= self._min_refresh_interval:
+                await self._incremental(now)
+
+    async def _incremental(self, began: float) -> None:
         seq, changed = await self.snapshot.changed_since(self._seq)
         if changed:
             records = await self.snapshot.read_hosts(changed)
@@ -63,16 +76,16 @@ class FleetCache:
                     self.fleet.upsert(to_host_state(record))
         # A Redis flush resets the change counter: start over from a full read.
         if seq < self._seq or (not changed and await self.snapshot.current_seq() < self._seq):
-            await self._full()
+            await self._full(began)
             return
         self._seq = seq
-        self._last_refresh = now
+        self._last_refresh = began
 
-    async def _full(self) -> None:
+    async def _full(self, began: float) -> None:
         seq, records = await self.snapshot.read_all()
         self.fleet = Fleet.from_hosts(to_host_state(record) for record in records.values())
         self._seq = seq
-        self._last_full = self._last_refresh = time.monotonic()
+        self._last_full = self._last_refresh = began
         log.debug("snapshot reloaded", hosts=len(records), seq=seq)
 
     async def reread_many(self, host_ids: Iterable[str]) -> None:

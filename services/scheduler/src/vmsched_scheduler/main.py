@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import uvloop
 
 from vmsched_common.logs import configure_logging
 from vmsched_common.settings import load_settings
@@ -14,7 +14,8 @@ def main() -> None:
     settings = load_settings("vmsched-scheduler")
     configure_logging("scheduler", settings.log_level, settings.log_format)
     setup_tracing("scheduler", settings)
-    asyncio.run(build_app(settings).app.run())
+    # uvloop: the same asyncio API, a faster loop (uvicorn picks it for the API too).
+    uvloop.run(build_app(settings).app.run())
 
 
 if __name__ == "__main__":

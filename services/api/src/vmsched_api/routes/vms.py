@@ -27,7 +27,7 @@ async def _publish(services: ServicesDep, rows: list[VmRow]) -> None:
     """Publish after the commit. If the broker is unreachable the VM is still accepted: the sweeper
     publishes it once the broker is back (rows stay marked unpublished until then)."""
     try:
-        await publish_rows(services.broker, services.engine, rows)
+        await publish_rows(services.broker, services.engine, rows, marks=services.published)
     except Exception as error:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 

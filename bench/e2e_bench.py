@@ -46,6 +46,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 import httpx
 import redis
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -238,6 +239,9 @@ class Fleet:
 
 
 # -- load ----------------------------------------------------------------------------------------
+SENDERS = 64  # requests in flight at most, one connection each
+
+
 @dataclass
 class Phase:
     name: str
@@ -251,8 +255,11 @@ def vm_body(index: int, size: dict[str, int] | None = None, **extra: Any) -> dic
     return {"name": f"b{index}", **(size or SMALL_VM), **extra}
 
 
-async def post_batch(client: httpx.AsyncClient, bodies: list[dict[str, Any]], phase: Phase) -> None:
-    sent_at = time.time()
+async def post_batch(
+    client: httpx.AsyncClient, bodies: list[dict[str, Any]], phase: Phase, sent_at: float | None = None
+) -> None:
+    """``sent_at``: when the request was due (wall clock); latency counts from then."""
+    sent_at = time.time() if sent_at is None else sent_at
     if len(bodies) == 1:
         response = await client.post("/v1/vms", json=bodies[0])
         response.raise_for_status()
@@ -264,32 +271,71 @@ async def post_batch(client: httpx.AsyncClient, bodies: list[dict[str, Any]], ph
         phase.sent[item["id"]] = sent_at
 
 
-async def paced(client: httpx.AsyncClient, phase: Phase, rate: float, seconds: float, batch: int) -> None:
-    """Send ``rate`` VMs/s for ``seconds`` in requests of ``batch`` VMs, on a fixed schedule (an
-    open loop: a slow answer does not slow the next request down)."""
+class Senders:
+    """The load generator's connections: one httpx client per connection, each used by one sender
+    at a time. A shared client's pool costs O(connections) per request in httpcore's bookkeeping,
+    which at 64 connections took more CPU than the API it was measuring. A connection idle for
+    longer than the API's keep-alive (uvicorn: 5 s) is replaced before use: reusing it races the
+    server closing it."""
+
+    IDLE_LIMIT = 3.0
+
+    def __init__(self, base_url: str, count: int = SENDERS) -> None:
+        self.base_url = base_url
+        self.clients = [self._client() for _ in range(count)]
+        self.last_used = [time.monotonic()] * count
+
+    def _client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        return httpx.AsyncClient(base_url=self.base_url, timeout=60, limits=limits)
+
+    async def get(self, n: int) -> httpx.AsyncClient:
+        if time.monotonic() - self.last_used[n] > self.IDLE_LIMIT:
+            await self.clients[n].aclose()
+            self.clients[n] = self._client()
+        self.last_used[n] = time.monotonic()
+        return self.clients[n]
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(client.aclose() for client in self.clients))
+
+
+async def paced(senders: Senders, phase: Phase, rate: float, seconds: float, batch: int) -> None:
+    """Send ``rate`` VMs/s for ``seconds`` in requests of ``batch`` VMs, on a fixed schedule.
+
+    An open loop without coordinated omission: each request's latency counts from the moment it was
+    due, so a slow answer that delays the next request is charged to that request. A fixed set of
+    senders takes the due requests in order (a task per request would leave thousands waiting for
+    a connection)."""
     requests = int(rate * seconds / batch)
     began = time.monotonic()
-    tasks = []
-    for n in range(requests):
-        delay = began + n * batch / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(post_batch(client, [vm_body(n * batch + i) for i in range(batch)], phase)))
-    await asyncio.gather(*tasks)
+    wall = time.time()
+    due = iter(range(requests))
+
+    async def sender(k: int) -> None:
+        for n in due:
+            offset = n * batch / rate
+            delay = began + offset - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            bodies = [vm_body(n * batch + i) for i in range(batch)]
+            await post_batch(await senders.get(k), bodies, phase, sent_at=wall + offset)
+
+    await asyncio.gather(*(sender(k) for k in range(len(senders.clients))))
     phase.seconds = time.monotonic() - began
 
 
-async def flat_out(client: httpx.AsyncClient, phase: Phase, total: int, batch: int, in_flight: int = 3) -> None:
+async def flat_out(senders: Senders, phase: Phase, total: int, batch: int, in_flight: int = 3) -> None:
     """Send ``total`` VMs as fast as the API accepts them, ``in_flight`` batch requests at a time."""
     began = time.monotonic()
     queue = list(range(0, total, batch))
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
         while queue:
             start = queue.pop(0)
-            await post_batch(client, [vm_body(start + i) for i in range(batch)], phase)
+            await post_batch(await senders.get(k), [vm_body(start + i) for i in range(batch)], phase)
 
-    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    await asyncio.gather(*(worker(k) for k in range(in_flight)))
     phase.seconds = time.monotonic() - began
 
 
@@ -409,25 +455,27 @@ def profiled(stack: Stack, fleets: Sequence[Fleet], label: str) -> Iterator[None
 # -- the runs ------------------------------------------------------------------------------------
 async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[str, Any]]:
     runs = []
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=60, limits=limits) as client:
+    senders = Senders(stack.api_url)
+    try:
         for run in range(plan.runs):
             phases: list[dict[str, Any]] = []
             latency = Phase("latency", LATENCY_RATE, 1)
-            await paced(client, latency, LATENCY_RATE, plan.latency_seconds, 1)
+            await paced(senders, latency, LATENCY_RATE, plan.latency_seconds, 1)
             phases.append(summarise(latency, fleets, wait_received(fleets, latency.sent)))
             for rate in plan.sweep_rates:
                 batch = max(1, min(1000, int(rate / 10)))
                 step = Phase(f"batch@{rate:g}", rate, batch)
-                await paced(client, step, rate, plan.step_seconds, batch)
+                await paced(senders, step, rate, plan.step_seconds, batch)
                 phases.append(summarise(step, fleets, wait_received(fleets, step.sent)))
             saturation = Phase("saturation", None, 500)
             with profiled(stack, fleets, f"h{fleets[0].count}-run{run + 1}"):
-                await flat_out(client, saturation, plan.saturation_vms, 500)
+                await flat_out(senders, saturation, plan.saturation_vms, 500)
             phases.append(summarise(saturation, fleets, wait_received(fleets, saturation.sent)))
             for p in phases:
                 print(f"  run {run + 1}: {p}", flush=True)
             runs.append({"phases": phases})
+    finally:
+        await senders.aclose()
     return runs
 
 
@@ -442,7 +490,7 @@ def fleet_size_run(plan: Plan, hosts: int, workdir: Path) -> dict[str, Any]:
         ),
     ):
         print(f"  fleet of {hosts} ready in {startup:.1f} s", flush=True)
-        runs = asyncio.run(load_runs(stack, fleets, plan))
+        runs = uvloop.run(load_runs(stack, fleets, plan))
         vm_ids = list(fleets[0].receipts)
         costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], vm_ids))
         rss = [peak_rss_mb(stack.services[f"scheduler-{i}"].pid) for i in range(1, SCHEDULERS + 1)]
@@ -513,7 +561,7 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
                 )
                 return fill, bf, ll
 
-        fill, bf, ll = asyncio.run(drive())
+        fill, bf, ll = uvloop.run(drive())
         missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent}, timeout=120)
         costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], list(fill.sent)))
         time.sleep(1.0)

@@ -18,6 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
+import uvloop
+
 from vmsched_agent import Profile, SimulatedFleet, generate_hosts
 from vmsched_agent.hosts import parse_labels
 from vmsched_common.logs import configure_logging
@@ -79,7 +81,7 @@ def main() -> int:
     parser.add_argument("--overcommit-cpu", type=float, default=1.0)
     options = parser.parse_args()
     configure_logging("e2e-fleet", "WARNING", "json")
-    return asyncio.run(run(options))
+    return uvloop.run(run(options))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cpu_account import cpu_times, per_vm_ms, spent  # noqa: E402
 from bench.e2e_stats import (  # noqa: E402
     hosts_lower_bound,
     median,
@@ -452,6 +454,31 @@ def profiled(stack: Stack, fleets: Sequence[Fleet], label: str) -> Iterator[None
                 spy.wait(30)
 
 
+def mean_batch_sizes(stack: Stack) -> dict[str, float]:
+    """Mean items per micro-batch so far (``vmsched_batch_size``), per batch, over every service."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    urls = [service.metrics_url for service in stack.services.values() if service.metrics_url]
+    urls.append(f"{stack.api_url}/metrics")
+    for url in urls:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                for suffix, into in (("_sum", sums), ("_count", counts)):
+                    prefix = f'vmsched_batch_size{suffix}{{batch="'
+                    if line.startswith(prefix):
+                        name = line[len(prefix) : line.index('"', len(prefix))]
+                        into[name] = into.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {name: round(sums[name] / counts[name], 1) for name in sums if counts.get(name)}
+
+
+def component_pids(stack: Stack, fleets: Sequence[Fleet]) -> dict[int, str]:
+    """The processes this harness started, by component (schedulers together), for cpu_account."""
+    named = {service.pid: name.split("-")[0] for name, service in stack.services.items()}
+    named.update({fleet.process.pid: "fleet" for fleet in fleets})
+    named[os.getpid()] = "load generator"
+    return named
+
+
 # -- the runs ------------------------------------------------------------------------------------
 async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[str, Any]]:
     runs = []
@@ -468,9 +495,18 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
                 await paced(senders, step, rate, plan.step_seconds, batch)
                 phases.append(summarise(step, fleets, wait_received(fleets, step.sent)))
             saturation = Phase("saturation", None, 500)
+            named = component_pids(stack, fleets)
+            cpu_before, wall_before = cpu_times(named), time.monotonic()
             with profiled(stack, fleets, f"h{fleets[0].count}-run{run + 1}"):
                 await flat_out(senders, saturation, plan.saturation_vms, 500)
-            phases.append(summarise(saturation, fleets, wait_received(fleets, saturation.sent)))
+                missing = wait_received(fleets, saturation.sent)
+            cpu = spent(cpu_before, cpu_times(named))
+            wall = time.monotonic() - wall_before
+            summary = summarise(saturation, fleets, missing)
+            summary["cpu_ms_per_vm"] = per_vm_ms(cpu, len(saturation.sent) - missing)
+            summary["cores_busy"] = round(sum(cpu.values()) / wall, 2)
+            summary["mean_batch"] = mean_batch_sizes(stack)
+            phases.append(summary)
             for p in phases:
                 print(f"  run {run + 1}: {p}", flush=True)
             runs.append({"phases": phases})

@@ -16,7 +16,7 @@ async def test_concurrent_submissions_share_one_flush() -> None:
         flushes.append(items)
         return [item * 10 for item in items]
 
-    batcher = Batcher(flush, max_size=100, max_delay=0.01)
+    batcher = Batcher(flush, name="test", max_size=100, max_delay=0.01)
     results = await asyncio.gather(*(batcher.submit(i) for i in range(5)))
     assert results == [0, 10, 20, 30, 40]
     assert flushes == [[0, 1, 2, 3, 4]]
@@ -26,7 +26,7 @@ async def test_a_full_batch_flushes_without_waiting_for_the_delay() -> None:
     async def flush(items: list[int]) -> list[int]:
         return items
 
-    batcher = Batcher(flush, max_size=3, max_delay=60.0)
+    batcher = Batcher(flush, name="test", max_size=3, max_delay=60.0)
     results = await asyncio.wait_for(asyncio.gather(*(batcher.submit(i) for i in range(3))), timeout=5)
     assert results == [0, 1, 2]
 
@@ -35,7 +35,7 @@ async def test_a_failed_flush_fails_every_caller_of_that_batch() -> None:
     async def flush(items: list[int]) -> list[int]:
         raise ConnectionError("database unreachable")
 
-    batcher = Batcher(flush, max_size=10, max_delay=0.001)
+    batcher = Batcher(flush, name="test", max_size=10, max_delay=0.001)
     outcomes = await asyncio.gather(batcher.submit(1), batcher.submit(2), return_exceptions=True)
     assert all(isinstance(outcome, ConnectionError) for outcome in outcomes)
 
@@ -47,7 +47,7 @@ async def test_drain_flushes_what_is_waiting() -> None:
         seen.extend(items)
         return [None] * len(items)
 
-    batcher: Batcher[int, None] = Batcher(flush, max_size=10, max_delay=60.0)
+    batcher: Batcher[int, None] = Batcher(flush, name="test", max_size=10, max_delay=60.0)
     pending = asyncio.ensure_future(batcher.submit(7))
     await asyncio.sleep(0)
     await batcher.drain()
@@ -60,6 +60,60 @@ async def test_every_item_gets_its_own_result_in_order(size: int) -> None:
     async def flush(items: list[int]) -> list[int]:
         return [-item for item in items]
 
-    batcher = Batcher(flush, max_size=size, max_delay=0.001)
+    batcher = Batcher(flush, name="test", max_size=size, max_delay=0.001)
     results = await asyncio.gather(*(batcher.submit(i) for i in range(100)))
     assert results == [-i for i in range(100)]
+
+
+async def test_items_that_arrive_during_a_flush_go_together_in_the_next() -> None:
+    flushes: list[list[int]] = []
+    first_started = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def flush(items: list[int]) -> list[int]:
+        flushes.append(items)
+        if len(flushes) == 1:
+            first_started.set()
+            await release_first.wait()
+        return items
+
+    batcher = Batcher(flush, name="test", max_size=100, max_delay=0.001)
+    first = asyncio.ensure_future(batcher.submit(0))
+    await first_started.wait()
+    # Arriving one by one while the first flush runs, far apart compared with max_delay.
+    later = []
+    for i in range(1, 6):
+        later.append(asyncio.ensure_future(batcher.submit(i)))
+        await asyncio.sleep(0.003)
+    assert flushes == [[0]]  # no second flush while the first runs (max_in_flight=1)
+    release_first.set()
+    assert await asyncio.wait_for(asyncio.gather(first, *later), timeout=5) == [0, 1, 2, 3, 4, 5]
+    assert flushes == [[0], [1, 2, 3, 4, 5]]
+
+
+async def test_no_more_flushes_run_at_once_than_allowed() -> None:
+    running = 0
+    most = 0
+
+    async def flush(items: list[int]) -> list[int]:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.002)
+        running -= 1
+        return items
+
+    batcher = Batcher(flush, name="test", max_size=3, max_delay=0.0005, max_in_flight=2)
+    results = await asyncio.wait_for(asyncio.gather(*(batcher.submit(i) for i in range(50))), timeout=10)
+    assert results == list(range(50))
+    assert most == 2
+
+
+def test_a_batcher_needs_room_for_one_item_and_one_flush() -> None:
+    async def flush(items: list[int]) -> list[int]:
+        return items
+
+    with pytest.raises(ValueError, match="at least 1"):
+        Batcher(flush, name="test", max_size=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        Batcher(flush, name="test", max_in_flight=0)

@@ -45,7 +45,13 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> N
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(
-        processors=[*shared[:-1], structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # filter_by_level first: a structlog logger runs its processors before the standard library
+        # looks at the level, and FastStream logs two DEBUG lines per message through one.
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared[:-1],
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

@@ -36,6 +36,12 @@ CLAIM_CONFLICTS = Counter(
     "Claims lost to another scheduler or a stale snapshot; the VM moved on to the next host",
     ["stage"],
 )
+BATCH_SIZE = Histogram(
+    "vmsched_batch_size",
+    "Items written per round trip by a micro-batch (placements, running reports, heartbeats, publish marks)",
+    ["batch"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)
 HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
 RESOURCE_CAPACITY = Gauge("vmsched_resource_capacity", "Capacity of online hosts", ["resource"])
 RESOURCE_ALLOCATED = Gauge("vmsched_resource_allocated", "Allocated resources on online hosts", ["resource"])

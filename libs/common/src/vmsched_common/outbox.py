@@ -158,7 +158,7 @@ def published_marks(engine: AsyncEngine) -> PublishedMarks:
             await connection.execute(_MARK_PUBLISHED, {"ids": [vm_id for ids in batches for vm_id in ids]})
         return [None] * len(batches)
 
-    return Batcher(mark, max_size=256, max_delay=0.003)
+    return Batcher(mark, name="published_marks", max_size=256, max_delay=0.003)
 
 
 async def publish_rows(

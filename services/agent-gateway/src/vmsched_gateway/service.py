@@ -43,9 +43,11 @@ class Gateway:
     running_reports: Batcher[tuple[UUID, str], VmRow | None] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.heartbeats = Batcher(self._fold_heartbeats, max_size=500, max_delay=0.05)
+        self.heartbeats = Batcher(self._fold_heartbeats, name="heartbeats", max_size=500, max_delay=0.05)
         # "running" is most of the status traffic (one per placed VM): one transaction per batch.
-        self.running_reports = Batcher(self.store.mark_running_many, max_size=256, max_delay=0.005)
+        self.running_reports = Batcher(
+            self.store.mark_running_many, name="running_reports", max_size=256, max_delay=0.005
+        )
 
     async def drain(self) -> None:
         await self.heartbeats.drain()

@@ -87,7 +87,7 @@ class BatchPlacer:
     def __init__(self, scheduler: Scheduler, *, max_batch: int) -> None:
         self.scheduler = scheduler
         self._batcher: Batcher[_Item, Placed | None] = Batcher(
-            self._place_batch, max_size=max_batch, max_delay=BATCH_DELAY
+            self._place_batch, name="placements", max_size=max_batch, max_delay=BATCH_DELAY
         )
 
     async def place(self, message: VmCreate) -> None:

@@ -197,6 +197,33 @@ async def test_a_malformed_vm_create_is_dead_lettered_and_the_next_vm_still_sche
     )
 
 
+async def test_a_malformed_heartbeat_is_dead_lettered_and_heartbeats_still_count(
+    api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
+) -> None:
+    marker = f"poison-heartbeat-{uuid.uuid4()}"
+    await publish_raw(
+        servers.amqp_url,
+        topology.EXCHANGE.name,
+        topology.AGENT_HEARTBEAT,
+        b'{"agent_id": 42, "capacity": "lots"}',
+        message_id=marker,
+        content_type="application/json",
+    )
+    dead = await wait_for_message(servers.amqp_url, topology.DEAD_LETTER_QUEUE.name, lambda m: m.message_id == marker)
+    reason = str(dead.headers[topology.DEAD_LETTER_REASON_HEADER])
+    assert "agent_id" in reason
+    assert "capacity" in reason
+    assert dead.headers[topology.DEAD_LETTER_QUEUE_HEADER] == topology.GATEWAY_HEARTBEAT_QUEUE.name
+    # The gateway goes on folding heartbeats: a host's last_heartbeat moves past this moment.
+    before = (await api.get("/v1/hosts/e2e-0001")).json()["last_heartbeat"]
+    await eventually(
+        lambda: api.get("/v1/hosts/e2e-0001"),
+        lambda r: r.json()["last_heartbeat"] > before,
+        timeout=30,
+        what="a newer heartbeat of e2e-0001",
+    )
+
+
 async def test_scheduling_info_is_the_seed_block_as_text_and_the_same_facts_as_json(
     api: httpx.AsyncClient, fleet: SimulatedFleet
 ) -> None:

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
+from faststream.rabbit import RabbitQueue
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_common import topology
-from vmsched_common.amqp import declare_topology, make_broker
+from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.outbox import republish_unpublished
 from vmsched_common.settings import Settings
 
@@ -100,3 +101,69 @@ async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_
     assert ages[never_confirmed] < 60
     assert ages[stale] < 60
     assert ages[fresh] >= 1  # inserted as published 1 s ago, and left alone
+
+
+async def test_while_the_schedulers_have_a_backlog_only_unconfirmed_vms_are_sent_again(
+    private_engine: AsyncEngine, settings: Settings, vm_create_messages: list[str]
+) -> None:
+    never_confirmed, stale = uuid.uuid4(), uuid.uuid4()
+    await _insert(private_engine, never_confirmed, published_ago=None, updated_ago=60)
+    await _insert(private_engine, stale, published_ago=600, updated_ago=600)
+
+    broker = make_broker(settings)
+    try:
+        await broker.connect()
+        await declare_topology(broker)
+        sent = await republish_unpublished(
+            broker, private_engine, older_than=5, stale_after=120, resend_stale=False, limit=10_000
+        )
+    finally:
+        await broker.stop()
+
+    assert sent == 1
+    await eventually(
+        lambda: asyncio.sleep(0, [v for v in vm_create_messages if v in {str(never_confirmed), str(stale)}]),
+        lambda got: got == [str(never_confirmed)],
+        timeout=10,
+        what="a vm.create for the unconfirmed VM only",
+    )
+
+
+async def test_ready_messages_counts_what_waits_in_a_queue(settings: Settings) -> None:
+    queue = RabbitQueue(f"test-depth-{uuid.uuid4().hex[:8]}", durable=False, auto_delete=True)
+    broker = make_broker(settings)
+    try:
+        await broker.connect()
+        assert await ready_messages(broker, queue) == 0
+        for n in range(3):
+            await broker.publish({"n": n}, queue=queue)
+        assert await ready_messages(broker, queue) == 3
+    finally:
+        await broker.stop()
+
+
+async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: Settings, servers: Servers) -> None:
+    """gateway.heartbeats was a quorum queue; RabbitMQ refuses to declare it classic over that.
+    Its messages are disposable, so declare_topology replaces it."""
+    vhost = f"vmsched-test-old-{uuid.uuid4().hex[:8]}"
+    servers.rabbitmqctl("add_vhost", vhost)
+    try:
+        servers.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        url = servers.amqp_url.rsplit("/", 1)[0] + "/" + vhost
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel()
+            await channel.declare_queue(
+                topology.GATEWAY_HEARTBEAT_QUEUE.name, durable=True, arguments={"x-queue-type": "quorum"}
+            )
+        broker = make_broker(settings.model_copy(update={"amqp_url": url}))
+        try:
+            await broker.connect()
+            await declare_topology(broker)
+            assert await ready_messages(broker, topology.GATEWAY_HEARTBEAT_QUEUE) == 0
+        finally:
+            await broker.stop()
+        listed = servers.rabbitmqctl("list_queues", "-p", vhost, "name", "type")
+        assert f"{topology.GATEWAY_HEARTBEAT_QUEUE.name}\tclassic" in listed
+    finally:
+        servers.rabbitmqctl("delete_vhost", vhost)

@@ -20,7 +20,7 @@ import aiormq
 import redis.exceptions
 from faststream import BaseMiddleware
 from faststream.message import StreamMessage
-from faststream.rabbit import RabbitBroker
+from faststream.rabbit import RabbitBroker, RabbitQueue
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -161,11 +161,50 @@ def make_broker(settings: Settings, *, prefetch: int = 32, middlewares: tuple[An
 
 
 async def declare_topology(broker: RabbitBroker) -> None:
-    """Exchanges and the dead-letter queue; idempotent, every service calls it on start."""
+    """Exchanges, the services' queues with their bindings, and the dead-letter queue; idempotent,
+    every service calls it on start. The consumers' queues are declared by every service, not only
+    by their consumer: a ``vm.create`` published before any scheduler ever started must find its
+    queue, or the exchange drops it."""
     for exchange in (topology.EXCHANGE, topology.AGENTS_EXCHANGE, topology.DEAD_LETTER_EXCHANGE):
         await broker.declare_exchange(exchange)
+    connection = await broker.connect()
+    for disposable in topology.DISPOSABLE_QUEUES:
+        await _replace_if_declared_otherwise(connection, disposable)
+    for queue in topology.CONSUMER_QUEUES:
+        declared = await broker.declare_queue(queue)
+        await declared.bind(topology.EXCHANGE.name, routing_key=queue.routing())
     dead_letters = await broker.declare_queue(topology.DEAD_LETTER_QUEUE)
     await dead_letters.bind(topology.DEAD_LETTER_EXCHANGE.name, routing_key="#")
+
+
+async def _replace_if_declared_otherwise(connection: aio_pika.abc.AbstractConnection, queue: RabbitQueue) -> None:
+    """Delete ``queue`` if it exists with other arguments (declared by an older version): RabbitMQ
+    refuses to declare it again otherwise. Only for queues whose messages may be lost. On a channel
+    of its own, since a refused declare closes the channel."""
+    channel = await connection.channel()
+    try:
+        await channel.declare_queue(queue.name, durable=queue.durable, arguments=dict(queue.arguments or {}))
+    except aiormq.exceptions.ChannelPreconditionFailed as error:
+        log.warning("queue declared with other arguments by an older version; replacing it", queue=queue.name)
+        log.debug("declare refused", error=str(error))
+        channel = await connection.channel()
+        await channel.queue_delete(queue.name)
+    finally:
+        if not channel.is_closed:
+            await channel.close()
+
+
+async def ready_messages(broker: RabbitBroker, queue: RabbitQueue) -> int | None:
+    """How many messages wait in ``queue`` for a consumer (delivered, unacked ones not counted);
+    None when the broker cannot be asked. Resend sweeps ask it first: while a queue has a backlog,
+    the message they would send again is most likely still in it, and a copy only lengthens it."""
+    try:
+        declared = await broker.declare_queue(queue)
+        result = await declared.declare()  # a fresh declare-ok: the count as of now
+    except Exception as error:
+        log.debug("queue depth unknown", queue=queue.name, error=repr(error))
+        return None
+    return int(result.message_count or 0)
 
 
 def json_body(model: Any) -> bytes:

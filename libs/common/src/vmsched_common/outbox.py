@@ -47,7 +47,7 @@ _UNPUBLISHED = text(
     SELECT {VM_COLUMNS} FROM vms
      WHERE status IN ('pending', 'deleting')
        AND ((published_at IS NULL AND updated_at < now() - make_interval(secs => :age))
-            OR published_at < now() - make_interval(secs => :stale))
+            OR (CAST(:resend_stale AS boolean) AND published_at < now() - make_interval(secs => :stale)))
      ORDER BY coalesce(published_at, updated_at) LIMIT :limit
     """
 )
@@ -181,11 +181,18 @@ async def publish_rows(
 
 
 async def republish_unpublished(
-    broker: RabbitBroker, engine: AsyncEngine, *, older_than: float, stale_after: float, limit: int = 500
+    broker: RabbitBroker,
+    engine: AsyncEngine,
+    *,
+    older_than: float,
+    stale_after: float,
+    resend_stale: bool = True,
+    limit: int = 500,
 ) -> int:
-    """One sweep: publish rows whose message was never confirmed (older than ``older_than``), or was
-    confirmed ``stale_after`` seconds ago and still not acted on. Returns how many."""
-    params = {"age": older_than, "stale": stale_after, "limit": limit}
+    """One sweep: publish rows whose message was never confirmed (older than ``older_than``), and,
+    with ``resend_stale``, those confirmed ``stale_after`` seconds ago and still not acted on.
+    Returns how many."""
+    params = {"age": older_than, "stale": stale_after, "resend_stale": resend_stale, "limit": limit}
     async with engine.connect() as connection:
         rows = (await connection.execute(_UNPUBLISHED, params)).all()
     vms = [VmRow.from_row(row) for row in rows]

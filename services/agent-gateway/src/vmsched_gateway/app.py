@@ -11,10 +11,11 @@ from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmDeleted, VmStatusReport
+from vmsched_common.messages import VmAssigned, VmDeleted, VmStatusReport
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.health import check_hosts_forever
+from vmsched_gateway.heartbeat_intake import HeartbeatIntake
 from vmsched_gateway.service import Gateway
 from vmsched_gateway.store import GatewayStore
 
@@ -35,14 +36,7 @@ def build_app(settings: Settings) -> FastStream:
 
     gateway = Gateway(settings=settings, broker=broker, store=store, snapshot=snapshot, publish_deleted=publish_deleted)
 
-    @broker.subscriber(
-        topology.GATEWAY_HEARTBEAT_QUEUE,
-        topology.EXCHANGE,
-        ack_policy=AckPolicy.NACK_ON_ERROR,
-        title="gateway.heartbeats",
-    )
-    async def on_heartbeat(beat: AgentHeartbeat) -> None:
-        await gateway.on_heartbeat(beat)
+    heartbeats = HeartbeatIntake(broker, gateway.on_heartbeat)
 
     @broker.subscriber(
         topology.GATEWAY_ASSIGNED_QUEUE,
@@ -63,13 +57,14 @@ def build_app(settings: Settings) -> FastStream:
         await gateway.on_status(report)
 
     async def on_ready(background: BackgroundTasks) -> None:
+        await heartbeats.start()
         background.start(check_hosts_forever(store, snapshot, broker, settings))
         log.info("gateway ready")
 
     return consumer_app(
         broker,
         on_ready=on_ready,
-        closers=[gateway.drain, redis.aclose, engine.dispose],
+        closers=[heartbeats.stop, gateway.drain, redis.aclose, engine.dispose],
         logger=log,
         settings=settings,
     )

@@ -6,7 +6,9 @@
 - failed VMs with ``restart_policy: on_failure`` go back to pending after RESTART_DELAY, with the
   host they failed on excluded, and are published for placement again;
 - scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
-  (the agent is idempotent on vm_id), in case it was dead-lettered on the way.
+  (the agent is idempotent on vm_id), in case it was dead-lettered on the way; not while the
+  gateway's own assignment queue has a backlog (the command may not be sent yet: a copy would only
+  add to the load that made it late).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 
 from faststream.rabbit import RabbitBroker
 
+from vmsched_common import topology
+from vmsched_common.amqp import ready_messages
 from vmsched_common.logs import get_logger
 from vmsched_common.outbox import publish_rows, send_command
 from vmsched_common.settings import Settings
@@ -70,6 +74,11 @@ async def check_hosts_once(
     if restarted:
         log.info("restarting failed VMs", count=len(restarted), vm_ids=[str(vm.id) for vm in restarted])
         await publish_rows(broker, store.engine, restarted)
+    backlog = await ready_messages(broker, topology.GATEWAY_ASSIGNED_QUEUE)
+    if backlog:
+        # Behind on assignments: a stale VM's command may not even have been sent yet.
+        log.debug("not resending create commands while assignments wait", waiting=backlog)
+        return
     for vm in await store.touch_stale_scheduled(settings.resend_stale_after):
         if vm.hypervisor_id is None:
             continue

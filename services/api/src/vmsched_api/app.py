@@ -15,8 +15,8 @@ from faststream_fastapi import FastStreamAPI
 from vmsched_api.deps import Services
 from vmsched_api.repository import Repository
 from vmsched_api.routes import hosts, system, vms
-from vmsched_common import events
-from vmsched_common.amqp import declare_topology, make_broker
+from vmsched_common import events, topology
+from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
@@ -44,8 +44,15 @@ async def sweep_unpublished(services: Services) -> None:
     while True:
         await asyncio.sleep(period)
         try:
+            # A pending VM's vm.create may simply wait behind a backlog: send copies only once the
+            # schedulers have drained their queue (see ready_messages).
+            backlog = await ready_messages(services.broker, topology.SCHEDULER_QUEUE)
             await republish_unpublished(
-                services.broker, services.engine, older_than=period, stale_after=services.settings.resend_stale_after
+                services.broker,
+                services.engine,
+                older_than=period,
+                stale_after=services.settings.resend_stale_after,
+                resend_stale=not backlog,
             )
         except asyncio.CancelledError:
             raise

@@ -40,7 +40,8 @@ bench-placement: .venv/.synced ## one decision over 10,000 hosts, every strategy
 
 bench: .venv/.synced servers ## the end-to-end performance harness (never part of make test)
 	$(PY) bench/placement_bench.py
-	@if [ -f bench/e2e_bench.py ]; then $(PY) bench/e2e_bench.py; fi
+	$(PY) bench/broker_floor.py
+	$(PY) bench/e2e_bench.py
 
 asyncapi: .venv/.synced ## regenerate docs/asyncapi.json (the event contract) from the code
 	$(PY) -m vmsched_api.asyncapi > docs/asyncapi.json

@@ -70,10 +70,13 @@ BASE_DB = os.environ.get("DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.
 HEARTBEAT_INTERVAL = 30.0
 SCHEDULERS = 2
 LATENCY_RATE = 300.0
+SATURATED = 0.8  # achieved below this share of offered: the sweep stops
+SUSTAINABLE = 0.5  # the second latency phase offers this share of the saturation throughput
 # A throughput VM is small: the fleets are overcommitted (cpu x4) so that every run fits in them.
 SMALL_VM = {"cpu": 1, "memory_mb": 512, "disk_gb": 1}
 THROUGHPUT_OVERCOMMIT_CPU = 4.0
-DRAIN_TIMEOUT = 60.0
+STALL_TIMEOUT = 30.0  # no command received for this long: the rest is lost, not late
+DRAIN_LIMIT = 900.0
 
 TARGETS = {
     "throughput_per_s": 1500.0,
@@ -341,13 +344,20 @@ async def flat_out(senders: Senders, phase: Phase, total: int, batch: int, in_fl
     phase.seconds = time.monotonic() - began
 
 
-def wait_received(fleets: Sequence[Fleet], sent: dict[str, float], timeout: float = DRAIN_TIMEOUT) -> int:
-    """Wait until every sent VM's command was received; the number still missing after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        missing = sum(1 for vm in sent if not any(vm in f.receipts for f in fleets))
-        if missing == 0:
+def wait_received(fleets: Sequence[Fleet], sent: dict[str, float], stall: float = STALL_TIMEOUT) -> int:
+    """Wait until every sent VM's command was received, or until none arrived for ``stall`` seconds
+    (or DRAIN_LIMIT passed); the number still missing. A phase starts only once the one before has
+    drained, so that no phase measures another's backlog."""
+    began = last_progress = time.monotonic()
+    missing = len(sent)
+    while time.monotonic() - began < DRAIN_LIMIT:
+        now_missing = sum(1 for vm in sent if not any(vm in f.receipts for f in fleets))
+        if now_missing == 0:
             return 0
+        if now_missing < missing:
+            missing, last_progress = now_missing, time.monotonic()
+        elif time.monotonic() - last_progress > stall:
+            break
         time.sleep(0.2)
     return sum(1 for vm in sent if not any(vm in f.receipts for f in fleets))
 
@@ -494,6 +504,8 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
                 step = Phase(f"batch@{rate:g}", rate, batch)
                 await paced(senders, step, rate, plan.step_seconds, batch)
                 phases.append(summarise(step, fleets, wait_received(fleets, step.sent)))
+                if phases[-1]["achieved_per_s"] < SATURATED * rate:
+                    break  # saturated: a higher offered rate only grows the backlog (saturation measures it)
             saturation = Phase("saturation", None, 500)
             named = component_pids(stack, fleets)
             cpu_before, wall_before = cpu_times(named), time.monotonic()
@@ -507,6 +519,12 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
             summary["cores_busy"] = round(sum(cpu.values()) / wall, 2)
             summary["mean_batch"] = mean_batch_sizes(stack)
             phases.append(summary)
+            # Latency where the system keeps up: single POSTs at half what it sustained (at most the
+            # target's 300/s), so that the figure is the path's latency, not a queue's length.
+            easy_rate = min(LATENCY_RATE, max(5.0, round(SUSTAINABLE * summary["achieved_per_s"])))
+            easy = Phase("latency@sustainable", easy_rate, 1)
+            await paced(senders, easy, easy_rate, plan.latency_seconds, 1)
+            phases.append(summarise(easy, fleets, wait_received(fleets, easy.sent)))
             for p in phases:
                 print(f"  run {run + 1}: {p}", flush=True)
             runs.append({"phases": phases})
@@ -598,7 +616,7 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
                 return fill, bf, ll
 
         fill, bf, ll = uvloop.run(drive())
-        missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent}, timeout=120)
+        missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent})
         costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], list(fill.sent)))
         time.sleep(1.0)
         pools = {name: asyncio.run(host_rows(iso.env["DATABASE_URL"], name)) for name in ("bf", "ll", "fill")}
@@ -641,20 +659,30 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
 
 # -- results -------------------------------------------------------------------------------------
 def by_phase(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per phase, the median over runs of each figure."""
+    """Per phase, the median over runs of each figure (a run whose sweep stopped early lacks the
+    later steps; their medians are over the runs that have them)."""
     merged: dict[str, dict[str, Any]] = {}
-    names = [p["phase"] for p in size["runs"][0]["phases"]]
+    names = list(dict.fromkeys(p["phase"] for run in size["runs"] for p in run["phases"]))
     for name in names:
         rows = [p for run in size["runs"] for p in run["phases"] if p["phase"] == name]
+        offered = [r["offered_per_s"] for r in rows if r["offered_per_s"] is not None]
         merged[name] = {
-            "offered_per_s": rows[0]["offered_per_s"],
+            "offered_per_s": round(median(offered), 1) if offered else None,
             "batch": rows[0]["batch"],
+            "runs": len(rows),
             **{
                 key: round(median([r[key] for r in rows if r[key] is not None]), 2)
                 for key in ("achieved_per_s", "accepted_per_s", "p50_ms", "p95_ms", "p99_ms")
             },
             "missing": sum(r["missing"] for r in rows),
         }
+        costs = [r["cpu_ms_per_vm"] for r in rows if r.get("cpu_ms_per_vm")]
+        if costs:
+            components = list(dict.fromkeys(c for cost in costs for c in cost))
+            merged[name]["cpu_ms_per_vm"] = {
+                c: round(median([cost[c] for cost in costs if c in cost]), 3) for c in components
+            }
+            merged[name]["cores_busy"] = round(median([r["cores_busy"] for r in rows]), 2)
     return merged
 
 
@@ -700,6 +728,10 @@ def print_table(result: dict[str, Any]) -> None:
                 f"{size['hosts']:>6} {name:<14} {offered:>9} {p['batch']:>5} {p['achieved_per_s']:>10.0f} "
                 f"{p['p50_ms']:>8.1f} {p['p95_ms']:>8.1f} {p['p99_ms']:>8.1f}"
             )
+        cpu = size["phases"]["saturation"].get("cpu_ms_per_vm")
+        if cpu:
+            spent = ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())
+            print(f"{size['hosts']:>6} CPU ms per placement at saturation: {spent}")
         print(
             f"{size['hosts']:>6} decision p50/p99 {size['decision_p50_us']}/{size['decision_p99_us']} us, "
             f"conflicts/placement {size['conflicts_per_placement']}, "
@@ -754,7 +786,24 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": sys.version,
         "load_average_at_start": os.getloadavg(),
+        "rabbitmq_file_descriptor_limit": rabbitmq_fd_limit(),
     }
+
+
+def rabbitmq_fd_limit() -> int | None:
+    """The node's open-file limit: each agent queue needs file handles, and a node at 1,024 stalls
+    with thousands of them (docs/performance.md, "Before you run it")."""
+    try:
+        status = subprocess.run(["rabbitmqctl", "status"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = status.splitlines()
+    for index, line in enumerate(lines):
+        if "File Descriptors" in line:
+            for following in lines[index + 1 : index + 4]:
+                if "limit:" in following and "Sockets" not in following:
+                    return int(following.rsplit("limit:", 1)[1].strip())
+    return None
 
 
 def git_commit() -> str:
@@ -771,6 +820,13 @@ def main() -> int:
     parser.add_argument("--no-extra", action="store_true", help="skip the contention and packing stack")
     options = parser.parse_args()
     plan = plan_from_env()
+    limit = rabbitmq_fd_limit()
+    if limit is not None and limit < 2 * max(plan.hosts):
+        print(
+            f"warning: RabbitMQ may open only {limit} files, and {max(plan.hosts)} agent queues need more; "
+            "raise it first (docs/performance.md)",
+            flush=True,
+        )
     recorded_at = datetime.now(UTC).isoformat()
     started = time.monotonic()
     info = machine()

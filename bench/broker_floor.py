@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import aio_pika
+from faststream.rabbit import RabbitQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -115,8 +116,7 @@ async def broker_hop(url: str, *, quorum: bool, queues: int, rate: float | None,
         for n in range(queues):
             queue = await consuming.declare_queue(f"floor-{tag}-{n}", durable=True, arguments=arguments)
             await queue.bind(exchange, routing_key=str(n))
-            await queue.consume(on_message)
-            declared.append(queue)
+            declared.append((queue, await queue.consume(on_message)))
 
         async def send(i: int) -> None:
             message = aio_pika.Message(BODY.encode(), message_id=str(i), delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
@@ -126,7 +126,8 @@ async def broker_hop(url: str, *, quorum: bool, queues: int, rate: float | None,
         await paced(count, rate, send)
         await asyncio.wait_for(done.wait(), timeout=300)
         broker_used, seconds = broker_cpu_seconds() - broker_before, time.monotonic() - began
-        for queue in declared:
+        for queue, consumer_tag in declared:
+            await queue.cancel(consumer_tag)  # before the delete, or the broker cancels it with a warning
             await queue.delete(if_unused=False, if_empty=False)
     finally:
         await connection.close()
@@ -179,7 +180,7 @@ async def client_costs(url: str, count: int) -> dict[str, float]:
         handled = 0
         finished = asyncio.Event()
 
-        @broker.subscriber(queue_name)  # declared above; FastStream only consumes it
+        @broker.subscriber(RabbitQueue(queue_name, declare=False))  # declared above
         async def handler(command: AgentCommand) -> None:
             nonlocal handled
             handled += 1

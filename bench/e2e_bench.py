@@ -821,7 +821,7 @@ def main() -> int:
     options = parser.parse_args()
     plan = plan_from_env()
     limit = rabbitmq_fd_limit()
-    if limit is not None and limit < 2 * max(plan.hosts):
+    if limit is not None and limit < max(plan.hosts) + 1000:
         print(
             f"warning: RabbitMQ may open only {limit} files, and {max(plan.hosts)} agent queues need more; "
             "raise it first (docs/performance.md)",

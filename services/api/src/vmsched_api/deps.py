@@ -25,7 +25,8 @@ class Services:
     published: PublishedMarks
 
 
-def _services(request: Request) -> Services:
+async def _services(request: Request) -> Services:
+    # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop per request.
     services: Services = request.app.state.services
     return services
 

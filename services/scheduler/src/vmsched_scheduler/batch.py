@@ -66,6 +66,16 @@ class Placed:
 
 
 @dataclass(frozen=True, slots=True)
+class OneByOne:
+    """Not settled here: the one-VM path takes it, knowing how many of its claims were refused."""
+
+    conflicts: int = 0
+
+
+ONE_BY_ONE = OneByOne()
+
+
+@dataclass(frozen=True, slots=True)
 class _Item:
     message: VmCreate
     trace: otel_context.Context  # the handler's: each VM's spans stay in its own trace
@@ -86,7 +96,7 @@ class BatchPlacer:
 
     def __init__(self, scheduler: Scheduler, *, max_batch: int) -> None:
         self.scheduler = scheduler
-        self._batcher: Batcher[_Item, Placed | None] = Batcher(
+        self._batcher: Batcher[_Item, Placed | OneByOne] = Batcher(
             self._place_batch, name="placements", max_size=max_batch, max_delay=BATCH_DELAY
         )
 
@@ -94,8 +104,8 @@ class BatchPlacer:
         """Handle one message (the consumer's handler): acked by the caller once this returns."""
         with bound(vm_id=str(message.vm_id), attempt=message.attempt):
             placed = await self._batcher.submit(_Item(message, otel_context.get_current()))
-            if placed is None:
-                await self.scheduler.place(message)
+            if isinstance(placed, OneByOne):
+                await self.scheduler.place(message, prior_conflicts=placed.conflicts)
                 return
             log.info(placed.lines[0])
             log.info(placed.lines[1], host=placed.host_id)
@@ -103,7 +113,7 @@ class BatchPlacer:
     async def drain(self) -> None:
         await self._batcher.drain()
 
-    async def _place_batch(self, items: list[_Item]) -> Sequence[Placed | None]:
+    async def _place_batch(self, items: list[_Item]) -> Sequence[Placed | OneByOne]:
         s = self.scheduler
         default = await s.store.default_strategy()
         await s.fleet.refresh()
@@ -114,13 +124,13 @@ class BatchPlacer:
             weights=s.weights,
             rng=s.rng,
         )
-        results: dict[int, Placed | None] = {}
+        results: dict[int, Placed | OneByOne] = {}
         candidates: dict[int, _Candidate] = {}
         for index, item in enumerate(items):
             message = item.message
             strategy = message.strategy or default
             if strategy is Strategy.ROUND_ROBIN:  # needs the shared cursor, one Redis call per VM
-                results[index] = None
+                results[index] = ONE_BY_ONE
                 continue
             request = PlacementRequest(
                 vm_id=str(message.vm_id),
@@ -136,7 +146,7 @@ class BatchPlacer:
             seconds = time.perf_counter() - started
             DECISION_SECONDS.observe(seconds)
             if decision.host_id is None:  # unschedulable, or the snapshot is behind: the careful path
-                results[index] = None
+                results[index] = ONE_BY_ONE
                 continue
             record = placement_record(strategy, decision, decision.host_id)
             record["hosts"] = (
@@ -157,7 +167,7 @@ class BatchPlacer:
         await asyncio.gather(*publishing)
         return [results[index] for index in range(len(items))]
 
-    async def _claim(self, candidates: dict[int, _Candidate], results: dict[int, Placed | None]) -> None:
+    async def _claim(self, candidates: dict[int, _Candidate], results: dict[int, Placed | OneByOne]) -> None:
         s = self.scheduler
         indexes = list(candidates)
         with _spans(CLAIM_SPAN, [candidates[i] for i in indexes]) as spans:
@@ -186,11 +196,11 @@ class BatchPlacer:
                 continue
             CLAIM_CONFLICTS.labels("redis").inc()
             del candidates[index]
-            results[index] = None
+            results[index] = OneByOne(conflicts=1)
         await s.fleet.reread_many(stale)
 
     async def _commit(
-        self, candidates: dict[int, _Candidate], results: dict[int, Placed | None]
+        self, candidates: dict[int, _Candidate], results: dict[int, Placed | OneByOne]
     ) -> list[tuple[otel_context.Context, VmAssigned]]:
         s = self.scheduler
         indexes = list(candidates)
@@ -216,13 +226,13 @@ class BatchPlacer:
             # one by one, each VM finds its claim held and commits alone, and the culprit moves on.
             CLAIM_CONFLICTS.labels("postgres").inc()
             for index in indexes:
-                results[index] = None
+                results[index] = ONE_BY_ONE
             return []
         events: list[tuple[otel_context.Context, VmAssigned]] = []
         for index, outcome in zip(indexes, outcomes, strict=True):
             candidate = candidates[index]
             if outcome.outcome is not CommitOutcome.PLACED:  # a redelivery, a stale attempt: the careful path
-                results[index] = None
+                results[index] = ONE_BY_ONE
                 continue
             assert outcome.scheduled_at is not None
             assert outcome.created_at is not None

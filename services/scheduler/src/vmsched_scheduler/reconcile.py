@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import defaultdict
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator
+from dataclasses import asdict, astuple, dataclass
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,11 +28,12 @@ log = get_logger(__name__)
 # A claim younger than this may belong to a scheduler between its claim and its commit.
 CLAIM_GRACE_SECONDS = 30.0
 
-_HOSTS = text("SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts")
+_HOSTS = text("SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts ORDER BY id COLLATE \"C\"")
 _COMMITTED = text(
     """
     SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
      WHERE status IN ('scheduled', 'running', 'deleting') AND hypervisor_id IS NOT NULL
+     ORDER BY hypervisor_id COLLATE "C"
     """
 )
 _REPAIR_HOST = text(
@@ -56,55 +58,72 @@ class ReconcileReport:
     in_flight_claims: int
     repaired_hosts: int
 
+    def plus(self, other: ReconcileReport) -> ReconcileReport:
+        return ReconcileReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
 
 async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = CLAIM_GRACE_SECONDS) -> ReconcileReport:
-    # One consistent view: the hosts' recorded allocations and the VMs they should add up to.
+    # One consistent view: the hosts' recorded allocations and the VMs they should add up to. The
+    # VMs are streamed in host order, one host's at a time in memory: a fleet holds hundreds of
+    # thousands of VMs, and this runs every RECONCILE_INTERVAL.
+    report = ReconcileReport(0, 0, 0, 0, 0)
     async with engine.connect() as plain:
         connection = await plain.execution_options(isolation_level="REPEATABLE READ")
         hosts = (await connection.execute(_HOSTS)).all()
-        committed_rows = (await connection.execute(_COMMITTED)).all()
+        vms = await connection.stream(_COMMITTED, execution_options={"yield_per": 2000})
+        by_host = _group_by_host(vms)
+        pending: tuple[str, list[CommittedVm]] | None = await anext(by_host, None)
+        now = time.time()
+        for host in hosts:  # both in byte order of the id (COLLATE "C", as Python compares): walk together
+            while pending is not None and pending[0] < host.id:  # VMs of a host without a row
+                pending = await anext(by_host, None)
+            mine = pending[1] if pending is not None and pending[0] == host.id else []
+            report = report.plus(await _reconcile_host(engine, snapshot, host, mine, now, grace))
         await connection.rollback()
-
-    committed: dict[str, list[CommittedVm]] = defaultdict(list)
-    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-    for row in committed_rows:
-        resources = Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu)
-        committed[row.hypervisor_id].append(CommittedVm(row.id, resources))
-        total = sums[row.hypervisor_id]
-        for i, amount in enumerate((row.cpu, row.memory_mb, row.disk_gb, row.gpu, 1)):
-            total[i] += amount
-
-    repaired = 0
-    restored = dropped = in_flight = 0
-    now = time.time()
-    for host in hosts:
-        recorded = [host.alloc_cpu, host.alloc_memory_mb, host.alloc_disk_gb, host.alloc_gpu, host.vm_count]
-        if recorded != sums[host.id]:
-            log.error(
-                "host allocations disagree with its VMs; repairing",
-                host=host.id,
-                recorded=recorded,
-                computed=sums[host.id],
-            )
-            async with engine.begin() as connection:
-                await connection.execute(_REPAIR_HOST, {"host_id": host.id})
-            repaired += 1
-        total = sums[host.id]
-        counts = await snapshot.reconcile_host(
-            host.id,
-            Resources(cpu=total[0], memory_mb=total[1], disk_gb=total[2], gpu=total[3]),
-            total[4],
-            committed.get(host.id, []),
-            now,
-            grace,
-        )
-        restored += counts[0]
-        dropped += counts[1]
-        in_flight += counts[2]
-    report = ReconcileReport(len(hosts), restored, dropped, in_flight, repaired)
-    if restored or dropped or repaired:
+    if report.restored_claims or report.dropped_claims or report.repaired_hosts:
         log.info("snapshot reconciled with PostgreSQL", **asdict(report))
     return report
+
+
+async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, list[CommittedVm]]]:
+    """(host id, its committed VMs) from rows ordered by host id."""
+    current: str | None = None
+    group: list[CommittedVm] = []
+    async for row in rows:
+        if row.hypervisor_id != current:
+            if current is not None:
+                yield current, group
+            current, group = row.hypervisor_id, []
+        resources = Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu)
+        group.append(CommittedVm(row.id, resources))
+    if current is not None:
+        yield current, group
+
+
+async def _reconcile_host(
+    engine: AsyncEngine, snapshot: Snapshot, host: Any, vms: list[CommittedVm], now: float, grace: float
+) -> ReconcileReport:
+    total = [0, 0, 0, 0, len(vms)]
+    for vm in vms:
+        r = vm.resources
+        for i, amount in enumerate((r.cpu, r.memory_mb, r.disk_gb, r.gpu)):
+            total[i] += amount
+    recorded = [host.alloc_cpu, host.alloc_memory_mb, host.alloc_disk_gb, host.alloc_gpu, host.vm_count]
+    repaired = 0
+    if recorded != total:
+        log.error("host allocations disagree with its VMs; repairing", host=host.id, recorded=recorded, computed=total)
+        async with engine.begin() as connection:
+            await connection.execute(_REPAIR_HOST, {"host_id": host.id})
+        repaired = 1
+    restored, dropped, in_flight = await snapshot.reconcile_host(
+        host.id,
+        Resources(cpu=total[0], memory_mb=total[1], disk_gb=total[2], gpu=total[3]),
+        total[4],
+        vms,
+        now,
+        grace,
+    )
+    return ReconcileReport(1, restored, dropped, in_flight, repaired)
 
 
 async def reconcile_forever(engine: AsyncEngine, snapshot: Snapshot, interval: float) -> None:

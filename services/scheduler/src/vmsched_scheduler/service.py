@@ -84,16 +84,18 @@ class Scheduler:
         s = self.settings
         return Weights(cpu=s.weight_cpu, memory=s.weight_memory, disk=s.weight_disk)
 
-    async def place(self, message: VmCreate) -> None:
+    async def place(self, message: VmCreate, *, prior_conflicts: int = 0) -> None:
+        """Place the VM of ``message`` (or finish what an earlier delivery started).
+        ``prior_conflicts``: claims already refused for it (by the batched path), for its record."""
         with bound(vm_id=str(message.vm_id), attempt=message.attempt):
-            await self._place(message)
+            await self._place(message, prior_conflicts)
 
-    async def _place(self, message: VmCreate) -> None:
+    async def _place(self, message: VmCreate, prior_conflicts: int) -> None:
         strategy = message.strategy or await self.store.default_strategy()
         log.info(f"Scheduling VM '{message.name}' using {strategy.value} strategy", strategy=strategy.value)
         excluded = set(message.exclude_hosts)
         decision: Decision | None = None
-        conflicts = 0
+        conflicts = prior_conflicts
         for _ in range(MAX_ROUNDS):
             await self.fleet.refresh()
             request = PlacementRequest(

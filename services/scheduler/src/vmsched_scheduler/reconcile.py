@@ -28,7 +28,9 @@ log = get_logger(__name__)
 # A claim younger than this may belong to a scheduler between its claim and its commit.
 CLAIM_GRACE_SECONDS = 30.0
 
-_HOSTS = text("SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts ORDER BY id COLLATE \"C\"")
+_HOSTS = text(
+    'SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts ORDER BY id COLLATE "C"'
+)
 _COMMITTED = text(
     """
     SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms

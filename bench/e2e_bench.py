@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.cpu_account import cpu_times, per_vm_ms, spent  # noqa: E402
+from bench.e2e_fleet import UNIFORM_CAPACITY  # noqa: E402
 from bench.e2e_stats import (  # noqa: E402
     hosts_lower_bound,
     median,
@@ -62,7 +63,6 @@ from bench.e2e_stats import (  # noqa: E402
 )
 from devtools.stack import Stack, wait_for  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402
-from vmsched_common.messages import Resources  # noqa: E402
 
 BASE_AMQP = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 BASE_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -579,7 +579,8 @@ async def host_rows(database_url: str, prefix: str) -> list[asyncpg.Record]:
 
 
 def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
-    """A mixed fleet filled to 80% cpu (claim conflicts), and two pools of identical hosts for packing."""
+    """A mixed pool filled to 80% cpu by both schedulers (claim conflicts), then two pools of
+    identical hosts given the same mixed workload, one with best_fit, one with least_loaded."""
     print("== contention (80% full) and packing", flush=True)
     rng = random.Random(11)
     specs = [
@@ -588,26 +589,24 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
         ("ll", plan.pack_hosts, "uniform", "pool=ll", 1.0),
     ]
     with isolated() as iso, stack_with_fleets(iso, workdir, specs) as (stack, fleets, _):
-        fill_cpu = sum(
-            h.capacity.cpu for h in generate_hosts(plan.fill_hosts, capacity=Resources(), profile=Profile.MIXED, seed=7)
-        )
-        bodies: list[dict[str, Any]] = []
-        while sum(b["cpu"] for b in bodies) < 0.8 * fill_cpu:
-            bodies.append(mixed_body(len(bodies), rng, labels={"pool": "fill"}))
-        pack_cpu = plan.pack_hosts * 32 * 0.6  # 60% of the pool by cpu
+        fill_hosts = generate_hosts(plan.fill_hosts, capacity=UNIFORM_CAPACITY, profile=Profile.MIXED, seed=7)
+        fill_cpu = sum(h.capacity.cpu for h in fill_hosts)
+        fill_load: list[dict[str, Any]] = []
+        while sum(b["cpu"] for b in fill_load) < 0.8 * fill_cpu:
+            fill_load.append(mixed_body(len(fill_load), rng, labels={"pool": "fill"}))
+        pack_cpu = plan.pack_hosts * UNIFORM_CAPACITY.cpu * 0.6  # 60% of the pool by cpu
         workload: list[dict[str, Any]] = []
         while sum(b["cpu"] for b in workload) < pack_cpu:
             workload.append(mixed_body(len(workload), rng))
 
         async def drive() -> tuple[Phase, Phase, Phase]:
             async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as client:
-                fill, bf, ll = (
-                    Phase("fill-80%", None, 500),
-                    Phase("best_fit", None, 500),
-                    Phase("least_loaded", None, 500),
-                )
+                # The fill alone first: its conflicts are the two schedulers racing for that pool.
+                fill = Phase("fill-80%", None, 500)
+                await post_all(client, fill_load, fill)
+                await asyncio.to_thread(wait_received, fleets, fill.sent)
+                bf, ll = Phase("best_fit", None, 500), Phase("least_loaded", None, 500)
                 await asyncio.gather(
-                    post_all(client, bodies, fill),
                     post_all(client, [{**b, "labels": {"pool": "bf"}, "strategy": "best_fit"} for b in workload], bf),
                     post_all(
                         client, [{**b, "labels": {"pool": "ll"}, "strategy": "least_loaded"} for b in workload], ll
@@ -618,19 +617,23 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
         fill, bf, ll = uvloop.run(drive())
         missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent})
         costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], list(fill.sent)))
-        time.sleep(1.0)
         pools = {name: asyncio.run(host_rows(iso.env["DATABASE_URL"], name)) for name in ("bf", "ll", "fill")}
-    host = {"cpu": 32, "memory_mb": 128 * 1024, "disk_gb": 1000, "gpu": 0}
+    host = UNIFORM_CAPACITY.model_dump()
     demands = [{k: b[k] for k in ("cpu", "memory_mb", "disk_gb")} for b in workload]
     bound = hosts_lower_bound(demands, [host] * plan.pack_hosts)
     used = {name: sum(1 for r in rows if r["vm_count"] > 0) for name, rows in pools.items()}
-    fill_rows = pools["fill"]
+
+    def spread(pool: str) -> dict[str, float]:
+        rows = pools[pool]
+        shares = utilisation_spread([r["alloc_cpu"] for r in rows], [r["cpu"] for r in rows])
+        return {k: round(v, 4) for k, v in shares.items()}
+
     return {
+        "missing": missing,
         "fill": {
             "hosts": plan.fill_hosts,
-            "vms": len(bodies),
-            "missing": missing,
-            "cpu_utilisation": round(sum(r["alloc_cpu"] for r in fill_rows) / fill_cpu, 3),
+            "vms": len(fill_load),
+            "cpu_utilisation": round(sum(r["alloc_cpu"] for r in pools["fill"]) / fill_cpu, 3),
             **costs,
         },
         "packing": {
@@ -641,18 +644,8 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
             "best_fit_hosts": used["bf"],
             "best_fit_over_bound": round(used["bf"] / bound, 3),
             "least_loaded_hosts": used["ll"],
-            "least_loaded_cpu_spread": {
-                k: round(v, 4)
-                for k, v in utilisation_spread(
-                    [r["alloc_cpu"] for r in pools["ll"]], [r["cpu"] for r in pools["ll"]]
-                ).items()
-            },
-            "best_fit_cpu_spread": {
-                k: round(v, 4)
-                for k, v in utilisation_spread(
-                    [r["alloc_cpu"] for r in pools["bf"]], [r["cpu"] for r in pools["bf"]]
-                ).items()
-            },
+            "least_loaded_cpu_spread": spread("ll"),
+            "best_fit_cpu_spread": spread("bf"),
         },
     }
 

@@ -402,6 +402,32 @@ async def placement_costs(database_url: str, vm_ids: Sequence[str]) -> dict[str,
     }
 
 
+async def latency_segments(database_url: str, phase: Phase, fleets: Sequence[Fleet]) -> dict[str, dict[str, float]]:
+    """Where a request's time goes, p50 and p99 of each leg (one machine, one clock): ``api``,
+    request due to VM row committed (``created_at``); ``scheduler``, to its placement committed
+    (``scheduled_at``); ``relay``, to the agent taking the command (vm.assigned, the gateway, the
+    agent's queue)."""
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        rows = await conn.fetch(
+            "SELECT id::text AS id, extract(epoch FROM created_at) AS created, "
+            "extract(epoch FROM scheduled_at) AS scheduled FROM vms WHERE id = ANY($1::uuid[])",
+            list(phase.sent),
+        )
+    finally:
+        await conn.close()
+    received = {vm: at for f in fleets for vm, at in f.receipts.items() if vm in phase.sent}
+    legs: dict[str, list[float]] = {"api": [], "scheduler": [], "relay": []}
+    for row in rows:
+        if row["scheduled"] is None or row["id"] not in received:
+            continue
+        created, scheduled = float(row["created"]), float(row["scheduled"])
+        legs["api"].append((created - phase.sent[row["id"]]) * 1000)
+        legs["scheduler"].append((scheduled - created) * 1000)
+        legs["relay"].append((received[row["id"]] - scheduled) * 1000)
+    return {leg: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)} for leg, v in legs.items()}
+
+
 def peak_rss_mb(pid: int) -> float:
     """The process's high-water mark of resident memory (VmHWM), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -499,6 +525,7 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
             latency = Phase("latency", LATENCY_RATE, 1)
             await paced(senders, latency, LATENCY_RATE, plan.latency_seconds, 1)
             phases.append(summarise(latency, fleets, wait_received(fleets, latency.sent)))
+            phases[-1]["segments_ms"] = await latency_segments(stack.env["DATABASE_URL"], latency, fleets)
             for rate in plan.sweep_rates:
                 batch = max(1, min(1000, int(rate / 10)))
                 step = Phase(f"batch@{rate:g}", rate, batch)
@@ -525,6 +552,7 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
             easy = Phase("latency@sustainable", easy_rate, 1)
             await paced(senders, easy, easy_rate, plan.latency_seconds, 1)
             phases.append(summarise(easy, fleets, wait_received(fleets, easy.sent)))
+            phases[-1]["segments_ms"] = await latency_segments(stack.env["DATABASE_URL"], easy, fleets)
             for p in phases:
                 print(f"  run {run + 1}: {p}", flush=True)
             runs.append({"phases": phases})
@@ -669,6 +697,12 @@ def by_phase(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
             },
             "missing": sum(r["missing"] for r in rows),
         }
+        segments = [r["segments_ms"] for r in rows if r.get("segments_ms")]
+        if segments:
+            merged[name]["segments_ms"] = {
+                leg: {q: round(median([seg[leg][q] for seg in segments]), 1) for q in ("p50", "p99")}
+                for leg in segments[0]
+            }
         costs = [r["cpu_ms_per_vm"] for r in rows if r.get("cpu_ms_per_vm")]
         if costs:
             components = list(dict.fromkeys(c for cost in costs for c in cost))
@@ -721,6 +755,10 @@ def print_table(result: dict[str, Any]) -> None:
                 f"{size['hosts']:>6} {name:<14} {offered:>9} {p['batch']:>5} {p['achieved_per_s']:>10.0f} "
                 f"{p['p50_ms']:>8.1f} {p['p95_ms']:>8.1f} {p['p99_ms']:>8.1f}"
             )
+        for name, p in size["phases"].items():
+            if p.get("segments_ms"):
+                legs = ", ".join(f"{leg} {v['p50']:.0f}/{v['p99']:.0f}" for leg, v in p["segments_ms"].items())
+                print(f"{size['hosts']:>6} {name} legs p50/p99 ms: {legs}")
         cpu = size["phases"]["saturation"].get("cpu_ms_per_vm")
         if cpu:
             spent = ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())

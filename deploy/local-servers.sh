@@ -22,7 +22,15 @@ if ! answers 5672; then
     timeout 180 rabbitmqctl -q start_app
   else
     echo "starting RabbitMQ"
-    rabbitmq-server -detached
+    # Every agent queue holds file handles; a node left at the usual 1,024 stalls with a fleet of
+    # thousands (docs/performance.md), so it starts with the hard limit.
+    # The packaged wrapper switches to the rabbitmq user with su, whose login limits drop the soft
+    # limit back to 1,024, so raise it inside that user's shell.
+    if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
+      su rabbitmq -s /bin/sh -c "ulimit -n $(ulimit -Hn) 2>/dev/null; exec rabbitmq-server -detached"
+    else
+      (ulimit -n "$(ulimit -Hn)" 2>/dev/null || true; rabbitmq-server -detached)
+    fi
   fi
 fi
 for port in 5432 6379 5672; do

@@ -74,3 +74,13 @@ def per_vm_ms(seconds: Mapping[str, float], vms: int) -> dict[str, float]:
     ordered = dict(sorted(rows.items(), key=lambda item: -item[1]))
     ordered["total"] = round(sum(seconds.values()) * 1000 / vms, 3)
     return ordered
+
+
+def cores_busy(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+    """Cores each component kept busy over ``wall`` seconds, largest first, with the total."""
+    if wall <= 0:
+        return {}
+    rows = {name: round(value / wall, 3) for name, value in seconds.items() if value > 0}
+    ordered = dict(sorted(rows.items(), key=lambda item: -item[1]))
+    ordered["total"] = round(sum(seconds.values()) / wall, 3)
+    return ordered

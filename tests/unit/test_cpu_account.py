@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.cpu_account import component_of, cpu_times, per_vm_ms, spent
+from bench.cpu_account import component_of, cores_busy, cpu_times, per_vm_ms, spent
 
 
 def test_named_processes_win_over_server_names() -> None:
@@ -28,6 +28,13 @@ def test_per_vm_is_milliseconds_largest_first_with_a_total() -> None:
     assert list(rows) == ["rabbitmq", "api", "total"]
     assert rows == {"rabbitmq": 3.0, "api": 1.0, "total": 4.0}
     assert per_vm_ms({"api": 1.0}, 0) == {}
+
+
+def test_cores_busy_is_seconds_over_the_window_largest_first_with_a_total() -> None:
+    rows = cores_busy({"gateway": 3.0, "rabbitmq": 6.0, "api": 0.0}, 30.0)
+    assert rows == {"rabbitmq": 0.2, "gateway": 0.1, "total": 0.3}
+    assert list(rows) == ["rabbitmq", "gateway", "total"]
+    assert cores_busy({"api": 1.0}, 0.0) == {}
 
 
 def test_this_process_is_counted_under_its_name() -> None:

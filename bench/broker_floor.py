@@ -214,10 +214,10 @@ def placement_cost(hops: list[dict[str, Any]], rate: float | None) -> float:
     return float(3 * quorum["broker_us_per_message"] + classic["broker_us_per_message"])
 
 
-async def measure(url: str, count: int) -> dict[str, Any]:
+async def measure(url: str, count: int, agent_queues: int) -> dict[str, Any]:
     hops = []
     for rate in RATES:
-        for quorum, queues in ((True, 1), (False, AGENT_QUEUES)):
+        for quorum, queues in ((True, 1), (False, agent_queues)):
             hop = await broker_hop(url, quorum=quorum, queues=queues, rate=rate, count=count)
             print(f"  {hop}", flush=True)
             hops.append(hop)
@@ -238,6 +238,7 @@ def main() -> int:
     today = datetime.now(UTC).date().isoformat()
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"broker-floor-{today}.json")
     parser.add_argument("--messages", type=int, default=6000)
+    parser.add_argument("--agent-queues", type=int, default=AGENT_QUEUES, help="classic queues of the agent hop")
     options = parser.parse_args()
     configure_logging("broker-floor", "WARNING", "json")
     setup_tracing("broker-floor", Settings())  # as the services run: trace ids, nothing exported
@@ -248,13 +249,14 @@ def main() -> int:
     url = urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", ""))
     print("== broker floor", flush=True)
     try:
-        result = asyncio.run(measure(url, options.messages))
+        result = asyncio.run(measure(url, options.messages, options.agent_queues))
     finally:
         _rabbitmqctl("delete_vhost", vhost)
     result = {
         "benchmark": "broker-floor",
         "recorded_at": datetime.now(UTC).isoformat(),
         "messages_per_measurement": options.messages,
+        "agent_queues": options.agent_queues,
         "cpu_count": os.cpu_count(),
         "load_average_at_end": os.getloadavg(),
         **result,

@@ -16,10 +16,11 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.integration.rows import delete_keys, insert_vm, online_host
 from tests.servers import Servers
 from vmsched_common.messages import AgentHeartbeat, Resources, VmAssigned, VmCreate, VmUnschedulable
 from vmsched_common.settings import Settings, Strategy
-from vmsched_common.snapshot import HeartbeatWrite, Snapshot
+from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.store import GatewayStore
 from vmsched_scheduler.batch import BatchPlacer
 from vmsched_scheduler.fleet_cache import FleetCache
@@ -51,21 +52,7 @@ async def placing(private_engine: AsyncEngine, servers: Servers, settings: Setti
         [AgentHeartbeat(agent_id=host, capacity=capacity) for host, capacity in hosts.items()]
     )
     await snapshot.record_heartbeats(
-        [
-            HeartbeatWrite(
-                host_id=row.host_id,
-                capacity=hosts[row.host_id],
-                cpu_ratio=1.0,
-                memory_ratio=1.0,
-                labels={},
-                status="online",
-                heartbeat_at=time.time(),
-                paused=False,
-                allocated=row.allocated,
-                vm_count=row.vm_count,
-            )
-            for row in rows
-        ],
+        [online_host(row.host_id, hosts[row.host_id], allocated=row.allocated, vm_count=row.vm_count) for row in rows],
         bump_interval=60.0,
     )
     # A cache that refreshes at most once a minute: it can be made to believe a host has room.
@@ -93,22 +80,12 @@ async def placing(private_engine: AsyncEngine, servers: Servers, settings: Setti
         yield placing
     finally:
         await placing.placer.drain()
-        keys = [key async for key in redis.scan_iter(match=f"{snapshot.prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
+        await delete_keys(redis, snapshot.prefix)
         await redis.aclose()
 
 
 async def pending_vm(engine: AsyncEngine, name: str) -> VmCreate:
-    vm_id = uuid.uuid4()
-    async with engine.begin() as connection:
-        await connection.execute(
-            text(
-                "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb) "
-                "VALUES (:id, :name, 'pending', :cpu, :memory_mb, :disk_gb)"
-            ),
-            {"id": vm_id, "name": name, "cpu": VM.cpu, "memory_mb": VM.memory_mb, "disk_gb": VM.disk_gb},
-        )
+    vm_id = await insert_vm(engine, status="pending", name=name, resources=VM)
     return VmCreate(vm_id=vm_id, name=name, resources=VM)
 
 

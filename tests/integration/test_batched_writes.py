@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.integration.rows import insert_vm
 from vmsched_common.amqp import is_transient
 from vmsched_common.messages import AgentHeartbeat, Resources
 from vmsched_common.outbox import published_marks
@@ -22,16 +23,7 @@ pytestmark = pytest.mark.integration
 
 
 async def _vm(engine: AsyncEngine, status: str, host: str | None) -> uuid.UUID:
-    vm_id = uuid.uuid4()
-    async with engine.begin() as connection:
-        await connection.execute(
-            text(
-                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb) "
-                "VALUES (:id, 'v', :status, :host, 1, 512, 1)"
-            ),
-            {"id": vm_id, "status": status, "host": host},
-        )
-    return vm_id
+    return await insert_vm(engine, status=status, host=host)
 
 
 async def _status(engine: AsyncEngine, vm_id: uuid.UUID) -> str:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import pytest
+from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
 from devtools.stack import Stack
@@ -173,19 +174,19 @@ async def test_a_paused_host_gets_no_new_vms(api: httpx.AsyncClient, fleet: Simu
         await api.patch(f"/v1/hosts/{paused}", json={"scheduling_paused": False})
 
 
+async def dead_lettered(servers: Servers, routing_key: str, body: bytes) -> AbstractIncomingMessage:
+    """Publish ``body`` as a ``routing_key`` message and wait for it in the dead-letter queue."""
+    marker = f"poison-{uuid.uuid4()}"
+    await publish_raw(
+        servers.amqp_url, topology.EXCHANGE.name, routing_key, body, message_id=marker, content_type="application/json"
+    )
+    return await wait_for_message(servers.amqp_url, topology.DEAD_LETTER_QUEUE.name, lambda m: m.message_id == marker)
+
+
 async def test_a_malformed_vm_create_is_dead_lettered_and_the_next_vm_still_schedules(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    marker = f"poison-{uuid.uuid4()}"
-    await publish_raw(
-        servers.amqp_url,
-        topology.EXCHANGE.name,
-        topology.VM_CREATE,
-        b'{"vm_id": "not-a-uuid", "name": 7}',
-        message_id=marker,
-        content_type="application/json",
-    )
-    dead = await wait_for_message(servers.amqp_url, topology.DEAD_LETTER_QUEUE.name, lambda m: m.message_id == marker)
+    dead = await dead_lettered(servers, topology.VM_CREATE, b'{"vm_id": "not-a-uuid", "name": 7}')
     reason = str(dead.headers[topology.DEAD_LETTER_REASON_HEADER])
     assert "vm_id" in reason
     vm_id = (await api.post("/v1/vms", json=vm_body(random.Random(9), "after-poison"))).json()["id"]
@@ -200,16 +201,7 @@ async def test_a_malformed_vm_create_is_dead_lettered_and_the_next_vm_still_sche
 async def test_a_malformed_heartbeat_is_dead_lettered_and_heartbeats_still_count(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    marker = f"poison-heartbeat-{uuid.uuid4()}"
-    await publish_raw(
-        servers.amqp_url,
-        topology.EXCHANGE.name,
-        topology.AGENT_HEARTBEAT,
-        b'{"agent_id": 42, "capacity": "lots"}',
-        message_id=marker,
-        content_type="application/json",
-    )
-    dead = await wait_for_message(servers.amqp_url, topology.DEAD_LETTER_QUEUE.name, lambda m: m.message_id == marker)
+    dead = await dead_lettered(servers, topology.AGENT_HEARTBEAT, b'{"agent_id": 42, "capacity": "lots"}')
     reason = str(dead.headers[topology.DEAD_LETTER_REASON_HEADER])
     assert "agent_id" in reason
     assert "capacity" in reason

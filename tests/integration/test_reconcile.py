@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import HeartbeatWrite, Snapshot
+from vmsched_common.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
 pytestmark = pytest.mark.integration
@@ -30,28 +31,13 @@ async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
     try:
         yield Snapshot(redis, prefix)
     finally:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await redis.delete(*keys)
+        await delete_keys(redis, prefix)
         await redis.aclose()
 
 
 async def _heartbeat(snapshot: Snapshot, host_id: str) -> None:
     await snapshot.record_heartbeats(
-        [
-            HeartbeatWrite(
-                host_id=host_id,
-                capacity=Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=0),
-                cpu_ratio=1.0,
-                memory_ratio=1.0,
-                labels={},
-                status="online",
-                heartbeat_at=time.time(),
-                paused=False,
-                allocated=Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0),
-                vm_count=0,
-            )
-        ],
+        [online_host(host_id, Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=0))],
         bump_interval=5.0,
     )
 

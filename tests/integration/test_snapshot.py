@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import HeartbeatWrite, HostRecord, Snapshot
+from vmsched_common.snapshot import HostRecord, Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration
@@ -27,28 +28,13 @@ async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
     prefix = f"{servers.redis_key_prefix}-snapshot-{uuid.uuid4().hex[:6]}"
     snap = Snapshot(redis, prefix)
     await snap.record_heartbeats(
-        [
-            HeartbeatWrite(
-                host_id="hv-s1",
-                capacity=CAPACITY,
-                cpu_ratio=1.0,
-                memory_ratio=1.0,
-                labels={},
-                status="online",
-                heartbeat_at=time.time(),
-                paused=False,
-                allocated=ZERO,
-                vm_count=0,
-            )
-        ],
+        [online_host("hv-s1", CAPACITY)],
         bump_interval=5.0,
     )
     try:
         yield snap
     finally:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await redis.delete(*keys)
+        await delete_keys(redis, prefix)
         await redis.aclose()
 
 

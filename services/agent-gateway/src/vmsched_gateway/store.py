@@ -225,13 +225,10 @@ class GatewayStore:
             for row in rows
         ]
 
-    async def mark_running(self, vm_id: UUID, agent_id: str) -> VmRow | None:
-        """Scheduled -> running on that agent. Returns the row when the report did not apply."""
-        return (await self.mark_running_many([(vm_id, agent_id)]))[0]
-
     async def mark_running_many(self, reports: Sequence[tuple[UUID, str]]) -> list[VmRow | None]:
-        """:meth:`mark_running` for many reports in one transaction and two statements; for each
-        report, None when it applied (or repeats one that did), else the VM's row as it is."""
+        """Scheduled -> running on the reporting agent, for many reports in one transaction and two
+        statements; for each report, None when it applied (or repeats one that did), else the VM's
+        row as it is."""
         ids = [vm_id for vm_id, _ in reports]
         async with self.engine.begin() as connection:
             applied = {

@@ -1,0 +1,67 @@
+"""Test fixtures' building blocks on the real servers: an online host's heartbeat write, a VM row,
+and the removal of a test's Redis keys."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.messages import ZERO, Resources
+from vmsched_common.snapshot import HeartbeatWrite
+
+ONE_SMALL_VM = Resources(cpu=1, memory_mb=512, disk_gb=1)
+
+
+def online_host(host_id: str, capacity: Resources, *, allocated: Resources = ZERO, vm_count: int = 0) -> HeartbeatWrite:
+    """The heartbeat of an online, unpaused, unlabelled host without overcommit, beating now."""
+    return HeartbeatWrite(
+        host_id=host_id,
+        capacity=capacity,
+        cpu_ratio=1.0,
+        memory_ratio=1.0,
+        labels={},
+        status="online",
+        heartbeat_at=time.time(),
+        paused=False,
+        allocated=allocated,
+        vm_count=vm_count,
+    )
+
+
+async def insert_vm(
+    engine: AsyncEngine,
+    *,
+    status: str,
+    host: str | None = None,
+    name: str = "v",
+    resources: Resources = ONE_SMALL_VM,
+) -> uuid.UUID:
+    vm_id = uuid.uuid4()
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb) "
+                "VALUES (:id, :name, :status, :host, :cpu, :memory_mb, :disk_gb)"
+            ),
+            {
+                "id": vm_id,
+                "name": name,
+                "status": status,
+                "host": host,
+                "cpu": resources.cpu,
+                "memory_mb": resources.memory_mb,
+                "disk_gb": resources.disk_gb,
+            },
+        )
+    return vm_id
+
+
+async def delete_keys(redis: Redis, prefix: str) -> None:
+    """Every key under ``prefix:``."""
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+    if keys:
+        await redis.delete(*keys)

@@ -43,7 +43,7 @@ from vmsched_common.messages import AgentCommand, CommandAction, Resources  # no
 from vmsched_common.settings import Settings  # noqa: E402
 from vmsched_common.telemetry import setup_tracing  # noqa: E402
 
-BASE_AMQP = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+BASE_AMQP = os.environ.get("VMSCHED_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 RATES = (300.0, 1500.0, None)  # None: as fast as confirms come back
 AGENT_QUEUES = 1000
 WINDOW = 256  # publishes awaiting their confirm at once

@@ -64,9 +64,9 @@ from bench.e2e_stats import (  # noqa: E402
 from devtools.stack import Stack, wait_for  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402
 
-BASE_AMQP = os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-BASE_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-BASE_DB = os.environ.get("DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
+BASE_AMQP = os.environ.get("VMSCHED_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+BASE_REDIS = os.environ.get("VMSCHED_REDIS_URL", "redis://127.0.0.1:6379/0")
+BASE_DB = os.environ.get("VMSCHED_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
 HEARTBEAT_INTERVAL = 30.0
 SCHEDULERS = 2
 LATENCY_RATE = 300.0
@@ -150,14 +150,14 @@ def isolated(**env: str) -> Iterator[Isolated]:
     amqp = urlsplit(BASE_AMQP)
     db = urlsplit(BASE_DB)
     full_env = {
-        "AMQP_URL": urlunsplit((amqp.scheme, amqp.netloc, "/" + quote(vhost, safe=""), "", "")),
-        "REDIS_URL": BASE_REDIS,
-        "DATABASE_URL": urlunsplit((db.scheme, db.netloc, "/" + database, "", "")),
-        "REDIS_KEY_PREFIX": prefix,
+        "VMSCHED_AMQP_URL": urlunsplit((amqp.scheme, amqp.netloc, "/" + quote(vhost, safe=""), "", "")),
+        "VMSCHED_REDIS_URL": BASE_REDIS,
+        "VMSCHED_DATABASE_URL": urlunsplit((db.scheme, db.netloc, "/" + database, "", "")),
+        "VMSCHED_REDIS_KEY_PREFIX": prefix,
         # INFO, as operators run it (and the services' readiness lines are INFO).
-        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "INFO"),
-        "AGENT_HEARTBEAT_INTERVAL": str(HEARTBEAT_INTERVAL),
-        "AGENT_OFFLINE_TIMEOUT": str(HEARTBEAT_INTERVAL * 3),
+        "VMSCHED_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+        "VMSCHED_AGENT_HEARTBEAT_INTERVAL": str(HEARTBEAT_INTERVAL),
+        "VMSCHED_AGENT_OFFLINE_TIMEOUT": str(HEARTBEAT_INTERVAL * 3),
         **env,
     }
     try:
@@ -526,7 +526,7 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
             latency = Phase("latency", LATENCY_RATE, 1)
             await paced(senders, latency, LATENCY_RATE, plan.latency_seconds, 1)
             phases.append(summarise(latency, fleets, wait_received(fleets, latency.sent)))
-            phases[-1]["segments_ms"] = await latency_segments(stack.env["DATABASE_URL"], latency, fleets)
+            phases[-1]["segments_ms"] = await latency_segments(stack.env["VMSCHED_DATABASE_URL"], latency, fleets)
             for rate in plan.sweep_rates:
                 batch = max(1, min(1000, int(rate / 10)))
                 step = Phase(f"batch@{rate:g}", rate, batch)
@@ -553,7 +553,7 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan) -> list[dict[
             easy = Phase("latency@sustainable", easy_rate, 1)
             await paced(senders, easy, easy_rate, plan.latency_seconds, 1)
             phases.append(summarise(easy, fleets, wait_received(fleets, easy.sent)))
-            phases[-1]["segments_ms"] = await latency_segments(stack.env["DATABASE_URL"], easy, fleets)
+            phases[-1]["segments_ms"] = await latency_segments(stack.env["VMSCHED_DATABASE_URL"], easy, fleets)
             for p in phases:
                 print(f"  run {run + 1}: {p}", flush=True)
             runs.append({"phases": phases})
@@ -577,7 +577,7 @@ def fleet_size_run(plan: Plan, hosts: int, workdir: Path) -> dict[str, Any]:
         print(f"  cores busy with nothing placed: {idle}", flush=True)
         runs = uvloop.run(load_runs(stack, fleets, plan))
         vm_ids = list(fleets[0].receipts)
-        costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], vm_ids))
+        costs = asyncio.run(placement_costs(iso.env["VMSCHED_DATABASE_URL"], vm_ids))
         rss = [peak_rss_mb(stack.services[f"scheduler-{i}"].pid) for i in range(1, SCHEDULERS + 1)]
     return {
         "hosts": hosts,
@@ -663,8 +663,8 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
 
         fill, bf, ll = uvloop.run(drive())
         missing = wait_received(fleets, {**fill.sent, **bf.sent, **ll.sent})
-        costs = asyncio.run(placement_costs(iso.env["DATABASE_URL"], list(fill.sent)))
-        pools = {name: asyncio.run(host_rows(iso.env["DATABASE_URL"], name)) for name in ("bf", "ll", "fill")}
+        costs = asyncio.run(placement_costs(iso.env["VMSCHED_DATABASE_URL"], list(fill.sent)))
+        pools = {name: asyncio.run(host_rows(iso.env["VMSCHED_DATABASE_URL"], name)) for name in ("bf", "ll", "fill")}
     host = UNIFORM_CAPACITY.model_dump()
     demands = [{k: b[k] for k in ("cpu", "memory_mb", "disk_gb")} for b in workload]
     bound = hosts_lower_bound(demands, [host] * plan.pack_hosts)

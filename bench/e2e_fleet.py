@@ -6,7 +6,7 @@ Runs a :class:`SimulatedFleet` (one broker connection, ``count`` agent queues) s
 does not compete with the load generator's. Every 50 ms it appends the commands taken off the agent
 queues since the last write to ``FILE``, one ``<vm id> <host id> <unix time>`` line each; the harness
 tails that file. Once every host consumes its queue it writes ``FILE.ready`` (the startup time in
-seconds). Stops on SIGTERM or SIGINT. AMQP_URL comes from the environment.
+seconds). Stops on SIGTERM or SIGINT. VMSCHED_AMQP_URL comes from the environment.
 """
 
 from __future__ import annotations

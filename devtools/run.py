@@ -23,8 +23,10 @@ def _other_metrics(stack: Stack) -> str:
 def main() -> int:
     agents = int(os.environ.get("SIM_AGENTS", "3"))
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
-    port = int(os.environ.get("API_PORT", "8000"))
-    stack = Stack(env={"LOG_FORMAT": os.environ.get("LOG_FORMAT", "json")}, log_dir=ROOT / ".run", api_port=port)
+    port = int(os.environ.get("VMSCHED_API_PORT", "8000"))
+    stack = Stack(
+        env={"VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json")}, log_dir=ROOT / ".run", api_port=port
+    )
     stopping = False
 
     def stop(*_: object) -> None:

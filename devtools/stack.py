@@ -114,8 +114,8 @@ class Stack:
         return f"http://127.0.0.1:{self.api_port}"
 
     def _env(self) -> dict[str, str]:
-        env = {**os.environ, **self.env, "API_PORT": str(self.api_port), "PYTHONUNBUFFERED": "1"}
-        env.setdefault("LOG_FORMAT", "json")
+        env = {**os.environ, **self.env, "VMSCHED_API_PORT": str(self.api_port), "PYTHONUNBUFFERED": "1"}
+        env.setdefault("VMSCHED_LOG_FORMAT", "json")
         return env
 
     def add(
@@ -145,7 +145,7 @@ class Stack:
         """A /metrics port of its own for a process without HTTP (each replica needs its own)."""
         port = free_port()
         service.metrics_url = f"http://127.0.0.1:{port}/metrics"
-        return {"METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(port)}
+        return {"VMSCHED_METRICS_HOST": "127.0.0.1", "VMSCHED_METRICS_PORT": str(port)}
 
     def start_agents(self, name: str = "agents", *args: str) -> Service:
         service = self.add(name, [str(BIN / "vmsched-agent"), "simulate", *args])

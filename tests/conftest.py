@@ -24,4 +24,4 @@ async def migrated(servers: Servers) -> Servers:
 
 @pytest.fixture
 def settings(servers: Servers) -> Settings:
-    return Settings(**{k.lower(): v for k, v in servers.env().items()})  # type: ignore[arg-type]
+    return Settings.from_environment(servers.env())

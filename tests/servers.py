@@ -1,7 +1,7 @@
 """The real servers a test run talks to, isolated from every other run.
 
 Testcontainers starts fresh RabbitMQ, Redis and PostgreSQL containers where a Docker engine answers;
-otherwise the local servers named by AMQP_URL, REDIS_URL and DATABASE_URL are used, and this run
+otherwise the local servers named by VMSCHED_AMQP_URL, VMSCHED_REDIS_URL and VMSCHED_DATABASE_URL are used, and this run
 gets its own RabbitMQ virtual host, its own PostgreSQL database and its own Redis key prefix, all
 removed at the end.
 """
@@ -39,10 +39,10 @@ class Servers:
     def env(self, **overrides: str) -> dict[str, str]:
         """Environment for a vmsched process (or Settings) that talks to these servers."""
         env = {
-            "AMQP_URL": self.amqp_url,
-            "REDIS_URL": self.redis_url,
-            "DATABASE_URL": self.database_url,
-            "REDIS_KEY_PREFIX": self.redis_key_prefix,
+            "VMSCHED_AMQP_URL": self.amqp_url,
+            "VMSCHED_REDIS_URL": self.redis_url,
+            "VMSCHED_DATABASE_URL": self.database_url,
+            "VMSCHED_REDIS_KEY_PREFIX": self.redis_key_prefix,
             **self.extra_env,
         }
         env.update(overrides)
@@ -103,9 +103,9 @@ def _rabbitmqctl(*args: str) -> str:
 
 @contextlib.contextmanager
 def _local(run_id: str) -> Iterator[Servers]:
-    base_amqp = os.environ.get("AMQP_URL", LOCAL_AMQP)
-    base_redis = os.environ.get("REDIS_URL", LOCAL_REDIS)
-    base_db = os.environ.get("DATABASE_URL", LOCAL_DATABASE)
+    base_amqp = os.environ.get("VMSCHED_AMQP_URL", LOCAL_AMQP)
+    base_redis = os.environ.get("VMSCHED_REDIS_URL", LOCAL_REDIS)
+    base_db = os.environ.get("VMSCHED_DATABASE_URL", LOCAL_DATABASE)
     vhost = f"vmsched-test-{run_id}"
     database = f"vmsched_test_{run_id}"
     prefix = f"vmsched-test-{run_id}"

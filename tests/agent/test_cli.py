@@ -75,7 +75,12 @@ async def read_until(stream: asyncio.StreamReader, message: str, seen: list[dict
 
 
 async def start_simulator(servers: Servers, *args: str) -> asyncio.subprocess.Process:
-    env = {**os.environ, "AMQP_URL": servers.amqp_url, "LOG_FORMAT": "json", "LOG_LEVEL": "INFO"}
+    env = {
+        **os.environ,
+        "VMSCHED_AMQP_URL": servers.amqp_url,
+        "VMSCHED_LOG_FORMAT": "json",
+        "VMSCHED_LOG_LEVEL": "INFO",
+    }
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "vmsched_agent", "simulate", *args, env=env, stderr=asyncio.subprocess.PIPE
     )

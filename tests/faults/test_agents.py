@@ -1,5 +1,5 @@
 """Agents that go away or say no: a lost host's VMs fail and, with ``on_failure``, land elsewhere; a
-rejected create is retried on another host, that host excluded, up to MAX_ATTEMPTS."""
+rejected create is retried on another host, that host excluded, up to VMSCHED_MAX_ATTEMPTS."""
 
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def agents_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         servers,
         Path(tmp_path_factory.mktemp("agent-fault-logs")),
         schedulers=1,
-        AGENT_OFFLINE_TIMEOUT=str(OFFLINE_TIMEOUT),
-        RESTART_DELAY="1",
-        MAX_ATTEMPTS="3",
-        RESEND_STALE_AFTER="3",
+        VMSCHED_AGENT_OFFLINE_TIMEOUT=str(OFFLINE_TIMEOUT),
+        VMSCHED_RESTART_DELAY="1",
+        VMSCHED_MAX_ATTEMPTS="3",
+        VMSCHED_RESEND_STALE_AFTER="3",
     ) as stack:
         yield stack
 
@@ -165,7 +165,7 @@ async def test_a_rejected_create_is_retried_elsewhere_until_max_attempts(
 
         body = await vm(api, doomed)
         assert body["status"] == "failed"
-        # CloudStack's ExcludeList: each attempt went to a host not tried before, MAX_ATTEMPTS of them.
+        # CloudStack's ExcludeList: each attempt went to a host not tried before, VMSCHED_MAX_ATTEMPTS of them.
         tried = [a["host"] for a in body["attempts"] if a["outcome"] == "failed"]
         assert sorted(tried) == ["rjx-0001", "rjx-0002", "rjx-0003"]
         assert "failed on every attempt (3)" in body["status_reason"]

@@ -48,8 +48,8 @@ def broker_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         servers,
         Path(tmp_path_factory.mktemp("broker-logs")),
         schedulers=SCHEDULERS,
-        AGENT_OFFLINE_TIMEOUT="60",
-        RESEND_STALE_AFTER="20",
+        VMSCHED_AGENT_OFFLINE_TIMEOUT="60",
+        VMSCHED_RESEND_STALE_AFTER="20",
     ) as stack:
         yield stack
 

@@ -31,8 +31,8 @@ def race_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> It
         servers,
         Path(tmp_path_factory.mktemp("race-logs")),
         schedulers=4,
-        RECONCILE_INTERVAL="5",
-        SCHEDULER_PREFETCH="64",
+        VMSCHED_RECONCILE_INTERVAL="5",
+        VMSCHED_SCHEDULER_PREFETCH="64",
     ) as stack:
         yield stack
 

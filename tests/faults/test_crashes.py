@@ -28,7 +28,7 @@ VMS = 1200
 @pytest.fixture(scope="module")
 def crash_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with fault_stack(
-        servers, Path(tmp_path_factory.mktemp("crash-logs")), schedulers=2, RECONCILE_INTERVAL="3"
+        servers, Path(tmp_path_factory.mktemp("crash-logs")), schedulers=2, VMSCHED_RECONCILE_INTERVAL="3"
     ) as stack:
         yield stack
 

@@ -29,7 +29,11 @@ def free_port() -> int:
 
 def stack_env(servers: Servers, **overrides: str) -> dict[str, str]:
     return servers.env(
-        AGENT_OFFLINE_TIMEOUT="15", RECONCILE_INTERVAL="5", REPUBLISH_AFTER="2", LOG_LEVEL="INFO", **overrides
+        VMSCHED_AGENT_OFFLINE_TIMEOUT="15",
+        VMSCHED_RECONCILE_INTERVAL="5",
+        VMSCHED_REPUBLISH_AFTER="2",
+        VMSCHED_LOG_LEVEL="INFO",
+        **overrides,
     )
 
 

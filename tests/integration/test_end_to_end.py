@@ -287,7 +287,7 @@ async def test_the_runtime_default_strategy_reaches_the_schedulers(
 async def test_a_vm_failed_behind_its_agents_back_is_deleted_from_the_host_by_the_next_heartbeat(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    """What a host cut off past AGENT_OFFLINE_TIMEOUT comes back with: VMs vmsched failed (and freed
+    """What a host cut off past VMSCHED_AGENT_OFFLINE_TIMEOUT comes back with: VMs vmsched failed (and freed
     the capacity of) that its agent still runs. Its heartbeat lists them; the gateway deletes them."""
     vm = (await api.post("/v1/vms", json=vm_body(random.Random(2), "orphan"))).json()
     vm_id = uuid.UUID(vm["id"])

@@ -55,7 +55,7 @@ def subscriber_example() -> str:
 async def test_the_subscriber_of_the_events_guide_hears_a_placement(
     stack: Stack, servers: Servers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AMQP_URL", servers.amqp_url)
+    monkeypatch.setenv("VMSCHED_AMQP_URL", servers.amqp_url)
     heard: list[str] = []
     namespace: dict[str, Any] = {"__name__": "placements", "print": heard.append}
     exec(compile(subscriber_example(), "docs/events.md", "exec"), namespace)

@@ -97,7 +97,7 @@ async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_
         timeout=10,
         what="one vm.create for each of the unconfirmed and the stale VM",
     )
-    # Marked as published just now, so the next sweep leaves them alone for RESEND_STALE_AFTER.
+    # Marked as published just now, so the next sweep leaves them alone for VMSCHED_RESEND_STALE_AFTER.
     assert ages[never_confirmed] < 60
     assert ages[stale] < 60
     assert ages[fresh] >= 1  # inserted as published 1 s ago, and left alone

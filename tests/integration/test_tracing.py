@@ -106,7 +106,7 @@ def _now(read: Callable[[], T]) -> Callable[[], Awaitable[T]]:
 
 @pytest.fixture(scope="module")
 async def traced(own_servers: Servers) -> AsyncIterator[Traced]:
-    settings = Settings(**{k.lower(): v for k, v in own_servers.env().items()})  # type: ignore[arg-type]
+    settings = Settings.from_environment(own_servers.env())
     port = free_port()
     with in_memory_spans() as exporter:
         api = build_api(settings)

@@ -11,7 +11,13 @@ from vmsched_common.settings import Settings, Strategy, load_settings
 
 
 def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("AMQP_URL", "REDIS_URL", "DATABASE_URL", "SCHEDULING_STRATEGY", "AGENT_OFFLINE_TIMEOUT"):
+    for name in (
+        "VMSCHED_AMQP_URL",
+        "VMSCHED_REDIS_URL",
+        "VMSCHED_DATABASE_URL",
+        "VMSCHED_SCHEDULING_STRATEGY",
+        "VMSCHED_AGENT_OFFLINE_TIMEOUT",
+    ):
         monkeypatch.delenv(name, raising=False)
     settings = Settings()
     assert str(settings.amqp_url) == "amqp://guest:guest@127.0.0.1:5672/"
@@ -25,24 +31,24 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
 def test_unknown_strategy_stops_with_the_list_of_valid_ones(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SCHEDULING_STRATEGY", "fastest")
+    monkeypatch.setenv("VMSCHED_SCHEDULING_STRATEGY", "fastest")
     with pytest.raises(SystemExit) as stopped:
         load_settings("vmsched-scheduler")
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "SCHEDULING_STRATEGY" in err
+    assert "VMSCHED_SCHEDULING_STRATEGY" in err
     assert "least_loaded, best_fit, round_robin, random" in err
 
 
 def test_each_bad_value_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("AGENT_OFFLINE_TIMEOUT", "-3")
-    monkeypatch.setenv("API_PORT", "seventy")
+    monkeypatch.setenv("VMSCHED_AGENT_OFFLINE_TIMEOUT", "-3")
+    monkeypatch.setenv("VMSCHED_API_PORT", "seventy")
     with pytest.raises(SystemExit):
         load_settings("vmsched-api")
     err = capsys.readouterr().err
-    assert "AGENT_OFFLINE_TIMEOUT" in err
-    assert "API_PORT" in err
+    assert "VMSCHED_AGENT_OFFLINE_TIMEOUT" in err
+    assert "VMSCHED_API_PORT" in err
 
 
 @pytest.mark.parametrize("script", ["vmsched-api", "vmsched-scheduler", "vmsched-gateway"])
@@ -50,13 +56,13 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
     bin_dir = __import__("pathlib").Path(sys.executable).parent
     result = subprocess.run(
         [str(bin_dir / script)],
-        env={"SCHEDULING_STRATEGY": "nope", "PATH": "/usr/bin:/bin"},
+        env={"VMSCHED_SCHEDULING_STRATEGY": "nope", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"{script}: invalid configuration: SCHEDULING_STRATEGY: unknown strategy 'nope'; "
+        f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
         "valid strategies: least_loaded, best_fit, round_robin, random"
     ]

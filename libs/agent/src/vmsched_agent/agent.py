@@ -66,7 +66,7 @@ class AgentStats:
 class Agent:
     """One hypervisor host: announces itself, carries out commands, reports what became of them.
 
-    Give it either ``amqp_url`` (default: the ``AMQP_URL`` setting), a started or unstarted
+    Give it either ``amqp_url`` (default: the ``VMSCHED_AMQP_URL`` setting), a started or unstarted
     ``broker`` (e.g. from ``vmsched_common.amqp.make_broker``) or an :class:`AgentConnection`
     shared with other agents. ``vm_ids`` are the VMs the host already runs when the agent starts
     (so that a re-delivered create is recognised after a restart). ``max_concurrent_commands``

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="run N fake hypervisors in one process",
         description="Run fake hypervisors that heartbeat, take commands and report VM status. "
-        "Broker and logging settings come from the environment (AMQP_URL, LOG_LEVEL, ...).",
+        "Broker and logging settings come from the environment (VMSCHED_AMQP_URL, VMSCHED_LOG_LEVEL, ...).",
     )
     hosts = simulate.add_argument_group("hosts")
     hosts.add_argument("--count", type=_positive(int), help="how many hosts (required without --hosts-from)")
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     behaviour = simulate.add_argument_group("behaviour")
     behaviour.add_argument(
-        "--heartbeat-interval", type=_positive(float), help="seconds (default: AGENT_HEARTBEAT_INTERVAL, 5)"
+        "--heartbeat-interval", type=_positive(float), help="seconds (default: VMSCHED_AGENT_HEARTBEAT_INTERVAL, 5)"
     )
     behaviour.add_argument("--fail-rate", type=_probability, default=0.0, help="probability a create fails")
     behaviour.add_argument("--create-delay", type=_not_negative(float), default=0.0, help="seconds per create")

@@ -39,7 +39,7 @@ def consumer_app(
     settings: Settings | None = None,
 ) -> FastStream:
     """A consumer service's FastStream app: before the first message, serve /metrics (if
-    ``settings`` has a METRICS_PORT), connect, declare the topology and call ``on_ready`` (which may
+    ``settings`` has a VMSCHED_METRICS_PORT), connect, declare the topology and call ``on_ready`` (which may
     start background duties); at shutdown, once consumers stopped, stop the duties and run
     ``closers`` in order."""
     background = BackgroundTasks()

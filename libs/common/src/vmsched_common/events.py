@@ -96,7 +96,7 @@ def agent_heartbeat(broker: RabbitBroker) -> RabbitPublisher:
         schema=AgentHeartbeat,
         title=topology.AGENT_HEARTBEAT,
         description="An agent is alive and offers this capacity (published by agents every "
-        "AGENT_HEARTBEAT_INTERVAL seconds, not persistent).",
+        "VMSCHED_AGENT_HEARTBEAT_INTERVAL seconds, not persistent).",
     )
 
 

@@ -15,8 +15,8 @@ from vmsched_common.settings import Settings
 
 
 def start_metrics_server(settings: Settings) -> Callable[[], None] | None:
-    """Serve ``/metrics`` on METRICS_HOST:METRICS_PORT; returns the function that stops it, or None
-    when METRICS_PORT is 0. A port in use raises OSError, which stops the service at start."""
+    """Serve ``/metrics`` on VMSCHED_METRICS_HOST:VMSCHED_METRICS_PORT; returns the function that stops it, or None
+    when VMSCHED_METRICS_PORT is 0. A port in use raises OSError, which stops the service at start."""
     if settings.metrics_port == 0:
         return None
     server, thread = start_http_server(settings.metrics_port, addr=settings.metrics_host)

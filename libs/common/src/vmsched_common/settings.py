@@ -7,6 +7,7 @@ with one line naming the variable and the reason (see :func:`load_settings`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
@@ -28,12 +29,18 @@ def valid_strategies() -> str:
     return ", ".join(s.value for s in Strategy)
 
 
+ENV_PREFIX = "VMSCHED_"
+
 PositiveSeconds = Annotated[float, Field(gt=0)]
 Weight = Annotated[float, Field(ge=0, le=1)]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", frozen=True)
+    # VMSCHED_ on every name: under Kubernetes a Service named ``api`` injects ``API_PORT=tcp://...``
+    # into every pod of its namespace, which an unprefixed setting would read as its own.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, case_sensitive=False, extra="ignore", frozen=True, populate_by_name=True
+    )
 
     amqp_url: AmqpDsn = AmqpDsn("amqp://guest:guest@127.0.0.1:5672/")
     redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
@@ -82,11 +89,15 @@ class Settings(BaseSettings):
 
     # Standard OpenTelemetry variables, read here so that a bad value stops the service at start.
     # The exporter itself reads the rest (OTEL_EXPORTER_OTLP_HEADERS, ...); see vmsched_common.telemetry.
-    otel_sdk_disabled: bool = False
-    otel_service_name: str = ""  # unset: vmsched-<service>
-    otel_traces_exporter: str = ""  # otlp, console, none (comma-separated); unset: otlp if an endpoint is set
-    otel_exporter_otlp_endpoint: str = ""
-    otel_exporter_otlp_traces_endpoint: str = ""
+    otel_sdk_disabled: Annotated[bool, Field(validation_alias="OTEL_SDK_DISABLED")] = False
+    # unset: vmsched-<service>
+    otel_service_name: Annotated[str, Field(validation_alias="OTEL_SERVICE_NAME")] = ""
+    # otlp, console, none (comma-separated); unset: otlp if an endpoint is set
+    otel_traces_exporter: Annotated[str, Field(validation_alias="OTEL_TRACES_EXPORTER")] = ""
+    otel_exporter_otlp_endpoint: Annotated[str, Field(validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")] = ""
+    otel_exporter_otlp_traces_endpoint: Annotated[str, Field(validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")] = (
+        ""
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -118,6 +129,22 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown strategy {value!r}; valid strategies: {valid_strategies()}")
         return value
 
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> Settings:
+        """The settings ``env`` names (``VMSCHED_*`` and ``OTEL_*`` variables; others are ignored),
+        the defaults for the rest, without reading the process environment."""
+        values: dict[str, str] = {}
+        aliases = {
+            str(field.validation_alias): name for name, field in cls.model_fields.items() if field.validation_alias
+        }
+        for key, value in env.items():
+            upper = key.upper()
+            if upper in aliases:
+                values[aliases[upper]] = value
+            elif upper.startswith(ENV_PREFIX) and upper.removeprefix(ENV_PREFIX).lower() in cls.model_fields:
+                values[upper.removeprefix(ENV_PREFIX).lower()] = value
+        return cls.model_validate(values)
+
     @property
     def sqlalchemy_url(self) -> str:
         return str(self.database_url)
@@ -127,7 +154,8 @@ def describe_error(error: ValidationError) -> str:
     """One line naming each bad variable and why, for a service that refuses to start."""
     parts = []
     for item in error.errors():
-        name = "_".join(str(part) for part in item["loc"]).upper() or "settings"
+        field = "_".join(str(part) for part in item["loc"])
+        name = (ENV_PREFIX + field).upper() if field in Settings.model_fields else field.upper() or "settings"
         message = str(item["msg"]).removeprefix("Value error, ")
         parts.append(f"{name}: {message}")
     return "invalid configuration: " + "; ".join(parts)

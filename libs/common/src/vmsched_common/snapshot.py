@@ -1,6 +1,6 @@
 """The capacity snapshot in Redis: one hash per host, claims keyed by VM id, and a change feed.
 
-Layout (``p`` is ``REDIS_KEY_PREFIX``):
+Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 
 - ``p:host:<id>``: capacity, overcommit ratios, labels, status, pause flag, last heartbeat, and the
   allocations (``a_*``, ``vm_count``) once ``synced`` is set;

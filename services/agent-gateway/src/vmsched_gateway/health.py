@@ -1,11 +1,11 @@
 """The gateway's periodic duties (seed 002, Orchard's health checks):
 
-- hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
+- hosts silent for VMSCHED_AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
   their VMs fail ("agent lost connection"), giving their capacity back; unless no agent at all is
   heard from, which says more about the gateway's own connectivity than about the hosts;
-- failed VMs with ``restart_policy: on_failure`` go back to pending after RESTART_DELAY, with the
+- failed VMs with ``restart_policy: on_failure`` go back to pending after VMSCHED_RESTART_DELAY, with the
   host they failed on excluded, and are published for placement again;
-- scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
+- scheduled VMs whose agent has not answered for VMSCHED_RESEND_STALE_AFTER get their create command again
   (the agent is idempotent on vm_id), in case it was dead-lettered on the way; not while the
   gateway's own assignment queue has a backlog (the command may not be sent yet: a copy would only
   add to the load that made it late).

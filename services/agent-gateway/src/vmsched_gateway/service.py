@@ -88,7 +88,7 @@ class Gateway:
         return [None] * len(beats)
 
     async def _delete_orphans(self, beats: Iterable[AgentHeartbeat]) -> None:
-        """A host cut off for longer than AGENT_OFFLINE_TIMEOUT had its VMs failed (and maybe placed
+        """A host cut off for longer than VMSCHED_AGENT_OFFLINE_TIMEOUT had its VMs failed (and maybe placed
         elsewhere) while its agent kept running them; back online, it would hold capacity vmsched
         counts as free. Its heartbeat lists its VMs: those PostgreSQL does not hold there are deleted
         (as a kubelet kills pods no longer bound to its node)."""

@@ -264,7 +264,7 @@ class GatewayStore:
             row = (await connection.execute(_LOCK_VM, {"vm_id": vm_id})).first()
             if row is not None and row.hypervisor_id == agent_id and row.status == "deleting":
                 # The VM still holds its host; it stays deleting, and the API's sweeper sends the
-                # delete again after RESEND_STALE_AFTER. The reason tells the user why it lingers.
+                # delete again after VMSCHED_RESEND_STALE_AFTER. The reason tells the user why it lingers.
                 reason = f"delete failed on {agent_id}: {message}; it will be sent again"
                 await connection.execute(
                     text("UPDATE vms SET status_reason = :reason, updated_at = now() WHERE id = :vm_id"),

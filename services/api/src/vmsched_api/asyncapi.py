@@ -9,7 +9,7 @@ import sys
 from vmsched_api.app import build_app
 from vmsched_common.settings import Settings
 
-# The committed document names the default broker, whatever AMQP_URL the generating shell has; a
+# The committed document names the default broker, whatever VMSCHED_AMQP_URL the generating shell has; a
 # running API serves its own broker's address instead (without credentials).
 DOCUMENTED_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 

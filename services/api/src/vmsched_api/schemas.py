@@ -106,4 +106,6 @@ class SchedulerSettings(BaseModel):
 
 
 class SchedulerSettingsView(SchedulerSettings):
-    source: str = Field(description="'runtime' when set through this API, 'environment' for SCHEDULING_STRATEGY")
+    source: str = Field(
+        description="'runtime' when set through this API, 'environment' for VMSCHED_SCHEDULING_STRATEGY"
+    )

@@ -1,6 +1,6 @@
 """Placing many VMs per round trip: the scheduler's fast path.
 
-A replica holds up to SCHEDULER_PREFETCH ``vm.create`` messages at once. Instead of one refresh,
+A replica holds up to VMSCHED_SCHEDULER_PREFETCH ``vm.create`` messages at once. Instead of one refresh,
 claim, commit and publish per message, the messages that arrive within a few milliseconds are placed
 together (:class:`~vmsched_common.batching.Batcher`):
 

@@ -67,7 +67,7 @@ class ReconcileReport:
 async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = CLAIM_GRACE_SECONDS) -> ReconcileReport:
     # One consistent view: the hosts' recorded allocations and the VMs they should add up to. The
     # VMs are streamed in host order, one host's at a time in memory: a fleet holds hundreds of
-    # thousands of VMs, and this runs every RECONCILE_INTERVAL.
+    # thousands of VMs, and this runs every VMSCHED_RECONCILE_INTERVAL.
     report = ReconcileReport(0, 0, 0, 0, 0)
     async with engine.connect() as plain:
         connection = await plain.execution_options(isolation_level="REPEATABLE READ")

@@ -268,7 +268,7 @@ class SchedulerStore:
             return int((await connection.execute(_ONLINE_HOSTS)).scalar_one())
 
     async def default_strategy(self) -> Strategy:
-        """The cluster default: set at runtime in PostgreSQL, else SCHEDULING_STRATEGY. Cached briefly."""
+        """The cluster default: set at runtime in PostgreSQL, else VMSCHED_SCHEDULING_STRATEGY. Cached briefly."""
         now = time.monotonic()
         if self._cached_default is not None and now - self._cached_default[0] < self._strategy_ttl:
             return self._cached_default[1]

@@ -127,7 +127,7 @@ class DecisionContext:
     """Everything a decision needs from outside the engine: time, settings, randomness, the shared cursor."""
 
     now: float  # epoch seconds
-    offline_timeout: float  # AGENT_OFFLINE_TIMEOUT, seconds
+    offline_timeout: float  # VMSCHED_AGENT_OFFLINE_TIMEOUT, seconds
     weights: Weights
     rng: random.Random  # the only randomness the engine uses (strategy ``random``)
     round_robin_cursor: int = 0  # the shared counter's value for this decision (Redis INCR)

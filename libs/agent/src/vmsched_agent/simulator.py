@@ -22,8 +22,10 @@ from vmsched_agent.agent import Agent
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing
 from vmsched_agent.hosts import HostSpec
 from vmsched_common.amqp import make_broker
+from vmsched_common.fit import shortfalls
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import (
+    ZERO,
     AgentCommand,
     CommandAction,
     Overcommit,
@@ -44,20 +46,9 @@ class SimulatedFailure(Exception):
 
 
 def shortfall(requested: Resources, used: Resources, capacity: Resources, overcommit: Overcommit) -> list[str]:
-    """Every resource ``requested`` does not fit in, with the numbers (empty: it fits)."""
-    free = {
-        "cpu": capacity.cpu * overcommit.cpu - used.cpu,
-        "memory": capacity.memory_mb * overcommit.memory - used.memory_mb,
-        "disk": capacity.disk_gb - used.disk_gb,
-        "gpu": capacity.gpu - used.gpu,
-    }
-    asked = {"cpu": requested.cpu, "memory": requested.memory_mb, "disk": requested.disk_gb, "gpu": requested.gpu}
-    units = {"cpu": "", "memory": " MiB", "disk": " GB", "gpu": ""}
-    return [
-        f"{name}: needs {asked[name]}{units[name]}, {max(0, free[name]):g} free"
-        for name in free
-        if asked[name] > free[name]
-    ]
+    """Every resource ``requested`` does not fit in, with the numbers (empty: it fits): the fit rule
+    (``vmsched_common.fit``) a hypervisor with nothing reserved applies."""
+    return [missing.reason for missing in shortfalls(requested, capacity, ZERO, overcommit, used)]
 
 
 class FakeHypervisor:

@@ -37,11 +37,12 @@ def consumer_app(
     closers: Sequence[Callable[[], Awaitable[object]]],
     logger: Any,
     settings: Settings | None = None,
+    metrics_port: int = 0,
 ) -> FastStream:
-    """A consumer service's FastStream app: before the first message, serve /metrics (if
-    ``settings`` has a VMSCHED_METRICS_PORT), connect, declare the topology and call ``on_ready`` (which may
-    start background duties); at shutdown, once consumers stopped, stop the duties and run
-    ``closers`` in order."""
+    """A consumer service's FastStream app: before the first message, serve /metrics (with
+    ``settings``: on VMSCHED_METRICS_PORT, else ``metrics_port``), connect, declare the topology and
+    call ``on_ready`` (which may start background duties); at shutdown, once consumers stopped, stop
+    the duties and run ``closers`` in order."""
     background = BackgroundTasks()
     stop_metrics: list[Callable[[], None]] = []
 
@@ -57,7 +58,7 @@ def consumer_app(
                 stop()
 
     async def before_consuming() -> None:
-        if settings is not None and (stop := start_metrics_server(settings)) is not None:
+        if settings is not None and (stop := start_metrics_server(settings, metrics_port)) is not None:
             stop_metrics.append(stop)
         await broker.connect()
         await declare_topology(broker)

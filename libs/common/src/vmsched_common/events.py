@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common import topology
-from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmCreate, VmDeleted, VmStatusReport, VmUnschedulable
+from vmsched_common.messages import (
+    AgentCommand,
+    AgentHeartbeat,
+    VmAssigned,
+    VmCreate,
+    VmDeleted,
+    VmOrphaned,
+    VmStatusReport,
+    VmUnschedulable,
+)
 
 if TYPE_CHECKING:
     from faststream.rabbit.publisher import RabbitPublisher
@@ -23,9 +32,13 @@ TITLE = "vmsched events"
 DESCRIPTION = """Events vmsched publishes on the topic exchange `vmsched` (durable). A subscriber
 declares its own queue, binds it to `vmsched` with the routing keys it wants (`vm.assigned`,
 `vm.*`, ...) and acks what it handled. Messages are JSON (`content_type` application/json), persistent,
-with a deterministic `message_id`: delivery is at least once, so a repeated `message_id` is the same
-event. Trace context (W3C `traceparent`) travels in the headers. See docs/events.md.
+with a deterministic `message_id`. `vm.create`, `vm.assigned` and `vm.unschedulable` carry a list of
+VMs (those of one request). Delivery is at least once, and a VM may be announced again in another
+message after a crash: a VM's `(vm_id, attempt)` names one placement. Trace context (W3C
+`traceparent`) travels in the headers. See docs/events.md.
 """
+
+Declare = Callable[[RabbitBroker], "RabbitPublisher"]
 
 
 def vm_create(broker: RabbitBroker) -> RabbitPublisher:
@@ -35,8 +48,9 @@ def vm_create(broker: RabbitBroker) -> RabbitPublisher:
         persist=True,
         schema=VmCreate,
         title=topology.VM_CREATE,
-        description="A VM to place (published by the API). message_id is '<vm_id>:create:<attempt>'; it may be "
-        "sent more than once (after a crash or a broker outage) and schedulers treat repeats as one request.",
+        description="VMs to place: those of one request (published by the API, and by the gateway for a retry or a "
+        "restart). message_id is '<first vm_id>:create:<its attempt>[+<more VMs>]'; a VM may be sent more than "
+        "once (after a crash or a broker outage) and schedulers place it once.",
     )
 
 
@@ -47,8 +61,8 @@ def vm_assigned(broker: RabbitBroker) -> RabbitPublisher:
         persist=True,
         schema=VmAssigned,
         title=topology.VM_ASSIGNED,
-        description="A VM was placed on a host (published by a scheduler); PostgreSQL already records it. "
-        "message_id is '<vm_id>:assigned:<attempt>': a repeat of that id is the same event.",
+        description="VMs placed on hosts, those of one vm.create that found a host (published by a scheduler); "
+        "PostgreSQL already records them. message_id is '<first vm_id>:assigned:<its attempt>[+<more VMs>]'.",
     )
 
 
@@ -59,8 +73,9 @@ def vm_unschedulable(broker: RabbitBroker) -> RabbitPublisher:
         persist=True,
         schema=VmUnschedulable,
         title=topology.VM_UNSCHEDULABLE,
-        description="No host can take the VM (published by a scheduler); rejections counts hosts by the first "
-        "filter that refused them. message_id is '<vm_id>:unschedulable'.",
+        description="VMs no host can take, those of one vm.create (published by a scheduler); each VM's "
+        "rejections count hosts by the first rule that refused them. "
+        "message_id is '<first vm_id>:unschedulable:<its attempt>[+<more VMs>]'.",
     )
 
 
@@ -100,13 +115,40 @@ def agent_heartbeat(broker: RabbitBroker) -> RabbitPublisher:
     )
 
 
-EVENTS: tuple[Callable[[RabbitBroker], RabbitPublisher], ...] = (
+def vm_orphaned(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_ORPHANED,
+        persist=True,
+        schema=VmOrphaned,
+        title=topology.VM_ORPHANED,
+        description="An agent runs a VM vmsched does not hold on that host (published by the gateway): 'moved' when "
+        "vmsched holds it elsewhere now, 'gone' when nowhere; 'deleted' says whether the agent was told to delete it "
+        "(VMSCHED_ORPHAN_VMS). message_id is '<vm_id>:orphaned:<host_id>'.",
+    )
+
+
+def agent_command(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.AGENTS_EXCHANGE,
+        persist=True,
+        schema=AgentCommand,
+        title="agent.<host id>",
+        description="A command for one host's agent (published by the gateway, and by the API for deletes) on the "
+        "direct exchange vmsched.agents, routing key = the host id, into the host's queue agent.<host id>. "
+        "message_id is '<vm_id>:<action>-command:<attempt>'; an agent carries out a repeat once.",
+    )
+
+
+EVENTS: tuple[Declare, ...] = (
     vm_create,
     vm_assigned,
     vm_unschedulable,
     vm_deleted,
+    vm_orphaned,
     vm_status,
     agent_heartbeat,
+    agent_command,
 )
 
 

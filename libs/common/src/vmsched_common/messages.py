@@ -6,6 +6,7 @@ producer can add fields without breaking older consumers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -26,9 +27,10 @@ def utc_now() -> datetime:
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    """A message body. Each kind states its ``schema_version``: a consumer refuses (dead-letters)
+    another version of a kind rather than misreading it."""
 
-    schema_version: Literal[1] = 1
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class Resources(BaseModel):
@@ -53,48 +55,50 @@ class Resources(BaseModel):
 ZERO = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
 
 
-class VmStatus(StrEnum):
-    PENDING = "pending"
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    FAILED = "failed"
-    UNSCHEDULABLE = "unschedulable"
-    DELETING = "deleting"
-    DELETED = "deleted"
-
-
-# A VM in one of these holds capacity on its host.
-ALLOCATING_STATUSES = frozenset({VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.DELETING})
-FINAL_STATUSES = frozenset(
-    {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.FAILED, VmStatus.UNSCHEDULABLE, VmStatus.DELETED}
-)
-
-
 class RestartPolicy(StrEnum):
     NEVER = "never"
     ON_FAILURE = "on_failure"
 
 
 class UnschedulableReason(StrEnum):
-    NO_AVAILABLE_AGENTS = "no_available_agents"
-    INSUFFICIENT_RESOURCES = "insufficient_resources"
-    INVALID_STRATEGY = "invalid_strategy"
+    """Why no host takes a VM, when the answer is not one rule's name (``cpu``, ``labels``, ...)."""
+
+    NO_AVAILABLE_AGENTS = "no_available_agents"  # no online host at all (seed 001's noAvailableAgents)
+    INVALID_STRATEGY = "invalid_strategy"  # a strategy no scheduler implements (seed 001's invalidStrategy)
 
 
-class VmCreate(Message):
-    """``vm.create``: the API (or a retry) asks a scheduler to place a VM."""
+# Most VMs of a POST /v1/vms/batch travel in one vm.create; a message never carries more.
+MAX_VMS_PER_MESSAGE = 1000
+
+
+class VmToPlace(BaseModel):
+    """One VM a scheduler is asked to place."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     vm_id: UUID
     name: str
     resources: Resources
     labels: Labels = Field(default_factory=dict)
     strategy: Strategy | None = None
-    exclude_hosts: list[HostId] = Field(default_factory=list)
+    exclude_hosts: list[HostId] = Field(
+        default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
+    )
     attempt: Annotated[int, Field(ge=1)] = 1
 
 
-class VmAssigned(Message):
-    """``vm.assigned``: a scheduler placed a VM on a host; PostgreSQL already says so."""
+class VmCreate(Message):
+    """``vm.create``: the API (or a retry) asks a scheduler to place VMs: every VM of one request
+    (one for ``POST /v1/vms``, up to 1,000 for ``POST /v1/vms/batch``) in one message."""
+
+    schema_version: Literal[2] = 2
+    vms: Annotated[list[VmToPlace], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
+
+
+class Assignment(BaseModel):
+    """One VM placed on a host; PostgreSQL already says so."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     vm_id: UUID
     name: str
@@ -105,13 +109,35 @@ class VmAssigned(Message):
     scheduled_at: datetime
 
 
-class VmUnschedulable(Message):
-    """``vm.unschedulable``: no host could take the VM."""
+class VmAssigned(Message):
+    """``vm.assigned``: a scheduler placed VMs (those of one ``vm.create`` that found a host)."""
+
+    schema_version: Literal[2] = 2
+    assignments: Annotated[list[Assignment], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
+
+
+class Unplaced(BaseModel):
+    """One VM no host could take, and why."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     vm_id: UUID
-    reason: UnschedulableReason
+    attempt: int
+    reason: str = Field(
+        description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
+        "(cpu, memory, disk, gpu, labels, paused, offline, excluded, ...)"
+    )
     detail: str
-    rejections: dict[str, int] = Field(default_factory=dict)
+    rejections: dict[str, int] = Field(
+        default_factory=dict, description="hosts rejected, by the first rule they failed"
+    )
+
+
+class VmUnschedulable(Message):
+    """``vm.unschedulable``: no host could take these VMs (those of one ``vm.create``)."""
+
+    schema_version: Literal[2] = 2
+    vms: Annotated[list[Unplaced], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
 
 
 class HostStatus(StrEnum):
@@ -121,17 +147,20 @@ class HostStatus(StrEnum):
 
 
 class Overcommit(BaseModel):
-    """Allocation ratios, as Nova's cpu_allocation_ratio / ram_allocation_ratio."""
+    """Allocation ratios, as Nova's cpu_allocation_ratio / ram_allocation_ratio / disk_allocation_ratio
+    (GPUs are never overcommitted; see vmsched_common.fit)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cpu: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
     memory: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
+    disk: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
 
 
 class AgentHeartbeat(Message):
     """``agent.heartbeat``: an agent says it is alive and what it offers."""
 
+    schema_version: Literal[1] = 1
     agent_id: HostId
     capacity: Resources
     labels: Labels = Field(default_factory=dict)
@@ -149,6 +178,7 @@ class CommandAction(StrEnum):
 class AgentCommand(Message):
     """What the gateway (or the API, for deletes) puts on ``agent.<host id>``."""
 
+    schema_version: Literal[1] = 1
     action: CommandAction
     vm_id: UUID
     name: str
@@ -165,6 +195,7 @@ class ReportedStatus(StrEnum):
 class VmStatusReport(Message):
     """``vm.status``: an agent reports what became of a command."""
 
+    schema_version: Literal[1] = 1
     vm_id: UUID
     agent_id: HostId
     status: ReportedStatus
@@ -175,17 +206,34 @@ class VmStatusReport(Message):
 class VmDeleted(Message):
     """``vm.deleted``: the agent removed the VM and its capacity is free again."""
 
+    schema_version: Literal[1] = 1
     vm_id: UUID
     hypervisor_id: HostId | None = None
 
 
-def assigned_message_id(vm_id: UUID, attempt: int) -> str:
-    """Deterministic, so a re-published assignment is recognisably the same event."""
-    return f"{vm_id}:assigned:{attempt}"
+class OrphanKind(StrEnum):
+    MOVED = "moved"  # vmsched holds the VM on another host now (or is placing it again)
+    GONE = "gone"  # vmsched holds it nowhere: deleted, failed or unschedulable
 
 
-def create_message_id(vm_id: UUID, attempt: int) -> str:
-    return f"{vm_id}:create:{attempt}"
+class VmOrphaned(Message):
+    """``vm.orphaned``: an agent runs a VM vmsched does not hold on that host (the host was cut off
+    and came back, or a stale command re-created it)."""
+
+    schema_version: Literal[1] = 1
+    vm_id: UUID
+    host_id: HostId = Field(description="the host whose agent runs it")
+    kind: OrphanKind
+    status: str = Field(description="the VM's status in vmsched")
+    held_on: HostId | None = Field(default=None, description="the host vmsched holds it on, if any")
+    deleted: bool = Field(description="whether the agent was told to delete it (VMSCHED_ORPHAN_VMS)")
+
+
+def batch_message_id(kind: str, vms: Sequence[tuple[UUID, int]]) -> str:
+    """``<first vm id>:<kind>:<its attempt>`` and ``+<n>`` for the n more VMs the message carries:
+    deterministic, so a message sent again for the same VMs is recognisably the same one."""
+    (first, attempt), more = vms[0], len(vms) - 1
+    return f"{first}:{kind}:{attempt}" + (f"+{more}" if more else "")
 
 
 def command_message_id(vm_id: UUID, action: CommandAction, attempt: int) -> str:

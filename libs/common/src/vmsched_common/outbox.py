@@ -10,42 +10,34 @@ message sent twice does no harm; a message never sent would leave the VM pending
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-from uuid import UUID
 
-from faststream.rabbit import RabbitBroker
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common import topology
 from vmsched_common.batching import Batcher
+from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.lifecycle import VmStatus, sql_in
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import (
-    AgentCommand,
-    CommandAction,
-    Resources,
-    VmCreate,
-    command_message_id,
-    create_message_id,
-)
-from vmsched_common.settings import Strategy
+from vmsched_common.messages import CommandAction
+from vmsched_common.publishing import Publisher
 
 log = get_logger(__name__)
 
-VM_COLUMNS = "id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, gpu, labels, strategy, exclude_hosts, attempt"
+# The statuses that imply a message: vm.create for pending, the delete command for deleting.
+UNANSWERED = (VmStatus.PENDING.value, VmStatus.DELETING.value)
 
 _MARK_PUBLISHED = text(
-    """
+    f"""
     UPDATE vms SET published_at = now()
-     WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('pending', 'deleting')
+     WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN {sql_in(UNANSWERED)}
     """
 )
 _UNPUBLISHED = text(
     f"""
     SELECT {VM_COLUMNS} FROM vms
-     WHERE status IN ('pending', 'deleting')
+     WHERE status IN {sql_in(UNANSWERED)}
        AND ((published_at IS NULL AND updated_at < now() - make_interval(secs => :age))
             OR (CAST(:resend_stale AS boolean) AND published_at < now() - make_interval(secs => :stale)))
      ORDER BY coalesce(published_at, updated_at) LIMIT :limit
@@ -53,96 +45,19 @@ _UNPUBLISHED = text(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class VmRow:
-    """The columns of a VM that its messages need."""
-
-    id: UUID
-    name: str
-    status: str
-    hypervisor_id: str | None
-    resources: Resources
-    labels: dict[str, str]
-    strategy: Strategy | None
-    exclude_hosts: list[str]
-    attempt: int
-
-    @classmethod
-    def from_row(cls, row: Any) -> VmRow:
-        return cls(
-            id=row.id,
-            name=row.name,
-            status=row.status,
-            hypervisor_id=row.hypervisor_id,
-            resources=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
-            labels=dict(row.labels or {}),
-            strategy=Strategy(row.strategy) if row.strategy else None,
-            exclude_hosts=list(row.exclude_hosts or []),
-            attempt=row.attempt,
-        )
-
-    def create_message(self) -> VmCreate:
-        return VmCreate(
-            vm_id=self.id,
-            name=self.name,
-            resources=self.resources,
-            labels=self.labels,
-            strategy=self.strategy,
-            exclude_hosts=self.exclude_hosts,
-            attempt=self.attempt,
-        )
-
-    def create_command(self) -> AgentCommand:
-        return AgentCommand(
-            action=CommandAction.CREATE,
-            vm_id=self.id,
-            name=self.name,
-            resources=self.resources,
-            attempt=self.attempt,
-        )
-
-    def delete_command(self) -> AgentCommand:
-        return AgentCommand(
-            action=CommandAction.DELETE,
-            vm_id=self.id,
-            name=self.name,
-            resources=self.resources,
-            attempt=self.attempt,
-        )
-
-
-async def publish_vm_create(broker: RabbitBroker, vm: VmRow) -> None:
-    message = vm.create_message()
-    await broker.publish(
-        message,
-        exchange=topology.EXCHANGE,
-        routing_key=topology.VM_CREATE,
-        message_id=create_message_id(vm.id, vm.attempt),
-        persist=True,
-    )
-
-
-async def publish_delete_command(broker: RabbitBroker, vm: VmRow) -> None:
-    if vm.hypervisor_id is None:
-        return
-    await send_command(broker, vm.hypervisor_id, vm.delete_command())
-
-
-async def send_command(broker: RabbitBroker, host_id: str, command: AgentCommand) -> None:
-    await broker.publish(
-        command,
-        exchange=topology.AGENTS_EXCHANGE,
-        routing_key=host_id,
-        message_id=command_message_id(command.vm_id, command.action, command.attempt),
-        persist=True,
-    )
-
-
-async def _publish_row(broker: RabbitBroker, vm: VmRow) -> None:
-    if vm.status == "pending":
-        await publish_vm_create(broker, vm)
-    elif vm.status == "deleting":
-        await publish_delete_command(broker, vm)
+async def publish_implied(publisher: Publisher, rows: Sequence[VmRecord]) -> None:
+    """Send the message each row's status implies, all at once: the pending ones in as few
+    ``vm.create`` as fit, a delete command for each deleting one."""
+    now = time.time()
+    pending = [vm.to_place(now) for vm in rows if vm.status is VmStatus.PENDING]
+    sends = [
+        publisher.command(vm.hypervisor_id, vm.command(CommandAction.DELETE))
+        for vm in rows
+        if vm.status is VmStatus.DELETING and vm.hypervisor_id is not None
+    ]
+    if pending:
+        sends.append(publisher.vm_create(pending))
+    await asyncio.gather(*sends)
 
 
 PublishedMarks = Batcher[list[str], None]
@@ -162,14 +77,14 @@ def published_marks(engine: AsyncEngine) -> PublishedMarks:
 
 
 async def publish_rows(
-    broker: RabbitBroker, engine: AsyncEngine, rows: Sequence[VmRow], *, marks: PublishedMarks | None = None
+    publisher: Publisher, engine: AsyncEngine, rows: Sequence[VmRecord], *, marks: PublishedMarks | None = None
 ) -> None:
     """Publish each row's message with confirms, then record them all as published (through
     ``marks`` when given, else in a transaction of its own).
 
     All at once: the broker confirms a stream of messages about as fast as one, so a batch of 1,000
     costs one wait instead of 1,000. If one fails, none is marked; the sweeper sends them again."""
-    await asyncio.gather(*(_publish_row(broker, vm) for vm in rows))
+    await publish_implied(publisher, rows)
     done = [str(vm.id) for vm in rows]
     if not done:
         return
@@ -181,7 +96,7 @@ async def publish_rows(
 
 
 async def republish_unpublished(
-    broker: RabbitBroker,
+    publisher: Publisher,
     engine: AsyncEngine,
     *,
     older_than: float,
@@ -195,8 +110,8 @@ async def republish_unpublished(
     params = {"age": older_than, "stale": stale_after, "resend_stale": resend_stale, "limit": limit}
     async with engine.connect() as connection:
         rows = (await connection.execute(_UNPUBLISHED, params)).all()
-    vms = [VmRow.from_row(row) for row in rows]
+    vms = [VmRecord.from_row(row) for row in rows]
     if vms:
         log.warning("publishing messages left unpublished or unanswered", count=len(vms))
-        await publish_rows(broker, engine, vms)
+        await publish_rows(publisher, engine, vms)
     return len(vms)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import AmqpDsn, Field, PostgresDsn, RedisDsn, ValidationError, field_validator
+from pydantic import AmqpDsn, Field, PostgresDsn, RedisDsn, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +23,14 @@ class Strategy(StrEnum):
     BEST_FIT = "best_fit"
     ROUND_ROBIN = "round_robin"
     RANDOM = "random"
+
+
+class OrphanPolicy(StrEnum):
+    """What the gateway does about a VM an agent runs that vmsched holds elsewhere, or not at all."""
+
+    REPORT = "report"
+    DELETE_MOVED = "delete_moved"
+    DELETE = "delete"
 
 
 def valid_strategies() -> str:
@@ -57,10 +65,20 @@ class Settings(BaseSettings):
     weight_memory: Weight = 0.4
     weight_disk: Weight = 0.2
 
+    # A host silent this long is offline and its VMs "unknown" (presumed running: nothing is failed
+    # or deleted); silent for AGENT_LOST_TIMEOUT, its VMs fail and their restart policy applies.
     agent_offline_timeout: PositiveSeconds = 15.0
+    agent_lost_timeout: PositiveSeconds = 300.0
     agent_heartbeat_interval: PositiveSeconds = 5.0
+    # Creates agents may refuse per VM (each on another host) before it fails; restarts not counted.
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
     restart_delay: Annotated[float, Field(ge=0)] = 15.0
+    # How long a host that failed a VM is left out for it (unless no other host fits).
+    exclude_for: PositiveSeconds = 600.0
+    # VMs an agent runs that vmsched holds elsewhere ("moved") or not at all any more ("gone"):
+    # report (metric, event, log), delete_moved (default: also tell the agent to delete those that
+    # run elsewhere now) or delete (every such VM).
+    orphan_vms: OrphanPolicy = OrphanPolicy.DELETE_MOVED
 
     api_host: str = "127.0.0.1"
     api_port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -76,8 +94,6 @@ class Settings(BaseSettings):
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
     snapshot_full_refresh: PositiveSeconds = 30.0
     reconcile_interval: PositiveSeconds = 30.0
-    # Broker-side poison protection: deliveries of one message before it is dead-lettered.
-    delivery_limit: Annotated[int, Field(ge=1, le=100)] = 5
 
     log_level: str = "INFO"
     log_format: str = "auto"  # auto | json | console
@@ -85,7 +101,8 @@ class Settings(BaseSettings):
     # Scheduler and gateway: where their Prometheus /metrics listens (0: no endpoint). The API
     # serves /metrics on its own port and ignores these.
     metrics_host: str = "127.0.0.1"
-    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    # unset: the service's own default port (scheduler 9101, gateway 9102); 0: no endpoint.
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
 
     # Standard OpenTelemetry variables, read here so that a bad value stops the service at start.
     # The exporter itself reads the rest (OTEL_EXPORTER_OTLP_HEADERS, ...); see vmsched_common.telemetry.
@@ -98,6 +115,15 @@ class Settings(BaseSettings):
     otel_exporter_otlp_traces_endpoint: Annotated[str, Field(validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")] = (
         ""
     )
+
+    @model_validator(mode="after")
+    def _lost_after_offline(self) -> Settings:
+        if self.agent_lost_timeout <= self.agent_offline_timeout:
+            raise ValueError(
+                f"{ENV_PREFIX}AGENT_LOST_TIMEOUT ({self.agent_lost_timeout:g}) must be longer than "
+                f"{ENV_PREFIX}AGENT_OFFLINE_TIMEOUT ({self.agent_offline_timeout:g})"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod
@@ -157,7 +183,7 @@ def describe_error(error: ValidationError) -> str:
         field = "_".join(str(part) for part in item["loc"])
         name = (ENV_PREFIX + field).upper() if field in Settings.model_fields else field.upper() or "settings"
         message = str(item["msg"]).removeprefix("Value error, ")
-        parts.append(f"{name}: {message}")
+        parts.append(f"{name}: {message}" if field else message)
     return "invalid configuration: " + "; ".join(parts)
 
 

@@ -2,15 +2,18 @@
 
 Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 
-- ``p:host:<id>``: capacity, overcommit ratios, labels, status, pause flag, last heartbeat, and the
-  allocations (``a_*``, ``vm_count``) once ``synced`` is set;
+- ``p:host:<id>``: per resource of the fit rule its capacity (``cpu``, ``memory_mb``, ...), what is
+  reserved for the hypervisor (``r_cpu``, ...), its allocation ratio where it has one
+  (``cpu_ratio``, ...) and, once ``synced`` is set, what is allocated (``a_cpu``, ..., ``vm_count``);
+  then labels, status, pause flag and last heartbeat;
 - ``p:host:<id>:vms``: ids of VMs holding a claim on the host;
 - ``p:claim:<vm id>``: the host and resources one VM holds;
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
   that last touched it): a reader remembers the last number it saw and re-reads only what changed;
 - ``p:rr``: the shared round-robin cursor.
 
-All multi-key updates are Lua scripts (in ``lua/``), so each is atomic.
+All multi-key updates are Lua scripts (in ``lua/``), so each is atomic. The scripts name no resource:
+the fit rule and the field lists are pasted into them from :mod:`vmsched_common.fit` when loaded.
 """
 
 from __future__ import annotations
@@ -25,25 +28,34 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from vmsched_common.messages import HostStatus, Resources
+from vmsched_common.fit import RESOURCES, lua_shortfall_function
+from vmsched_common.messages import HostStatus, Overcommit, Resources
 
 ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient"]
 
 
+def allocated_field(field: str) -> str:
+    return f"a_{field}"
+
+
+def reserved_field(field: str) -> str:
+    return f"r_{field}"
+
+
 @dataclass(frozen=True, slots=True)
-class HostRecord:
+class SnapshotHost:
     """One host as the snapshot knows it."""
 
     id: str
     status: str
     labels: Mapping[str, str]
     capacity: Resources
+    reserved: Resources
+    overcommit: Overcommit
     allocated: Resources
     vm_count: int
     scheduling_paused: bool
     last_heartbeat: float
-    cpu_ratio: float
-    memory_ratio: float
     synced: bool
 
 
@@ -59,11 +71,22 @@ class ClaimResult:
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatWrite:
+class Claim:
+    """Reserve ``resources`` on ``host_id`` for ``vm_id``."""
+
+    vm_id: UUID
+    host_id: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class HostWrite:
+    """A host's state as a heartbeat (and PostgreSQL's operator fields) say it is."""
+
     host_id: str
     capacity: Resources
-    cpu_ratio: float
-    memory_ratio: float
+    overcommit: Overcommit
+    reserved: Resources
     labels: Mapping[str, str]
     status: str
     heartbeat_at: float
@@ -72,6 +95,39 @@ class HeartbeatWrite:
     allocated: Resources
     vm_count: int
 
+    def state(self) -> list[str]:
+        """The values of :data:`STATE_FIELDS`, in order."""
+        values: list[str] = []
+        for rule in RESOURCES:
+            values.append(str(getattr(self.capacity, rule.field)))
+            values.append(str(getattr(self.reserved, rule.field)))
+            if rule.ratio_field is not None:
+                values.append(repr(float(getattr(self.overcommit, rule.name))))
+        values += [
+            json.dumps(dict(self.labels), sort_keys=True, separators=(",", ":")),
+            self.status,
+            "1" if self.paused else "0",
+        ]
+        return values
+
+    def allocations(self) -> list[str]:
+        """The values of :data:`ALLOCATION_FIELDS`, in order."""
+        return [*_amounts(self.allocated), str(self.vm_count)]
+
+
+def _state_fields() -> list[str]:
+    names: list[str] = []
+    for rule in RESOURCES:
+        names += [rule.field, reserved_field(rule.field)]
+        if rule.ratio_field is not None:
+            names.append(rule.ratio_field)
+    return [*names, "labels", "status", "paused"]
+
+
+# What a heartbeat writes every time, and what only a hash without allocations gets.
+STATE_FIELDS: tuple[str, ...] = tuple(_state_fields())
+ALLOCATION_FIELDS: tuple[str, ...] = (*(allocated_field(rule.field) for rule in RESOURCES), "vm_count")
+
 
 @dataclass(frozen=True, slots=True)
 class CommittedVm:
@@ -79,39 +135,50 @@ class CommittedVm:
     resources: Resources
 
 
-def _script(name: str) -> str:
-    return files("vmsched_common").joinpath("lua", f"{name}.lua").read_text()
+def lua_table(values: Iterable[str | None]) -> str:
+    """A Lua table literal of strings (``false`` for None)."""
+    return "{" + ", ".join("false" if v is None else f"'{v}'" for v in values) + "}"
+
+
+def render_script(name: str) -> str:
+    """A script of ``lua/`` with the fit rule and the resource field lists pasted in."""
+    text = files("vmsched_common").joinpath("lua", f"{name}.lua").read_text()
+    return (
+        text.replace("{{fit rule}}", lua_shortfall_function())
+        .replace("{{resource fields}}", lua_table(rule.field for rule in RESOURCES))
+        .replace("{{ratio fields}}", lua_table(rule.ratio_field for rule in RESOURCES))
+    )
 
 
 def _int(raw: Mapping[str, str], key: str) -> int:
     return int(raw.get(key) or 0)
 
 
-def parse_host(host_id: str, raw: Mapping[str, str]) -> HostRecord | None:
+def _resources(raw: Mapping[str, str], name: Any) -> Resources:
+    return Resources.model_validate({rule.field: _int(raw, name(rule.field)) for rule in RESOURCES})
+
+
+def _amounts(resources: Resources) -> list[str]:
+    return [str(getattr(resources, rule.field)) for rule in RESOURCES]
+
+
+def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
     """A host record from its hash, or None for a hash without capacity (half-written, flushed)."""
     if "cpu" not in raw:
         return None
-    return HostRecord(
+    return SnapshotHost(
         id=host_id,
         status=raw.get("status", HostStatus.OFFLINE.value),
         labels=json.loads(raw.get("labels") or "{}"),
-        capacity=Resources(
-            cpu=_int(raw, "cpu"),
-            memory_mb=_int(raw, "memory_mb"),
-            disk_gb=_int(raw, "disk_gb"),
-            gpu=_int(raw, "gpu"),
+        capacity=_resources(raw, str),
+        reserved=_resources(raw, reserved_field),
+        overcommit=Overcommit.model_validate(
+            {rule.name: float(raw.get(rule.ratio_field) or 1.0) for rule in RESOURCES if rule.ratio_field}
         ),
-        allocated=Resources(
-            cpu=_int(raw, "a_cpu"),
-            memory_mb=_int(raw, "a_memory_mb"),
-            disk_gb=_int(raw, "a_disk_gb"),
-            gpu=_int(raw, "a_gpu"),
-        ),
+        allocated=_resources(raw, allocated_field),
         vm_count=_int(raw, "vm_count"),
         scheduling_paused=raw.get("paused") == "1",
         last_heartbeat=float(raw.get("hb") or 0.0),
-        cpu_ratio=float(raw.get("cpu_ratio") or 1.0),
-        memory_ratio=float(raw.get("memory_ratio") or 1.0),
         synced=raw.get("synced") == "1",
     )
 
@@ -122,11 +189,11 @@ class Snapshot:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
-        self._claim: AsyncScript = redis.register_script(_script("claim"))
-        self._release: AsyncScript = redis.register_script(_script("release"))
-        self._heartbeat: AsyncScript = redis.register_script(_script("heartbeat"))
-        self._set_fields: AsyncScript = redis.register_script(_script("set_host_fields"))
-        self._reconcile: AsyncScript = redis.register_script(_script("reconcile_host"))
+        self._claim: AsyncScript = redis.register_script(render_script("claim"))
+        self._release: AsyncScript = redis.register_script(render_script("release"))
+        self._heartbeat: AsyncScript = redis.register_script(render_script("heartbeat"))
+        self._set_fields: AsyncScript = redis.register_script(render_script("set_host_fields"))
+        self._reconcile: AsyncScript = redis.register_script(render_script("reconcile_host"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -162,7 +229,7 @@ class Snapshot:
         members: set[str] = await self.redis.smembers(self.hosts_key)  # type: ignore[assignment]
         return sorted(members)
 
-    async def read_hosts(self, host_ids: Sequence[str]) -> dict[str, HostRecord | None]:
+    async def read_hosts(self, host_ids: Sequence[str]) -> dict[str, SnapshotHost | None]:
         """The named hosts in one round trip; None for a host with no hash (gone, or flushed)."""
         if not host_ids:
             return {}
@@ -172,7 +239,7 @@ class Snapshot:
             raws: list[dict[str, str]] = await pipe.execute()
         return {host_id: parse_host(host_id, raw) for host_id, raw in zip(host_ids, raws, strict=True)}
 
-    async def read_all(self) -> tuple[int, dict[str, HostRecord]]:
+    async def read_all(self) -> tuple[int, dict[str, SnapshotHost]]:
         """Every host, and the change number the read is at least as new as."""
         seq = await self.current_seq()
         hosts = await self.read_hosts(await self.host_ids())
@@ -191,73 +258,54 @@ class Snapshot:
         host: str | None = await self.redis.hget(self.claim_key(vm_id), "host")  # type: ignore[assignment]
         return host
 
-    async def next_round_robin(self) -> int:
-        """A cursor shared by every scheduler replica, so the rotation holds across them."""
-        return int(await self.redis.incr(self.round_robin_key))
+    async def next_round_robin(self, count: int = 1) -> int:
+        """A cursor shared by every scheduler replica, so the rotation holds across them: the first
+        of ``count`` consecutive values reserved for the caller."""
+        return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
 
     # -- atomic updates -------------------------------------------------------------------------
-    async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
-        outcome, detail = await self._claim(
-            keys=[
-                self.host_key(host_id),
-                self.claim_key(vm_id),
-                self.host_vms_key(host_id),
-                self.changed_key,
-                self.seq_key,
-            ],
-            args=[str(vm_id), host_id, *_resource_args(resources), repr(now)],
-        )
-        return ClaimResult(outcome=outcome, detail=detail)
-
-    async def claim_many(self, claims: Sequence[tuple[UUID, str, Resources]], now: float) -> list[ClaimResult]:
-        """:meth:`claim` for each (vm id, host id, resources), in one pipelined round trip. Each claim
-        is still its own atomic script, run in order: a later one sees what an earlier one took."""
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+        """Claim each, in order, in one script run (one round trip, atomic as a whole)."""
         if not claims:
             return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for vm_id, host_id, resources in claims:
-                await self._claim(
-                    keys=[
-                        self.host_key(host_id),
-                        self.claim_key(vm_id),
-                        self.host_vms_key(host_id),
-                        self.changed_key,
-                        self.seq_key,
-                    ],
-                    args=[str(vm_id), host_id, *_resource_args(resources), repr(now)],
-                    client=pipe,
-                )
-            replies: list[list[str]] = await pipe.execute()
+        keys = [self.changed_key, self.seq_key]
+        args: list[str] = [repr(now)]
+        for claim in claims:
+            keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
+            args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
+        replies: list[list[str]] = await self._claim(keys=keys, args=args)
         return [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies]  # type: ignore[arg-type]
 
-    async def release(self, vm_id: UUID) -> str | None:
-        """Free the VM's claim; the host it was on, or None when there was none."""
-        host: str | None = await self._release(
-            keys=[self.claim_key(vm_id), self.changed_key, self.seq_key], args=[self.prefix, str(vm_id)]
+    async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
+        (result,) = await self.claim_many([Claim(vm_id, host_id, resources)], now)
+        return result
+
+    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
+        """Free each VM's claim; per VM the host it was on, or None when it held none."""
+        if not vm_ids:
+            return []
+        hosts: list[str | None] = await self._release(
+            keys=[self.changed_key, self.seq_key, *(self.claim_key(vm_id) for vm_id in vm_ids)],
+            args=[self.prefix, *(str(vm_id) for vm_id in vm_ids)],
         )
+        return [host or None for host in hosts]
+
+    async def release(self, vm_id: UUID) -> str | None:
+        (host,) = await self.release_many([vm_id])
         return host
 
-    async def record_heartbeats(self, writes: Iterable[HeartbeatWrite], bump_interval: float) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for w in writes:
-                await self._heartbeat(
-                    keys=[self.host_key(w.host_id), self.hosts_key, self.changed_key, self.seq_key],
-                    args=[
-                        w.host_id,
-                        *_resource_args(w.capacity),
-                        repr(w.cpu_ratio),
-                        repr(w.memory_ratio),
-                        json.dumps(dict(w.labels), sort_keys=True, separators=(",", ":")),
-                        w.status,
-                        repr(w.heartbeat_at),
-                        repr(bump_interval),
-                        *_resource_args(w.allocated),
-                        str(w.vm_count),
-                        "1" if w.paused else "0",
-                    ],
-                    client=pipe,
-                )
-            await pipe.execute()
+    async def record_heartbeats(self, writes: Sequence[HostWrite], bump_interval: float) -> None:
+        """Fold heartbeats into the hosts' hashes, in one script run."""
+        if not writes:
+            return
+        args: list[str] = [repr(bump_interval), str(len(STATE_FIELDS)), str(len(ALLOCATION_FIELDS))]
+        args += [*STATE_FIELDS, *ALLOCATION_FIELDS]
+        for write in writes:
+            args += [write.host_id, repr(write.heartbeat_at), *write.state(), *write.allocations()]
+        await self._heartbeat(
+            keys=[self.hosts_key, self.changed_key, self.seq_key, *(self.host_key(w.host_id) for w in writes)],
+            args=args,
+        )
 
     async def set_host_fields(self, host_id: str, fields: Mapping[str, str]) -> bool:
         args: list[str] = [host_id]
@@ -275,16 +323,9 @@ class Snapshot:
         now: float,
         grace: float,
     ) -> tuple[int, int, int]:
-        args: list[Any] = [
-            self.prefix,
-            host_id,
-            repr(now),
-            repr(grace),
-            *_resource_args(allocated),
-            str(vm_count),
-        ]
+        args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), *_amounts(allocated), str(vm_count)]
         for vm in committed:
-            args += [str(vm.vm_id), *_resource_args(vm.resources)]
+            args += [str(vm.vm_id), *_amounts(vm.resources)]
         restored, dropped, in_flight = await self._reconcile(
             keys=[self.host_key(host_id), self.host_vms_key(host_id), self.changed_key, self.seq_key],
             args=args,
@@ -297,14 +338,3 @@ class Snapshot:
             pipe.srem(self.hosts_key, host_id)
             pipe.zrem(self.changed_key, host_id)
             await pipe.execute()
-
-
-def _resource_args(resources: Resources) -> list[str]:
-    return [str(resources.cpu), str(resources.memory_mb), str(resources.disk_gb), str(resources.gpu)]
-
-
-def effective_limit(capacity: int, ratio: float) -> int:
-    """What a host may hand out of one resource: capacity times its overcommit ratio, rounded down.
-
-    The same rule stands in ``claim.lua`` and in the PostgreSQL guard of the scheduler."""
-    return int(capacity * ratio + 1e-9)

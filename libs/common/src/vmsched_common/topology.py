@@ -21,6 +21,7 @@ VM_ASSIGNED = "vm.assigned"
 VM_UNSCHEDULABLE = "vm.unschedulable"
 VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
+VM_ORPHANED = "vm.orphaned"
 AGENT_HEARTBEAT = "agent.heartbeat"
 
 # Header a consumer sets when it dead-letters a message itself, saying why.

@@ -22,6 +22,7 @@ from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.logs import get_logger
 from vmsched_common.outbox import published_marks, republish_unpublished
+from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_common.telemetry import instrument_fastapi
@@ -48,7 +49,7 @@ async def sweep_unpublished(services: Services) -> None:
             # schedulers have drained their queue (see ready_messages).
             backlog = await ready_messages(services.broker, topology.SCHEDULER_QUEUE)
             await republish_unpublished(
-                services.broker,
+                services.publisher,
                 services.engine,
                 older_than=period,
                 stale_after=services.settings.resend_stale_after,
@@ -62,8 +63,9 @@ async def sweep_unpublished(services: Services) -> None:
 
 def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
     broker: RabbitBroker = make_broker(settings, prefetch=32)
-    # Every event, for the AsyncAPI document subscribers read; publishing goes through
-    # vmsched_common.outbox (vm.create) or the other services.
+    publisher = Publisher(broker)
+    # Every event, for the AsyncAPI document subscribers read (the API publishes vm.create, vm.deleted
+    # and delete commands; the other services the rest).
     events.declare_all(broker)
 
     @contextlib.asynccontextmanager
@@ -78,6 +80,7 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
             repository=Repository(engine),
             snapshot=Snapshot(redis, settings.redis_key_prefix),
             broker=broker,
+            publisher=publisher,
             published=published_marks(engine),
         )
         app.state.services = services

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.repository import Repository
 from vmsched_common.outbox import PublishedMarks
+from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 
@@ -22,6 +23,7 @@ class Services:
     repository: Repository
     snapshot: Snapshot
     broker: RabbitBroker
+    publisher: Publisher
     published: PublishedMarks
 
 

@@ -9,11 +9,15 @@ hardware's, before any overcommit ratio.
 
 from __future__ import annotations
 
+from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.messages import HostStatus
-from vmsched_common.metrics import HOSTS, RESOURCE_ALLOCATED, RESOURCE_CAPACITY
+
+HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
+RESOURCE_CAPACITY = Gauge("vmsched_resource_capacity", "Capacity of online hosts", ["resource"])
+RESOURCE_ALLOCATED = Gauge("vmsched_resource_allocated", "Allocated resources on online hosts", ["resource"])
 
 PAUSED = "paused"
 STATUSES = (HostStatus.ONLINE.value, HostStatus.DRAINING.value, HostStatus.OFFLINE.value, PAUSED)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import uvicorn
 
-from vmsched_api.app import build_app
 from vmsched_common.logs import configure_logging
-from vmsched_common.settings import load_settings
+from vmsched_common.service_cli import service_main
+from vmsched_common.settings import Settings
 from vmsched_common.telemetry import setup_tracing
 
+SERVICE = "vmsched-api"
 
-def main() -> None:
-    settings = load_settings("vmsched-api")
+
+def serve(settings: Settings) -> None:
+    from vmsched_api.app import build_app
+
     configure_logging("api", settings.log_level, settings.log_format)
     setup_tracing("api", settings)
     uvicorn.run(
@@ -23,6 +26,14 @@ def main() -> None:
         timeout_graceful_shutdown=15,
     )
 
+
+main = service_main(
+    SERVICE,
+    "Serve the HTTP API (VMs, hosts, settings; OpenAPI docs at /docs, AsyncAPI at /asyncapi). Creates the "
+    "database if it is missing and upgrades its schema first.",
+    serve,
+    database_must_exist=False,
+)
 
 if __name__ == "__main__":
     main()

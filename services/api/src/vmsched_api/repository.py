@@ -10,20 +10,20 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.schemas import Host, Vm, VmRequest
+from vmsched_common.db import vm_writes
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
-from vmsched_common.messages import HostStatus, Overcommit, Resources, VmStatus
-from vmsched_common.outbox import VmRow as OutboxRow
+from vmsched_common.db.records import HOST_COLUMNS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
+from vmsched_common.vm_changes import Change, delete_requested
 
-_VM_VIEW = (
-    "id, name, status, hypervisor_id, status_reason, cpu, memory_mb, disk_gb, gpu, labels, strategy, "
-    "restart_policy, restart_count, attempt, attempts, created_at, scheduled_at, idempotency_key, request_hash"
-)
+_VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
 
 class IdempotencyConflict(Exception):
@@ -34,41 +34,41 @@ def request_hash(body: VmRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-def to_vm(row: Any) -> Vm:
+def to_vm(vm: VmRecord) -> Vm:
     return Vm(
-        id=row.id,
-        name=row.name,
-        status=row.status,
-        hypervisor_id=row.hypervisor_id,
-        status_reason=row.status_reason,
-        cpu=row.cpu,
-        memory_mb=row.memory_mb,
-        disk_gb=row.disk_gb,
-        gpu=row.gpu,
-        labels=row.labels,
-        strategy=row.strategy,
-        restart_policy=row.restart_policy,
-        restart_count=row.restart_count,
-        attempt=row.attempt,
-        attempts=row.attempts,
-        created_at=row.created_at,
-        scheduled_at=row.scheduled_at,
+        id=vm.id,
+        name=vm.name,
+        status=vm.status,
+        hypervisor_id=vm.hypervisor_id,
+        status_reason=vm.status_reason,
+        cpu=vm.resources.cpu,
+        memory_mb=vm.resources.memory_mb,
+        disk_gb=vm.resources.disk_gb,
+        gpu=vm.resources.gpu,
+        labels=dict(vm.labels),
+        strategy=vm.strategy,
+        restart_policy=vm.restart_policy,
+        restart_count=vm.restart_count,
+        attempt=vm.attempt,
+        attempts=vm.attempts,
+        created_at=vm.created_at,
+        scheduled_at=vm.scheduled_at,
+        started_at=vm.started_at,
     )
 
 
-def to_host(row: Any) -> Host:
+def to_host(host: HostRecord) -> Host:
     return Host(
-        id=row.id,
-        status=HostStatus(row.status),
-        labels=row.labels,
-        capacity=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
-        allocated=Resources(
-            cpu=row.alloc_cpu, memory_mb=row.alloc_memory_mb, disk_gb=row.alloc_disk_gb, gpu=row.alloc_gpu
-        ),
-        overcommit=Overcommit(cpu=row.cpu_ratio, memory=row.memory_ratio),
-        vm_count=row.vm_count,
-        last_heartbeat=row.last_heartbeat,
-        scheduling_paused=row.scheduling_paused,
+        id=host.id,
+        status=HostStatus(host.status),
+        labels=dict(host.labels),
+        capacity=host.capacity,
+        allocated=host.allocated,
+        overcommit=host.overcommit,
+        reserved=host.reserved,
+        vm_count=host.vm_count,
+        last_heartbeat=host.last_heartbeat,
+        scheduling_paused=host.scheduling_paused,
     )
 
 
@@ -91,8 +91,8 @@ class Repository:
 
     async def create_vms(
         self, bodies: Sequence[VmRequest], idempotency_key: str | None = None
-    ) -> tuple[list[Vm], list[OutboxRow], bool]:
-        """Insert pending VMs in one statement. Returns (views, rows to publish, replayed)."""
+    ) -> tuple[list[VmRecord], bool]:
+        """Insert pending VMs in one statement. Returns (the VMs, replayed: an earlier request's)."""
         values = [
             {
                 "id": uuid.uuid4(),
@@ -116,35 +116,24 @@ class Repository:
         inserting = insert(VmRow)
         if idempotency_key is not None:
             inserting = inserting.on_conflict_do_nothing(index_elements=["idempotency_key"])
-        statement = inserting.returning(
-            *(VmRow.__table__.c[c.strip()] for c in _VM_VIEW.split(",")), sort_by_parameter_order=True
-        )
+        statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
         async with self.engine.begin() as connection:
             rows = (await connection.execute(statement, values)).all()
             if not rows and idempotency_key is not None:
                 existing = (
                     await connection.execute(
-                        text(f"SELECT {_VM_VIEW} FROM vms WHERE idempotency_key = :key"),
-                        {"key": idempotency_key},
+                        text(f"{_VM_SELECT} WHERE idempotency_key = :key"), {"key": idempotency_key}
                     )
                 ).one()
                 if existing.request_hash != request_hash(bodies[0]):
                     raise IdempotencyConflict(idempotency_key)
-                return [to_vm(existing)], [], True
-        outbox = [_outbox_row(row) for row in rows]
-        return [to_vm(row) for row in rows], outbox, False
+                return [VmRecord.from_row(existing)], True
+        return [VmRecord.from_row(row) for row in rows], False
 
-    async def get_vm(self, vm_id: UUID) -> Vm | None:
+    async def get_vm(self, vm_id: UUID) -> VmRecord | None:
         async with self.engine.connect() as connection:
-            row = (await connection.execute(text(f"SELECT {_VM_VIEW} FROM vms WHERE id = :id"), {"id": vm_id})).first()
-        return to_vm(row) if row else None
-
-    async def get_placement(self, vm_id: UUID) -> tuple[str, dict[str, Any] | None] | None:
-        async with self.engine.connect() as connection:
-            row = (
-                await connection.execute(text("SELECT status, placement FROM vms WHERE id = :id"), {"id": vm_id})
-            ).first()
-        return (row.status, row.placement) if row else None
+            row = (await connection.execute(text(f"{_VM_SELECT} WHERE id = :id"), {"id": vm_id})).first()
+        return VmRecord.from_row(row) if row else None
 
     async def list_vms(
         self, *, status: VmStatus | None, hypervisor_id: str | None, limit: int, cursor: str | None
@@ -161,56 +150,47 @@ class Repository:
             params["after_created"], params["after_id"] = decode_cursor(cursor)
             clauses.append("(created_at, id) > (:after_created, :after_id)")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        query = text(f"SELECT {_VM_VIEW} FROM vms {where} ORDER BY created_at, id LIMIT :limit")
+        query = text(f"{_VM_SELECT} {where} ORDER BY created_at, id LIMIT :limit")
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query, params)).all()
-        items = [to_vm(row) for row in rows[:limit]]
+        items = [to_vm(VmRecord.from_row(row)) for row in rows[:limit]]
         next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
         return items, next_cursor
 
-    async def request_delete(self, vm_id: UUID) -> tuple[Vm, OutboxRow | None] | None:
-        """Scheduled/running -> deleting (the agent must act); not yet placed -> deleted at once."""
+    async def request_delete(self, vm_id: UUID) -> tuple[VmRecord, Change | None] | None:
+        """The lifecycle's ``delete_requested``: a VM on a host goes ``deleting`` (its agent must act),
+        one on none ``deleted`` at once. Returns the VM as it is now and the change, if any."""
         async with self.engine.begin() as connection:
-            row = (
-                await connection.execute(
-                    text(
-                        f"""
-                        UPDATE vms SET status = CASE WHEN status IN ('scheduled', 'running') THEN 'deleting'
-                                                     ELSE 'deleted' END,
-                                       published_at = NULL, updated_at = now()
-                         WHERE id = :id AND status NOT IN ('deleting', 'deleted')
-                        RETURNING {_VM_VIEW}
-                        """
-                    ),
-                    {"id": vm_id},
-                )
-            ).first()
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
             if row is None:
-                current = (
-                    await connection.execute(text(f"SELECT {_VM_VIEW} FROM vms WHERE id = :id"), {"id": vm_id})
-                ).first()
-                return (to_vm(current), None) if current else None
-        return to_vm(row), (_outbox_row(row) if row.status == "deleting" else None)
+                return None
+            vm = VmRecord.from_row(row)
+            change = delete_requested(vm)
+            if change is None or not await vm_writes.apply(connection, [change]):
+                return vm, None
+        return change.after, change
 
-    async def list_hosts(self) -> list[Host]:
+    async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
-            rows = (await connection.execute(text("SELECT * FROM hosts ORDER BY id"))).all()
-        return [to_host(row) for row in rows]
+            rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
+        return [HostRecord.from_row(row) for row in rows]
 
-    async def get_host(self, host_id: str) -> Host | None:
+    async def get_host(self, host_id: str) -> HostRecord | None:
         async with self.engine.connect() as connection:
-            row = (await connection.execute(text("SELECT * FROM hosts WHERE id = :id"), {"id": host_id})).first()
-        return to_host(row) if row else None
+            row = (
+                await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
+            ).first()
+        return HostRecord.from_row(row) if row else None
 
-    async def set_paused(self, host_id: str, paused: bool) -> Host | None:
+    async def set_paused(self, host_id: str, paused: bool) -> HostRecord | None:
         async with self.engine.begin() as connection:
             row = (
                 await connection.execute(
-                    text("UPDATE hosts SET scheduling_paused = :paused WHERE id = :id RETURNING *"),
+                    text(f"UPDATE hosts SET scheduling_paused = :paused WHERE id = :id RETURNING {HOST_COLUMNS}"),
                     {"id": host_id, "paused": paused},
                 )
             ).first()
-        return to_host(row) if row else None
+        return HostRecord.from_row(row) if row else None
 
     async def default_strategy(self) -> Strategy | None:
         async with self.engine.connect() as connection:
@@ -230,17 +210,3 @@ class Repository:
     async def ping(self) -> None:
         async with self.engine.connect() as connection:
             await connection.execute(text("SELECT 1"))
-
-
-def _outbox_row(row: Row[Any]) -> OutboxRow:
-    return OutboxRow(
-        id=row.id,
-        name=row.name,
-        status=row.status,
-        hypervisor_id=row.hypervisor_id,
-        resources=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
-        labels=dict(row.labels),
-        strategy=Strategy(row.strategy) if row.strategy else None,
-        exclude_hosts=[],
-        attempt=row.attempt,
-    )

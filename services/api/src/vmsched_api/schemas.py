@@ -8,7 +8,9 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy, VmStatus
+from vmsched_common.decision import PlacementRecord
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy
 from vmsched_common.settings import Strategy
 
 VmName = Annotated[
@@ -59,8 +61,9 @@ class Vm(BaseModel):
     restart_count: int
     attempt: int
     attempts: list[dict[str, Any]]
-    created_at: datetime
+    created_at: datetime | None
     scheduled_at: datetime | None
+    started_at: datetime | None = Field(description="when its agent first reported it running on its current host")
 
 
 class VmPage(BaseModel):
@@ -75,10 +78,7 @@ class VmBatch(BaseModel):
 class Placement(BaseModel):
     vm_id: UUID
     status: VmStatus
-    decision: dict[str, Any] | None = Field(
-        description="strategy, chosen host and score, hosts considered and eligible, rejections by "
-        "reason and, for an unschedulable VM, the first filter that rejected each host with the numbers"
-    )
+    decision: PlacementRecord | None = Field(description="null until a scheduler has decided")
 
 
 class Host(BaseModel):
@@ -88,6 +88,7 @@ class Host(BaseModel):
     capacity: Resources
     allocated: Resources
     overcommit: Overcommit
+    reserved: Resources = Field(description="held back for the hypervisor itself")
     vm_count: int
     last_heartbeat: datetime | None
     scheduling_paused: bool

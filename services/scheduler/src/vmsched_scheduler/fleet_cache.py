@@ -17,24 +17,28 @@ from collections.abc import Iterable
 
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import HostRecord, Snapshot
+from vmsched_common.snapshot import Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState
 
 log = get_logger(__name__)
 
 
-def to_host_state(record: HostRecord) -> HostState:
+def to_host_state(record: SnapshotHost) -> HostState:
     return HostState(
         id=record.id,
+        # A hash without allocations (a flush, then a heartbeat before reconciliation) cannot be
+        # claimed on: not "online" to the engine either, so it is not chosen in vain.
         status=record.status if record.synced else "unsynced",
         labels=dict(record.labels),
         capacity=demand_of(record.capacity),
         allocated=demand_of(record.allocated),
+        reserved=demand_of(record.reserved),
         vm_count=record.vm_count,
         scheduling_paused=record.scheduling_paused,
         last_heartbeat=record.last_heartbeat,
-        cpu_ratio=record.cpu_ratio,
-        memory_ratio=record.memory_ratio,
+        cpu_ratio=record.overcommit.cpu,
+        memory_ratio=record.overcommit.memory,
+        disk_ratio=record.overcommit.disk,
     )
 
 
@@ -88,8 +92,8 @@ class FleetCache:
         self._last_full = self._last_refresh = began
         log.debug("snapshot reloaded", hosts=len(records), seq=seq)
 
-    async def reread_many(self, host_ids: Iterable[str]) -> None:
-        """:meth:`reread` for several hosts, in one round trip."""
+    async def reread(self, host_ids: Iterable[str]) -> None:
+        """Read these hosts again, in one round trip: a claim proved the copy of them stale."""
         wanted = sorted(set(host_ids))
         if not wanted:
             return
@@ -98,11 +102,3 @@ class FleetCache:
                 self.fleet.remove(host_id)
             else:
                 self.fleet.upsert(to_host_state(record))
-
-    async def reread(self, host_id: str) -> None:
-        """Re-read one host whose cached state proved stale (a claim refused it)."""
-        record = (await self.snapshot.read_hosts([host_id])).get(host_id)
-        if record is None:
-            self.fleet.remove(host_id)
-        else:
-            self.fleet.upsert(to_host_state(record))

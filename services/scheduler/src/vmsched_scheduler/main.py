@@ -1,22 +1,32 @@
-"""``vmsched-scheduler``: run one stateless scheduler replica (run as many as you like)."""
+"""``vmsched-scheduler``: one stateless scheduler replica (run as many as you like)."""
 
 from __future__ import annotations
 
 import uvloop
 
 from vmsched_common.logs import configure_logging
-from vmsched_common.settings import load_settings
+from vmsched_common.service_cli import service_main
+from vmsched_common.settings import Settings
 from vmsched_common.telemetry import setup_tracing
-from vmsched_scheduler.app import build_app
+
+SERVICE = "vmsched-scheduler"
 
 
-def main() -> None:
-    settings = load_settings("vmsched-scheduler")
+def serve(settings: Settings) -> None:
+    from vmsched_scheduler.bootstrap import build_app
+
     configure_logging("scheduler", settings.log_level, settings.log_format)
     setup_tracing("scheduler", settings)
     # uvloop: the same asyncio API, a faster loop (uvicorn picks it for the API too).
     uvloop.run(build_app(settings).app.run())
 
+
+main = service_main(
+    SERVICE,
+    "Place VMs: consume vm.create, choose hosts, claim their capacity in Redis, commit to PostgreSQL, "
+    "emit vm.assigned. Stateless: run as many replicas as you like.",
+    serve,
+)
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_common.lifecycle import HOLDS_CAPACITY, sql_in
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import CommittedVm, Snapshot
@@ -32,19 +33,19 @@ _HOSTS = text(
     'SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts ORDER BY id COLLATE "C"'
 )
 _COMMITTED = text(
-    """
+    f"""
     SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
-     WHERE status IN ('scheduled', 'running', 'deleting') AND hypervisor_id IS NOT NULL
+     WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
      ORDER BY hypervisor_id COLLATE "C"
     """
 )
 _REPAIR_HOST = text(
-    """
+    f"""
     WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n
-              FROM vms WHERE hypervisor_id = :host_id AND status IN ('scheduled', 'running', 'deleting'))
+              FROM vms WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)})
     UPDATE hosts SET alloc_cpu = sums.cpu, alloc_memory_mb = sums.memory_mb, alloc_disk_gb = sums.disk_gb,
                      alloc_gpu = sums.gpu, vm_count = sums.n
       FROM sums, locked WHERE hosts.id = locked.id

@@ -1,7 +1,7 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts`` and ``scheduler_settings`` tables.
 
-A host's ``alloc_*`` columns are the sum of the resources of its VMs in an allocating status
-(scheduled, running, deleting). They are changed only in the same transaction as the VM row that
+A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds
+capacity (``vmsched_common.lifecycle.HOLDS_CAPACITY``). They are changed only in the same transaction as the VM row that
 causes the change, under the row lock of the host, and a placement only adds to them when the result
 stays within capacity times the overcommit ratio: that conditional update is what makes overcommit
 impossible whatever the Redis snapshot says.
@@ -41,7 +41,11 @@ class VmRow(Base):
     # Placement attempt (1-based). Each retry on another host, after an agent refused the VM or a
     # restart after a failure, increments it; messages carry it so stale ones are recognised.
     attempt: Mapped[int] = mapped_column(Integer, server_default="1")
-    exclude_hosts: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # Creates the agents could not carry out since the VM last ran, against MAX_ATTEMPTS (restarts
+    # are counted in restart_count, not here).
+    failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Hosts that failed the VM, each with the epoch second its exclusion ends (EXCLUDE_FOR).
+    exclusions: Mapped[dict[str, float]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
@@ -49,6 +53,8 @@ class VmRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When its agent first reported it running on its current host (None: it never ran there).
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # NULL while the message the current status implies (vm.create for pending, the delete command
     # for deleting) has not been confirmed by the broker; a sweeper publishes those again.
@@ -78,6 +84,13 @@ class HostRow(Base):
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
     cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    disk_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    # Held back for the hypervisor itself (OpenStack Placement's ``reserved``): the fit rule gives
+    # VMs floor((capacity - reserved) x ratio).
+    reserved_cpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    reserved_memory_mb: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    reserved_disk_gb: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    reserved_gpu: Mapped[int] = mapped_column(Integer, server_default="0")
     alloc_cpu: Mapped[int] = mapped_column(Integer, server_default="0")
     alloc_memory_mb: Mapped[int] = mapped_column(BigInteger, server_default="0")
     alloc_disk_gb: Mapped[int] = mapped_column(BigInteger, server_default="0")

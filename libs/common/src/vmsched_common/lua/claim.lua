@@ -1,46 +1,83 @@
--- Reserve a VM's resources on one host, atomically: check and reserve in one step.
--- Keyed by VM id: a VM that already holds a claim gets that claim back, nothing is reserved twice.
--- KEYS: host hash, claim hash, host's claimed-vm set, changed zset, seq counter
--- ARGV: vm_id, host_id, cpu, memory_mb, disk_gb, gpu, now
--- Returns {outcome, detail}: {'claimed', host} | {'held', host} | {'unknown_host', ''} |
---   {'offline', status} | {'paused', ''} | {'insufficient', resource}
-local held = redis.call('HGET', KEYS[2], 'host')
-if held then
-  return {'held', held}
+-- Claim capacity for VMs on hosts: for each, check the fit rule and reserve in one atomic step.
+-- Keyed by VM id: a VM that already holds a claim gets that claim back; nothing is reserved twice.
+-- The claims of one call run in order, as one script: a later claim sees what an earlier one took.
+-- KEYS: changed zset, seq counter, then per claim: host hash, claim hash, host's claimed-vm set
+-- ARGV: now, then per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS order)
+-- Returns per claim {outcome, detail}: {'claimed', host} | {'held', host} | {'unknown_host', ''} |
+--   {'offline', status} | {'paused', ''} | {'insufficient', resource name}
+{{fit rule}}
+
+local RESOURCE_FIELDS = {{resource fields}}
+local RATIO_FIELDS = {{ratio fields}}
+local R = #RESOURCE_FIELDS
+
+-- What HMGET reads of a host: the gates, then per resource capacity, reserved, allocated and
+-- (where the resource has one) its ratio.
+local READ = {'synced', 'status', 'paused'}
+for i = 1, R do
+  local f = RESOURCE_FIELDS[i]
+  READ[#READ + 1] = f
+  READ[#READ + 1] = 'r_' .. f
+  READ[#READ + 1] = 'a_' .. f
+  READ[#READ + 1] = RATIO_FIELDS[i] or f -- HMGET needs a field; a resource without a ratio ignores it
 end
-local h = redis.call('HMGET', KEYS[1], 'synced', 'status', 'paused',
-  'cpu', 'memory_mb', 'disk_gb', 'gpu', 'cpu_ratio', 'memory_ratio',
-  'a_cpu', 'a_memory_mb', 'a_disk_gb', 'a_gpu')
-if h[1] ~= '1' then
-  return {'unknown_host', ''}
-end
-if h[2] ~= 'online' then
-  return {'offline', h[2] or ''}
-end
-if h[3] == '1' then
-  return {'paused', ''}
-end
-local need = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local limit = {
-  math.floor(tonumber(h[4]) * tonumber(h[8] or '1') + 1e-9),
-  math.floor(tonumber(h[5]) * tonumber(h[9] or '1') + 1e-9),
-  tonumber(h[6]),
-  tonumber(h[7]),
-}
-local used = {tonumber(h[10]), tonumber(h[11]), tonumber(h[12]), tonumber(h[13])}
-local names = {'cpu', 'memory', 'disk', 'gpu'}
-for i = 1, 4 do
-  if used[i] + need[i] > limit[i] then
-    return {'insufficient', names[i]}
+
+local changed = {}
+
+local function claim(host_key, claim_key, vms_key, vm, host, need, now)
+  local held = redis.call('HGET', claim_key, 'host')
+  if held then
+    return {'held', held}
   end
+  local h = redis.call('HMGET', host_key, unpack(READ))
+  if h[1] ~= '1' then
+    return {'unknown_host', ''}
+  end
+  if h[2] ~= 'online' then
+    return {'offline', h[2] or ''}
+  end
+  if h[3] == '1' then
+    return {'paused', ''}
+  end
+  local capacity, reserved, used, ratio = {}, {}, {}, {}
+  for i = 1, R do
+    local at = 3 + 4 * (i - 1)
+    capacity[i] = tonumber(h[at + 1] or '0')
+    reserved[i] = tonumber(h[at + 2] or '0')
+    used[i] = tonumber(h[at + 3] or '0')
+    ratio[i] = RATIO_FIELDS[i] and tonumber(h[at + 4] or '1') or 1
+  end
+  local missing = shortfall(need, capacity, reserved, ratio, used)
+  if missing then
+    return {'insufficient', missing}
+  end
+  local record = {'host', host, 'at', now}
+  for i = 1, R do
+    local f = RESOURCE_FIELDS[i]
+    if need[i] ~= 0 then
+      redis.call('HINCRBY', host_key, 'a_' .. f, need[i])
+    end
+    record[#record + 1] = f
+    record[#record + 1] = need[i]
+  end
+  redis.call('HINCRBY', host_key, 'vm_count', 1)
+  redis.call('HSET', claim_key, unpack(record))
+  redis.call('SADD', vms_key, vm)
+  changed[host] = true
+  return {'claimed', host}
 end
-redis.call('HINCRBY', KEYS[1], 'a_cpu', need[1])
-redis.call('HINCRBY', KEYS[1], 'a_memory_mb', need[2])
-redis.call('HINCRBY', KEYS[1], 'a_disk_gb', need[3])
-redis.call('HINCRBY', KEYS[1], 'a_gpu', need[4])
-redis.call('HINCRBY', KEYS[1], 'vm_count', 1)
-redis.call('HSET', KEYS[2], 'host', ARGV[2], 'cpu', ARGV[3], 'memory_mb', ARGV[4],
-  'disk_gb', ARGV[5], 'gpu', ARGV[6], 'at', ARGV[7])
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[5]), ARGV[2])
-return {'claimed', ARGV[2]}
+
+local results = {}
+local arg = 2
+for c = 1, (#KEYS - 2) / 3 do
+  local need = {}
+  for i = 1, R do
+    need[i] = tonumber(ARGV[arg + 1 + i])
+  end
+  results[c] = claim(KEYS[3 * c], KEYS[3 * c + 1], KEYS[3 * c + 2], ARGV[arg], ARGV[arg + 1], need, ARGV[1])
+  arg = arg + 2 + R
+end
+for host in pairs(changed) do
+  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), host)
+end
+return results

@@ -1,25 +1,42 @@
--- Give a VM's claimed resources back to its host. Idempotent: no claim, nothing to do.
--- KEYS: claim hash, changed zset, seq counter
--- ARGV: key prefix, vm_id
--- Returns the host the claim was on, or false.
-local c = redis.call('HMGET', KEYS[1], 'host', 'cpu', 'memory_mb', 'disk_gb', 'gpu')
-local host = c[1]
-if not host then
-  return false
+-- Give VMs' claimed resources back to their hosts. Idempotent: a VM without a claim is skipped.
+-- KEYS: changed zset, seq counter, then per VM: its claim hash
+-- ARGV: key prefix, then per VM: vm_id
+-- Returns per VM the host its claim was on, or false.
+local RESOURCE_FIELDS = {{resource fields}}
+local R = #RESOURCE_FIELDS
+local READ = {'host'}
+for i = 1, R do
+  READ[#READ + 1] = RESOURCE_FIELDS[i]
 end
-local hk = ARGV[1] .. ':host:' .. host
--- A host re-created after a flush carries allocations read from PostgreSQL, where this VM may
--- already be released; only a synced hash holds the claim's share.
-if redis.call('HGET', hk, 'synced') == '1' and redis.call('SISMEMBER', hk .. ':vms', ARGV[2]) == 1 then
-  -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY rejects (and a script error does not
-  -- undo the increments before it).
-  redis.call('HINCRBY', hk, 'a_cpu', 0 - tonumber(c[2]))
-  redis.call('HINCRBY', hk, 'a_memory_mb', 0 - tonumber(c[3]))
-  redis.call('HINCRBY', hk, 'a_disk_gb', 0 - tonumber(c[4]))
-  redis.call('HINCRBY', hk, 'a_gpu', 0 - tonumber(c[5]))
-  redis.call('HINCRBY', hk, 'vm_count', -1)
+
+local changed = {}
+local results = {}
+for v = 1, #KEYS - 2 do
+  local vm = ARGV[v + 1]
+  local c = redis.call('HMGET', KEYS[v + 2], unpack(READ))
+  local host = c[1]
+  if host then
+    local hk = ARGV[1] .. ':host:' .. host
+    -- A host re-created after a flush carries allocations read from PostgreSQL, where this VM may
+    -- already be released; only a synced hash that lists the VM holds the claim's share.
+    if redis.call('HGET', hk, 'synced') == '1' and redis.call('SISMEMBER', hk .. ':vms', vm) == 1 then
+      for i = 1, R do
+        -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY rejects (and a script error
+        -- does not undo the increments before it).
+        local amount = tonumber(c[i + 1] or '0')
+        if amount ~= 0 then
+          redis.call('HINCRBY', hk, 'a_' .. RESOURCE_FIELDS[i], 0 - amount)
+        end
+      end
+      redis.call('HINCRBY', hk, 'vm_count', -1)
+    end
+    redis.call('SREM', hk .. ':vms', vm)
+    redis.call('DEL', KEYS[v + 2])
+    changed[host] = true
+  end
+  results[v] = host or false
 end
-redis.call('SREM', hk .. ':vms', ARGV[2])
-redis.call('DEL', KEYS[1])
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), host)
-return host
+for host in pairs(changed) do
+  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), host)
+end
+return results

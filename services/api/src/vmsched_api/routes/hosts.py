@@ -9,15 +9,16 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from vmsched_api.deps import ServicesDep
+from vmsched_api.repository import to_host
 from vmsched_api.schemas import Host, HostPatch
-from vmsched_scheduler.placement import Demand, HostState, render_scheduling_info, scheduling_info
+from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
 
 router = APIRouter(prefix="/v1/hosts", tags=["hosts"])
 
 
 @router.get("", response_model=list[Host])
 async def list_hosts(services: ServicesDep) -> list[Host]:
-    return await services.repository.list_hosts()
+    return [to_host(host) for host in await services.repository.list_hosts()]
 
 
 @router.get("/{host_id}", response_model=Host)
@@ -25,7 +26,7 @@ async def get_host(host_id: str, services: ServicesDep) -> Host:
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    return host
+    return to_host(host)
 
 
 @router.patch("/{host_id}", response_model=Host)
@@ -37,7 +38,7 @@ async def patch_host(host_id: str, body: HostPatch, services: ServicesDep) -> Ho
     # PostgreSQL changed first: the scheduler's commit re-checks the flag there, so a placement racing
     # with this request cannot land on the paused host even before the snapshot learns of it.
     await services.snapshot.set_host_fields(host_id, {"paused": "1" if body.scheduling_paused else "0"})
-    return host
+    return to_host(host)
 
 
 @router.get(
@@ -50,25 +51,7 @@ async def get_scheduling_info(host_id: str, services: ServicesDep, request: Requ
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    info = scheduling_info(_host_state(host), time.time(), services.settings.agent_offline_timeout)
+    info = scheduling_info(host, time.time(), services.settings.agent_offline_timeout)
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse(dataclasses.asdict(info))
     return PlainTextResponse(render_scheduling_info(info) + "\n")
-
-
-def _host_state(host: Host) -> HostState:
-    def demand(r: object) -> Demand:
-        return Demand(cpu=r.cpu, memory_mb=r.memory_mb, disk_gb=r.disk_gb, gpu=r.gpu)  # type: ignore[attr-defined]
-
-    return HostState(
-        id=host.id,
-        status=host.status.value,
-        labels=host.labels,
-        capacity=demand(host.capacity),
-        allocated=demand(host.allocated),
-        vm_count=host.vm_count,
-        scheduling_paused=host.scheduling_paused,
-        last_heartbeat=host.last_heartbeat.timestamp() if host.last_heartbeat else 0.0,
-        cpu_ratio=host.overcommit.cpu,
-        memory_ratio=host.overcommit.memory,
-    )

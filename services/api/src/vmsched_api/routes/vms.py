@@ -6,13 +6,17 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
-from vmsched_api.repository import IdempotencyConflict
+from vmsched_api.repository import IdempotencyConflict, to_vm
 from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmPage, VmRequest
+from vmsched_common.db.records import VmRecord
+from vmsched_common.decision import PlacementRecord
+from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmStatus
-from vmsched_common.outbox import VmRow, publish_rows
+from vmsched_common.messages import VmDeleted
+from vmsched_common.outbox import publish_rows
 
 router = APIRouter(prefix="/v1/vms", tags=["vms"])
 log = get_logger("vmsched_api")
@@ -23,11 +27,11 @@ IdempotencyKey = Annotated[
 ]
 
 
-async def _publish(services: ServicesDep, rows: list[VmRow]) -> None:
+async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
     """Publish after the commit. If the broker is unreachable the VM is still accepted: the sweeper
     publishes it once the broker is back (rows stay marked unpublished until then)."""
     try:
-        await publish_rows(services.broker, services.engine, rows, marks=services.published)
+        await publish_rows(services.publisher, services.engine, rows, marks=services.published)
     except Exception as error:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 
@@ -37,7 +41,7 @@ async def create_vm(
     body: VmRequest, services: ServicesDep, response: Response, idempotency_key: IdempotencyKey = None
 ) -> Vm:
     try:
-        vms, rows, replayed = await services.repository.create_vms([body], idempotency_key)
+        vms, replayed = await services.repository.create_vms([body], idempotency_key)
     except IdempotencyConflict as error:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
@@ -45,15 +49,16 @@ async def create_vm(
         ) from None
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    await _publish(services, rows)
-    return vms[0]
+    else:
+        await _publish(services, vms)
+    return to_vm(vms[0])
 
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
 async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
-    vms, rows, _ = await services.repository.create_vms(body.vms)
-    await _publish(services, rows)
-    return VmBatch(items=vms)
+    vms, _ = await services.repository.create_vms(body.vms)
+    await _publish(services, vms)
+    return VmBatch(items=[to_vm(vm) for vm in vms])
 
 
 @router.get("", response_model=VmPage)
@@ -81,16 +86,23 @@ async def get_vm(vm_id: UUID, services: ServicesDep) -> Vm:
     vm = await services.repository.get_vm(vm_id)
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
-    return vm
+    return to_vm(vm)
 
 
 @router.get("/{vm_id}/placement", response_model=Placement)
 async def get_placement(vm_id: UUID, services: ServicesDep) -> Placement:
-    found = await services.repository.get_placement(vm_id)
-    if found is None:
+    """The decision record of the VM's last placement: the chosen host and the runners-up, hosts
+    rejected by rule, and for an unschedulable VM a few rejected hosts per rule with the numbers."""
+    vm = await services.repository.get_vm(vm_id)
+    if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
-    vm_status, decision = found
-    return Placement(vm_id=vm_id, status=VmStatus(vm_status), decision=decision)
+    decision = None
+    if vm.placement is not None:
+        try:
+            decision = PlacementRecord.model_validate(vm.placement)
+        except ValidationError:  # written by a version before the typed record: nothing to show
+            log.warning("placement record in an older shape", vm_id=str(vm_id))
+    return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
 @router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
@@ -98,7 +110,12 @@ async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
     found = await services.repository.request_delete(vm_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
-    vm, row = found
-    if row is not None:
-        await _publish(services, [row])
-    return vm
+    vm, change = found
+    if change is not None and vm.status is VmStatus.DELETING:
+        await _publish(services, [vm])
+    elif change is not None and vm.status is VmStatus.DELETED:
+        try:
+            await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None))
+        except Exception as error:  # the VM is deleted; only subscribers miss the event
+            log.warning("vm.deleted not published", error=repr(error))
+    return to_vm(vm)

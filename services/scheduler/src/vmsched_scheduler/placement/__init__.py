@@ -8,16 +8,15 @@ every host's verdict when a person asks or a VM is unschedulable.
 from __future__ import annotations
 
 from vmsched_scheduler.placement.engine import (
-    INSUFFICIENT_RESOURCES,
     NO_AVAILABLE_AGENTS,
     Decision,
     HostVerdict,
     decide,
     explain,
+    rejected_examples,
 )
 from vmsched_scheduler.placement.filters import FILTER_NAMES, FILTERS, FILTERS_BY_NAME, HostFilter
 from vmsched_scheduler.placement.fleet import Fleet, FleetColumns
-from vmsched_scheduler.placement.info import SchedulingInfo, render_scheduling_info, scheduling_info
 from vmsched_scheduler.placement.log_lines import decision_log_lines, scheduling_line, selected_line
 from vmsched_scheduler.placement.model import (
     DecisionContext,
@@ -42,7 +41,6 @@ __all__ = [
     "FILTERS",
     "FILTERS_BY_NAME",
     "FILTER_NAMES",
-    "INSUFFICIENT_RESOURCES",
     "NO_AVAILABLE_AGENTS",
     "STRATEGIES",
     "VALID_STRATEGIES",
@@ -58,14 +56,12 @@ __all__ = [
     "PlacementStrategy",
     "Ranking",
     "RequestVector",
-    "SchedulingInfo",
     "UnknownStrategyError",
     "Weights",
     "decide",
     "decision_log_lines",
     "explain",
-    "render_scheduling_info",
-    "scheduling_info",
+    "rejected_examples",
     "scheduling_line",
     "selected_line",
     "strategy_for",

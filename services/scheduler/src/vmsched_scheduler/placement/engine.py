@@ -1,8 +1,14 @@
-"""``decide`` and ``explain``: run the filters over the fleet, then the request's strategy.
+"""``decide``, ``rejected_examples`` and ``explain``: the filters over the fleet, then the strategy.
 
 A decision is a few vectorised passes over the columns: each filter yields a boolean mask, the
 running AND of the masks is the eligible set, and counting it after each filter gives how many
-hosts each filter rejected first. Per-host reasons are only spelled out by ``explain``.
+hosts each filter rejected first. Per-host reasons are spelled out only for a few hosts per rule
+(``rejected_examples``, when no host fits) or for every host when a person asks (``explain``).
+
+When no host fits, the decision's ``reason`` is ``no_available_agents`` if no host is online, else
+the last rule (in filter order) that rejected a host: the one that stopped the hosts that came
+closest, which is the answer a person can act on ("the zone's hosts are full on cpu" rather than
+"most hosts are in another zone").
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from vmsched_scheduler.placement.model import DecisionContext, PlacementRequest,
 from vmsched_scheduler.placement.strategies import strategy_for
 
 NO_AVAILABLE_AGENTS = "no_available_agents"
-INSUFFICIENT_RESOURCES = "insufficient_resources"
 
 _NO_REJECTIONS: Mapping[str, int] = MappingProxyType({})
 
@@ -33,7 +38,8 @@ class Decision:
     host_id: str | None  # the chosen host; None when the VM is unschedulable
     score: float | None  # the chosen host's score (lower is better); None for unscored strategies
     ranked: tuple[str, ...]  # the chosen host, then up to ``fallbacks`` more in strategy order
-    reason: str | None  # None | "no_available_agents" | "insufficient_resources"
+    scores: tuple[float, ...] | None  # the score of each ranked host; None for unscored strategies
+    reason: str | None  # None when placed; "no_available_agents", or the name of a filter
     rejections: Mapping[str, int]  # filter name -> hosts that filter rejected first (non-zero only)
     considered: int  # hosts in the fleet
     eligible: int  # hosts that passed every filter
@@ -54,8 +60,8 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     """Pick a host for ``request``, and up to ``fallbacks`` more to try if its claim is lost.
 
     Pure: reads the fleet, the request and the context (time, weights, rng, cursor) only. Ties
-    go to the lowest host id. ``reason`` is ``no_available_agents`` when no host passes the
-    ``offline`` filter, else ``insufficient_resources`` when no host passes them all.
+    go to the lowest host id. When no host passes every filter, ``reason`` is ``no_available_agents``
+    if none passes the ``offline`` filter, else the last filter that rejected a host.
     Raises ``UnknownStrategyError`` for a strategy no plugin implements.
     """
     strategy = strategy_for(request.strategy)
@@ -65,7 +71,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     eligible: BoolArray | None = None
     remaining = considered
     available: int | None = None
-    rejections: dict[str, int] = {}
+    rejections: dict[str, int] = {}  # in filter order: the last key is the deepest rule that rejected
     for host_filter in FILTERS:
         if remaining == 0 and available is not None:
             break
@@ -89,7 +95,8 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
             host_id=None,
             score=None,
             ranked=(),
-            reason=NO_AVAILABLE_AGENTS if not available else INSUFFICIENT_RESOURCES,
+            scores=None,
+            reason=NO_AVAILABLE_AGENTS if not available else next(reversed(rejections)),
             rejections=MappingProxyType(rejections) if rejections else _NO_REJECTIONS,
             considered=considered,
             eligible=0,
@@ -105,11 +112,35 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
         host_id=ranked[0],
         score=ranking.score,
         ranked=ranked,
+        scores=ranking.scores,
         reason=None,
         rejections=MappingProxyType(rejections) if rejections else _NO_REJECTIONS,
         considered=considered,
         eligible=remaining,
     )
+
+
+def rejected_examples(
+    fleet: Fleet, request: PlacementRequest, context: DecisionContext, *, per_filter: int = 3
+) -> dict[str, list[tuple[str, str]]]:
+    """Up to ``per_filter`` hosts each filter rejected first, with the filter's reason: ``{"cpu":
+    [("hv-07", "cpu: needs 8, 2 free (...)"), ...]}``. One pass of the masks, as ``decide`` makes,
+    and a reason for a few hosts only: cheap enough for every unschedulable VM of a large fleet."""
+    vector = RequestVector.of(request, context)
+    columns = fleet.columns
+    still = np.ones(len(columns), dtype=np.bool_)
+    examples: dict[str, list[tuple[str, str]]] = {}
+    for host_filter in FILTERS:
+        passes = host_filter.mask(columns, vector)
+        if passes is None:
+            continue
+        rejected_here = np.flatnonzero(still & ~passes)[:per_filter]
+        if len(rejected_here):
+            examples[host_filter.NAME] = [
+                (columns.ids[index], host_filter.reason(fleet, int(index), vector)) for index in rejected_here.tolist()
+            ]
+        np.logical_and(still, passes, out=still)
+    return examples
 
 
 def explain(fleet: Fleet, request: PlacementRequest, context: DecisionContext) -> list[HostVerdict]:

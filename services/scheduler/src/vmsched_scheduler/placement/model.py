@@ -10,14 +10,11 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from vmsched_common.fit import RESOURCES, allocatable, ratio_of
 from vmsched_common.settings import Strategy
 
-# Rows of the fleet's (4, n) resource columns, in this order everywhere.
+# Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
 CPU, MEMORY, DISK, GPU = 0, 1, 2, 3
-RESOURCES = ("cpu", "memory", "disk", "gpu")
-
-# Absorbs float error in capacity x ratio (16 x 1.1 is 17.600000000000001, 10 x 0.7 is 6.999999999999999).
-RATIO_EPSILON = 1e-9
 
 ONLINE = "online"
 
@@ -53,9 +50,16 @@ class Demand:
         return (self.cpu, self.memory_mb, self.disk_gb, self.gpu)
 
 
-def overcommitted(capacity: int, ratio: float) -> int:
-    """What the scheduler may hand out of ``capacity`` under an allocation ratio (Nova's meaning)."""
-    return math.floor(capacity * ratio + RATIO_EPSILON)
+NO_DEMAND = Demand(0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Ratios:
+    """Allocation (overcommit) ratios of the resources that have one (the fit rule's ``Ratios``)."""
+
+    cpu: float = 1.0
+    memory: float = 1.0
+    disk: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +76,25 @@ class HostState:
     last_heartbeat: float  # epoch seconds
     cpu_ratio: float = 1.0  # overcommit (allocation ratio) for cpu
     memory_ratio: float = 1.0  # overcommit (allocation ratio) for memory
+    disk_ratio: float = 1.0  # overcommit (allocation ratio) for disk
+    reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
+
+    @property
+    def ratios(self) -> Ratios:
+        return Ratios(self.cpu_ratio, self.memory_ratio, self.disk_ratio)
 
     @property
     def effective_capacity(self) -> Demand:
-        """Capacity after overcommit: ``floor(capacity x ratio)`` for cpu and memory; disk and gpu as is."""
+        """What may be handed out of each resource: the fit rule's ``allocatable`` (after reserved
+        capacity and overcommit; GPUs are never overcommitted)."""
+        ratios = self.ratios
         return Demand(
-            overcommitted(self.capacity.cpu, self.cpu_ratio),
-            overcommitted(self.capacity.memory_mb, self.memory_ratio),
-            self.capacity.disk_gb,
-            self.capacity.gpu,
+            *(
+                allocatable(
+                    getattr(self.capacity, rule.field), getattr(self.reserved, rule.field), ratio_of(rule, ratios)
+                )
+                for rule in RESOURCES
+            )
         )
 
     @property

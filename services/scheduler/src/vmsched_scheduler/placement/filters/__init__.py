@@ -15,16 +15,19 @@ from vmsched_scheduler.placement.filters.memory import MemoryFilter
 from vmsched_scheduler.placement.filters.offline import OfflineFilter
 from vmsched_scheduler.placement.filters.paused import PausedFilter
 
-# Cheapest and most decisive first; the order is also the order of rejection keys.
+# The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels
+# before the amounts of resources (as Kubernetes runs NodeAffinity before NodeResourcesFit): a
+# host that could never take this VM is counted as such, not as "full". The order is also the
+# order of rejection keys, and the last rule that rejected a host is an unschedulable VM's reason.
 FILTERS: tuple[HostFilter, ...] = (
     ExcludedFilter(),
     OfflineFilter(),
     PausedFilter(),
+    LabelsFilter(),
     CpuFilter(),
     MemoryFilter(),
     DiskFilter(),
     GpuFilter(),
-    LabelsFilter(),
 )
 FILTERS_BY_NAME: Mapping[str, HostFilter] = MappingProxyType({f.NAME: f for f in FILTERS})
 FILTER_NAMES: tuple[str, ...] = tuple(f.NAME for f in FILTERS)

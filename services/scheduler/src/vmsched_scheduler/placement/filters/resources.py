@@ -1,22 +1,23 @@
-"""The shared rule of the ``cpu``, ``memory``, ``disk`` and ``gpu`` filters: enough of one resource free.
+"""The shared rule of the ``cpu``, ``memory``, ``disk`` and ``gpu`` filters: the fit rule, one resource.
 
-``free = floor(capacity x ratio + 1e-9) - allocated`` (the ratio only for cpu and memory) must be at
-least the VM's demand. A VM that asks for none of a resource is not checked for it (Kubernetes'
-``fitsRequest``), so a host over capacity on GPUs can still take a VM without GPUs.
-Each resource module overrides ``reason`` only, to name its numbers in its own units.
+The rule itself (``vmsched_common.fit``) says: ``allocated + requested <= floor((capacity - reserved)
+x ratio + 1e-9)``, checked only for a resource the VM asks for, so a host over capacity on GPUs
+still takes a VM without GPUs. The fleet keeps ``free = allocatable - allocated`` per resource as a
+column, so the mask is one comparison; the reason is the rule's own :class:`~vmsched_common.fit.Shortfall`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from vmsched_common.fit import RESOURCES, shortfall
 from vmsched_scheduler.placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_scheduler.placement.model import RequestVector
 
 
 class ResourceFilter:
     NAME = "resource"
-    RESOURCE = 0  # row of the fleet's resource columns
+    RESOURCE = 0  # row of the fleet's resource columns, an index into the fit rule's RESOURCES
 
     def mask(self, columns: FleetColumns, request: RequestVector) -> BoolArray | None:
         needed = request.demanded(self.RESOURCE)
@@ -25,8 +26,10 @@ class ResourceFilter:
         passes: BoolArray = np.greater_equal(columns.free[self.RESOURCE], needed)
         return passes
 
-    def free(self, fleet: Fleet, index: int) -> int:
-        return int(fleet.columns.free[self.RESOURCE, index])
-
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
-        return f"{self.NAME}: needs {request.demanded(self.RESOURCE)}, {self.free(fleet, index)} free"
+        host = fleet.host_at(index)
+        missing = shortfall(
+            RESOURCES[self.RESOURCE], request, host.capacity, host.reserved, host.ratios, host.allocated
+        )
+        assert missing is not None, f"{self.NAME}: {host.id} fits; only rejected hosts are explained"
+        return missing.reason

@@ -13,10 +13,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """Rows of the chosen host and its fallbacks, best first, and the chosen host's score."""
+    """Rows of the chosen host and its fallbacks, best first, and their scores (None for a strategy
+    that does not score hosts)."""
 
     indices: tuple[int, ...]
-    score: float | None
+    scores: tuple[float, ...] | None
+
+    @property
+    def score(self) -> float | None:
+        """The chosen host's score."""
+        return None if self.scores is None else self.scores[0]
 
 
 @runtime_checkable

@@ -39,14 +39,13 @@ def rank_lowest(
 
     Overwrites ``scores`` (a scratch array of the caller's).
     """
-    chosen_score = 0.0
     penalty = np.multiply(np.logical_not(eligible, out=scratch.ineligible), INELIGIBLE_PENALTY, out=scratch.floats[3])
     masked = np.add(scores, penalty, out=scores)
     picks: list[int] = []
+    picked_scores: list[float] = []
     for _ in range(min(limit, eligible_count)):
         index = int(masked.argmin())  # the first minimum: the lowest host id among ties
-        if not picks:
-            chosen_score = float(masked[index])
         picks.append(index)
+        picked_scores.append(float(masked[index]))
         masked[index] = np.inf
-    return Ranking(tuple(picks), chosen_score)
+    return Ranking(tuple(picks), tuple(picked_scores))

@@ -1,4 +1,8 @@
-"""The scheduler process: a FastStream consumer of ``scheduler.vm-create`` around :class:`Scheduler`."""
+"""The scheduler's composition root: every part built and wired here, once.
+
+The pure engine and the round know nothing of servers; this module gives the round its Redis
+snapshot, its PostgreSQL ledger and its publisher, and puts a FastStream consumer in front.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,28 @@ from faststream import FastStream
 from faststream.middlewares import AckPolicy
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import events, topology
+from vmsched_common import topology
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmAssigned, VmCreate, VmUnschedulable, assigned_message_id
+from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
+from vmsched_common.messages import VmCreate
+from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
-from vmsched_scheduler.batch import BatchPlacer
 from vmsched_scheduler.fleet_cache import FleetCache
+from vmsched_scheduler.intake import PlacementIntake
+from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.placement import Weights
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
-from vmsched_scheduler.service import Scheduler
-from vmsched_scheduler.store import SchedulerStore
+from vmsched_scheduler.round import RoundSettings, SchedulingRound
 
-log = get_logger(__name__)
+log = get_logger("vmsched_scheduler")
+
+# VMs one round decides, claims and commits together at most.
+ROUND_SIZE = 500
 
 
 @dataclass
@@ -39,38 +49,28 @@ def build_app(settings: Settings) -> SchedulerApp:
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     fleet = FleetCache(snapshot, full_refresh_every=settings.snapshot_full_refresh, min_refresh_interval=0.02)
-
-    assigned = events.vm_assigned(broker)
-    unschedulable = events.vm_unschedulable(broker)
-
-    async def publish_assigned(event: VmAssigned) -> None:
-        await assigned.publish(event, message_id=assigned_message_id(event.vm_id, event.attempt))
-
-    async def publish_unschedulable(event: VmUnschedulable) -> None:
-        await unschedulable.publish(event, message_id=f"{event.vm_id}:unschedulable")
-
-    scheduler = Scheduler(
-        settings=settings,
-        snapshot=snapshot,
-        fleet=fleet,
-        store=SchedulerStore(engine, default_strategy=settings.scheduling_strategy),
-        publish_assigned=publish_assigned,
-        publish_unschedulable=publish_unschedulable,
+    scheduling_round = SchedulingRound(
+        fleet,
+        snapshot,
+        PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
+        RoundSettings(
+            weights=Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk),
+            offline_timeout=settings.agent_offline_timeout,
+        ),
         rng=random.Random(),
     )
-
-    # The messages a replica holds are placed together (batch.py); anything unusual goes one by one.
-    placer = BatchPlacer(scheduler, max_batch=settings.scheduler_prefetch)
+    intake = PlacementIntake(scheduling_round, Publisher(broker), max_vms=ROUND_SIZE)
 
     @broker.subscriber(
         topology.SCHEDULER_QUEUE,
         topology.EXCHANGE,
         ack_policy=AckPolicy.NACK_ON_ERROR,
         title="scheduler.vm-create",
-        description="Place a VM: claim capacity, commit hypervisor_id, emit vm.assigned; ack after all three.",
+        description="Place VMs: claim capacity, commit hypervisor_id, emit vm.assigned (and vm.unschedulable); "
+        "acked once every VM of the message is settled.",
     )
     async def on_vm_create(message: VmCreate) -> None:
-        await placer.place(message)
+        await intake.place(message)
 
     async def on_ready(background: BackgroundTasks) -> None:
         # Restore claims and allocations from PostgreSQL before the first decision.
@@ -79,6 +79,11 @@ def build_app(settings: Settings) -> SchedulerApp:
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
 
     app = consumer_app(
-        broker, on_ready=on_ready, closers=[placer.drain, redis.aclose, engine.dispose], logger=log, settings=settings
+        broker,
+        on_ready=on_ready,
+        closers=[intake.drain, redis.aclose, engine.dispose],
+        logger=log,
+        settings=settings,
+        metrics_port=SCHEDULER_METRICS_PORT,
     )
     return SchedulerApp(app=app, broker=broker)

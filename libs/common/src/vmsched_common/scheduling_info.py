@@ -1,6 +1,7 @@
 """The seed's ``getSchedulingInfo``: one host's facts for people, as data and as the text block.
 
-Capacities are effective ones (after overcommit), the numbers the filters compare against.
+Totals are what the fit rule lets VMs have (after reserved capacity and overcommit), the numbers
+the scheduler compares against.
 """
 
 from __future__ import annotations
@@ -8,10 +9,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vmsched_scheduler.placement.filters.offline import seconds
-from vmsched_scheduler.placement.model import ONLINE, HostState
+from vmsched_common.db.records import HostRecord
+from vmsched_common.fit import RESOURCES, allocatable, ratio_of
+from vmsched_common.messages import HostStatus, Resources
 
-OFFLINE = "offline"
+ONLINE = HostStatus.ONLINE.value
+OFFLINE = HostStatus.OFFLINE.value
+
+
+def seconds(value: float) -> str:
+    """Seconds for people: ``42``, ``15.4``."""
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def allocatable_resources(host: HostRecord) -> Resources:
+    """What the fit rule lets VMs have of each resource on ``host``."""
+    return Resources.model_validate(
+        {
+            rule.field: allocatable(
+                getattr(host.capacity, rule.field), getattr(host.reserved, rule.field), ratio_of(rule, host.overcommit)
+            )
+            for rule in RESOURCES
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,13 +41,13 @@ class SchedulingInfo:
     agent_id: str
     status: str  # the reported status, or "offline" when an online host's heartbeat is too old
     cpu_used: int
-    cpu_total: int  # effective: physical x cpu ratio
+    cpu_total: int  # what VMs may have: (physical - reserved) x cpu ratio
     cpu_percent: float
     memory_used_mb: int
-    memory_total_mb: int  # effective: physical x memory ratio
+    memory_total_mb: int  # (physical - reserved) x memory ratio
     memory_percent: float
     disk_used_gb: int
-    disk_total_gb: int
+    disk_total_gb: int  # (physical - reserved) x disk ratio
     disk_percent: float
     gpu_used: int
     gpu_total: int
@@ -37,8 +57,14 @@ class SchedulingInfo:
     scheduling_paused: bool
     cpu_ratio: float
     memory_ratio: float
+    disk_ratio: float
     cpu_physical: int
     memory_physical_mb: int
+    disk_physical_gb: int
+    reserved_cpu: int
+    reserved_memory_mb: int
+    reserved_disk_gb: int
+    reserved_gpu: int
     last_heartbeat_age: float  # seconds since the last heartbeat
     offline_timeout: float
 
@@ -47,11 +73,11 @@ def percent(used: int, total: int) -> float:
     return 100.0 * used / total if total > 0 else 0.0
 
 
-def scheduling_info(host: HostState, now: float, offline_timeout: float) -> SchedulingInfo:
+def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> SchedulingInfo:
     """The facts about ``host`` at time ``now`` (epoch seconds)."""
-    effective = host.effective_capacity
+    effective = allocatable_resources(host)
     used = host.allocated
-    age = now - host.last_heartbeat
+    age = now - (host.last_heartbeat.timestamp() if host.last_heartbeat else 0.0)
     status = OFFLINE if host.status == ONLINE and age > offline_timeout else host.status
     return SchedulingInfo(
         agent_id=host.id,
@@ -71,10 +97,16 @@ def scheduling_info(host: HostState, now: float, offline_timeout: float) -> Sche
         running_vms=host.vm_count,
         labels=dict(host.labels),
         scheduling_paused=host.scheduling_paused,
-        cpu_ratio=host.cpu_ratio,
-        memory_ratio=host.memory_ratio,
+        cpu_ratio=host.overcommit.cpu,
+        memory_ratio=host.overcommit.memory,
+        disk_ratio=host.overcommit.disk,
         cpu_physical=host.capacity.cpu,
         memory_physical_mb=host.capacity.memory_mb,
+        disk_physical_gb=host.capacity.disk_gb,
+        reserved_cpu=host.reserved.cpu,
+        reserved_memory_mb=host.reserved.memory_mb,
+        reserved_disk_gb=host.reserved.disk_gb,
+        reserved_gpu=host.reserved.gpu,
         last_heartbeat_age=age,
         offline_timeout=offline_timeout,
     )
@@ -113,8 +145,22 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
         overcommit.append(f"cpu {float(info.cpu_ratio)}x of {info.cpu_physical}")
     if info.memory_ratio != 1.0:
         overcommit.append(f"memory {float(info.memory_ratio)}x of {gigabytes(info.memory_physical_mb)}")
+    if info.disk_ratio != 1.0:
+        overcommit.append(f"disk {float(info.disk_ratio)}x of {float(info.disk_physical_gb):.1f} GB")
     if overcommit:
         lines.append("Overcommit: " + ", ".join(overcommit))
+    reserved = [
+        text
+        for amount, text in (
+            (info.reserved_cpu, f"{info.reserved_cpu} vCPU"),
+            (info.reserved_memory_mb, f"{gigabytes(info.reserved_memory_mb)} memory"),
+            (info.reserved_disk_gb, f"{float(info.reserved_disk_gb):.1f} GB disk"),
+            (info.reserved_gpu, f"{info.reserved_gpu} GPU"),
+        )
+        if amount
+    ]
+    if reserved:
+        lines.append("Reserved for the hypervisor: " + ", ".join(reserved))
     if info.status == OFFLINE and info.last_heartbeat_age > info.offline_timeout:
         lines.append(
             f"Last heartbeat: {seconds(info.last_heartbeat_age)}s ago (timeout {seconds(info.offline_timeout)}s)"

@@ -1,0 +1,184 @@
+"""One row shape per table: what every service reads of a VM or a host, mapped from a row in one place.
+
+Statements select :data:`VM_COLUMNS` (or ``vms.*``) and :data:`HOST_COLUMNS`, and turn each row into
+a :class:`VmRecord` or :class:`HostRecord` with ``from_row``; nothing else reads the columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import (
+    AgentCommand,
+    CommandAction,
+    Overcommit,
+    Resources,
+    RestartPolicy,
+    VmToPlace,
+)
+from vmsched_common.settings import Strategy
+
+VM_FIELDS = (
+    "id",
+    "name",
+    "status",
+    "status_reason",
+    "hypervisor_id",
+    "cpu",
+    "memory_mb",
+    "disk_gb",
+    "gpu",
+    "labels",
+    "strategy",
+    "restart_policy",
+    "restart_count",
+    "attempt",
+    "failures",
+    "exclusions",
+    "attempts",
+    "placement",
+    "created_at",
+    "scheduled_at",
+    "started_at",
+    "failed_at",
+)
+VM_COLUMNS = ", ".join(VM_FIELDS)
+
+HOST_FIELDS = (
+    "id",
+    "status",
+    "labels",
+    "cpu",
+    "memory_mb",
+    "disk_gb",
+    "gpu",
+    "cpu_ratio",
+    "memory_ratio",
+    "disk_ratio",
+    "reserved_cpu",
+    "reserved_memory_mb",
+    "reserved_disk_gb",
+    "reserved_gpu",
+    "alloc_cpu",
+    "alloc_memory_mb",
+    "alloc_disk_gb",
+    "alloc_gpu",
+    "vm_count",
+    "scheduling_paused",
+    "last_heartbeat",
+)
+HOST_COLUMNS = ", ".join(HOST_FIELDS)
+
+
+def columns(fields: tuple[str, ...], table: str) -> str:
+    """``t.a, t.b, ...``: the columns qualified by a table name or alias (for joins)."""
+    return ", ".join(f"{table}.{name}" for name in fields)
+
+
+@dataclass(frozen=True, slots=True)
+class VmRecord:
+    id: UUID
+    name: str
+    status: VmStatus
+    status_reason: str | None
+    hypervisor_id: str | None
+    resources: Resources
+    labels: Mapping[str, str]
+    strategy: Strategy | None
+    restart_policy: RestartPolicy
+    restart_count: int
+    attempt: int
+    failures: int
+    exclusions: Mapping[str, float]  # host id -> epoch second its exclusion ends
+    attempts: list[dict[str, Any]]
+    placement: dict[str, Any] | None
+    created_at: datetime | None
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    failed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> VmRecord:
+        return cls(
+            id=row.id,
+            name=row.name,
+            status=VmStatus(row.status),
+            status_reason=row.status_reason,
+            hypervisor_id=row.hypervisor_id,
+            resources=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
+            labels=dict(row.labels or {}),
+            strategy=Strategy(row.strategy) if row.strategy else None,
+            restart_policy=RestartPolicy(row.restart_policy),
+            restart_count=row.restart_count,
+            attempt=row.attempt,
+            failures=row.failures,
+            exclusions=dict(row.exclusions or {}),
+            attempts=list(row.attempts or []),
+            placement=row.placement,
+            created_at=row.created_at,
+            scheduled_at=row.scheduled_at,
+            started_at=row.started_at,
+            failed_at=row.failed_at,
+        )
+
+    def excluded_at(self, now: float) -> list[str]:
+        """The hosts still excluded at epoch second ``now``, sorted."""
+        return sorted(host for host, until in self.exclusions.items() if until > now)
+
+    def to_place(self, now: float) -> VmToPlace:
+        """What ``vm.create`` carries for this VM: its exclusions in force at ``now``."""
+        return VmToPlace(
+            vm_id=self.id,
+            name=self.name,
+            resources=self.resources,
+            labels=dict(self.labels),
+            strategy=self.strategy,
+            exclude_hosts=self.excluded_at(now),
+            attempt=self.attempt,
+        )
+
+    def command(self, action: CommandAction) -> AgentCommand:
+        return AgentCommand(
+            action=action, vm_id=self.id, name=self.name, resources=self.resources, attempt=self.attempt
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    id: str
+    status: str
+    labels: Mapping[str, str]
+    capacity: Resources
+    overcommit: Overcommit
+    reserved: Resources
+    allocated: Resources
+    vm_count: int
+    scheduling_paused: bool
+    last_heartbeat: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> HostRecord:
+        return cls(
+            id=row.id,
+            status=row.status,
+            labels=dict(row.labels or {}),
+            capacity=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
+            overcommit=Overcommit(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
+            reserved=Resources(
+                cpu=row.reserved_cpu,
+                memory_mb=row.reserved_memory_mb,
+                disk_gb=row.reserved_disk_gb,
+                gpu=row.reserved_gpu,
+            ),
+            allocated=Resources(
+                cpu=row.alloc_cpu, memory_mb=row.alloc_memory_mb, disk_gb=row.alloc_disk_gb, gpu=row.alloc_gpu
+            ),
+            vm_count=row.vm_count,
+            scheduling_paused=row.scheduling_paused,
+            last_heartbeat=row.last_heartbeat,
+        )

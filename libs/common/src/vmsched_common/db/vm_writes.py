@@ -1,0 +1,91 @@
+"""Writing lifecycle changes (:mod:`vmsched_common.vm_changes`) to PostgreSQL: the VM's row, and the
+host's allocations when the change gives its capacity back, in the caller's transaction.
+
+The caller has locked the rows it changes (``SELECT ... FOR UPDATE``, in id order when there are
+several); each update is still guarded by the status it expects, so a change computed from a
+stale read never lands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from vmsched_common.db.records import VM_COLUMNS
+from vmsched_common.fit import RESOURCES
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.vm_changes import Change
+
+# The message a status implies is unsent until the outbox marks it (see vmsched_common.outbox).
+_IMPLIES_MESSAGE = (VmStatus.PENDING, VmStatus.DELETING)
+_FIELDS = [rule.field for rule in RESOURCES]
+
+LOCK_VMS = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE")
+
+_APPLY = text(
+    """
+    UPDATE vms
+       SET status = :status, status_reason = :status_reason, hypervisor_id = :hypervisor_id, attempt = :attempt,
+           failures = :failures, exclusions = CAST(:exclusions AS jsonb), attempts = CAST(:attempts AS jsonb),
+           restart_count = :restart_count, scheduled_at = :scheduled_at, started_at = :started_at,
+           failed_at = :failed_at, updated_at = now(),
+           published_at = CASE WHEN CAST(:unsent AS boolean) THEN NULL ELSE published_at END
+     WHERE id = :id AND status = :expected
+    RETURNING id
+    """
+)
+_RELEASE = text(
+    f"""
+    UPDATE hosts SET {", ".join(f"alloc_{f} = alloc_{f} - :{f}" for f in _FIELDS)}, vm_count = vm_count - :vms
+     WHERE id = :host_id
+    """
+)
+
+
+async def apply(connection: AsyncConnection, changes: Sequence[Change]) -> list[Change]:
+    """Write each change; returns those that landed (a row no longer in the expected status is
+    left alone). Hosts are given back what the landed changes release, in host id order."""
+    landed: list[Change] = []
+    released: dict[str, list[int]] = defaultdict(lambda: [0] * (len(_FIELDS) + 1))
+    for change in changes:
+        after = change.after
+        row = (
+            await connection.execute(
+                _APPLY,
+                {
+                    "id": after.id,
+                    "expected": change.before.status.value,
+                    "status": after.status.value,
+                    "status_reason": after.status_reason,
+                    "hypervisor_id": after.hypervisor_id,
+                    "attempt": after.attempt,
+                    "failures": after.failures,
+                    "exclusions": json.dumps(dict(after.exclusions)),
+                    "attempts": json.dumps(after.attempts, default=str),
+                    "restart_count": after.restart_count,
+                    "scheduled_at": after.scheduled_at,
+                    "started_at": after.started_at,
+                    "failed_at": after.failed_at,
+                    "unsent": after.status in _IMPLIES_MESSAGE and after.status is not change.before.status,
+                },
+            )
+        ).first()
+        if row is None:
+            continue
+        landed.append(change)
+        host = change.released_from
+        if host is not None:
+            total = released[host]
+            for position, field in enumerate(_FIELDS):
+                total[position] += getattr(change.before.resources, field)
+            total[-1] += 1
+    for host in sorted(released):
+        amounts = released[host]
+        await connection.execute(
+            _RELEASE, {"host_id": host, **dict(zip(_FIELDS, amounts, strict=False)), "vms": amounts[-1]}
+        )
+    return landed

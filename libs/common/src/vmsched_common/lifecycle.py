@@ -1,0 +1,199 @@
+"""The VM lifecycle: every status a VM can have and every change between them, stated once.
+
+Pure: no I/O. The services' stores change a VM's status only as :data:`TRANSITIONS` allows: they
+ask :func:`choose` (one VM at a time) or build a batched statement from :func:`sources` and
+:func:`transition` (many at once). docs/lifecycle.md shows the same table (``make docs`` writes it;
+a test fails when the two differ).
+
+What holds capacity on a host: ``scheduled``, ``running``, ``unknown`` and ``deleting``. A VM enters
+one of them only by ``placed`` (a claim and a guarded commit) and leaves them only by a transition
+marked ``release``, in the same transaction that lowers the host's allocations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class VmStatus(StrEnum):
+    PENDING = "pending"  # accepted; waiting for a scheduler
+    SCHEDULED = "scheduled"  # placed on a host; its agent has not confirmed it yet
+    RUNNING = "running"  # its agent runs it
+    UNKNOWN = "unknown"  # its host is silent (offline): presumed running, capacity kept
+    DELETING = "deleting"  # its agent was told to delete it
+    DELETED = "deleted"
+    FAILED = "failed"
+    UNSCHEDULABLE = "unschedulable"  # no host could take it
+
+
+class Event(StrEnum):
+    """What happened to a VM, and who says so."""
+
+    PLACED = "placed"  # a scheduler claimed a host and committed it
+    NO_HOST = "no_host"  # a scheduler found no host that passes every rule
+    AGENT_RUNNING = "agent_running"  # the agent reports it running
+    AGENT_FAILED = "agent_failed"  # the agent reports a create it could not carry out, or a VM that died
+    AGENT_DELETED = "agent_deleted"  # the agent reports it deleted
+    AGENT_DELETE_FAILED = "agent_delete_failed"  # the agent could not delete it
+    DELETE_REQUESTED = "delete_requested"  # DELETE /v1/vms/{id}
+    HOST_SILENT = "host_silent"  # no heartbeat for AGENT_OFFLINE_TIMEOUT
+    HOST_RETURNED = "host_returned"  # a silent host heartbeats again
+    HOST_LOST = "host_lost"  # no heartbeat for AGENT_LOST_TIMEOUT
+    RESTART = "restart"  # the restart policy brings a failed VM back after RESTART_DELAY
+
+
+class Capacity(StrEnum):
+    """What the transition does to the VM's share of its host."""
+
+    CLAIM = "claim"  # takes it (claimed in Redis, added under PostgreSQL's guard)
+    KEEP = "keep"  # keeps it, or holds none before and after
+    RELEASE = "release"  # gives it back to the host
+
+
+class Condition(StrEnum):
+    """The facts that choose between two transitions of one event from one status."""
+
+    ALWAYS = ""
+    RETRIES_LEFT = "attempts left (fewer than MAX_ATTEMPTS failed)"
+    NO_RETRIES_LEFT = "no attempts left"
+    LISTED = "its heartbeat lists the VM"
+    NOT_LISTED_NEVER_RAN = "not listed, and it never ran (its create command is still to come)"
+    NOT_LISTED_HAD_RUN = "not listed, and it had run (the host lost it)"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    event: Event
+    source: VmStatus
+    target: VmStatus
+    capacity: Capacity = Capacity.KEEP
+    when: Condition = Condition.ALWAYS
+    emits: str = ""  # the message published once the change is committed
+    note: str = ""
+
+
+S = VmStatus
+E = Event
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition(E.PLACED, S.PENDING, S.SCHEDULED, Capacity.CLAIM, emits="vm.assigned"),
+    Transition(E.NO_HOST, S.PENDING, S.UNSCHEDULABLE, emits="vm.unschedulable"),
+    Transition(E.AGENT_RUNNING, S.SCHEDULED, S.RUNNING),
+    Transition(E.AGENT_RUNNING, S.UNKNOWN, S.RUNNING, note="its host is back"),
+    Transition(
+        E.AGENT_FAILED,
+        S.SCHEDULED,
+        S.PENDING,
+        Capacity.RELEASE,
+        Condition.RETRIES_LEFT,
+        emits="vm.create",
+        note="retried on another host; this one excluded for EXCLUDE_FOR",
+    ),
+    Transition(E.AGENT_FAILED, S.SCHEDULED, S.FAILED, Capacity.RELEASE, Condition.NO_RETRIES_LEFT),
+    Transition(E.AGENT_FAILED, S.RUNNING, S.FAILED, Capacity.RELEASE, note="the restart policy applies"),
+    Transition(E.AGENT_FAILED, S.UNKNOWN, S.FAILED, Capacity.RELEASE, note="the restart policy applies"),
+    Transition(E.AGENT_DELETED, S.DELETING, S.DELETED, Capacity.RELEASE, emits="vm.deleted"),
+    Transition(E.AGENT_DELETE_FAILED, S.DELETING, S.DELETING, note="the delete is sent again"),
+    Transition(E.DELETE_REQUESTED, S.PENDING, S.DELETED, emits="vm.deleted"),
+    Transition(E.DELETE_REQUESTED, S.UNSCHEDULABLE, S.DELETED, emits="vm.deleted"),
+    Transition(E.DELETE_REQUESTED, S.FAILED, S.DELETED, emits="vm.deleted"),
+    Transition(E.DELETE_REQUESTED, S.SCHEDULED, S.DELETING, note="its agent is told to delete it"),
+    Transition(E.DELETE_REQUESTED, S.RUNNING, S.DELETING, note="its agent is told to delete it"),
+    Transition(E.DELETE_REQUESTED, S.UNKNOWN, S.DELETING, note="sent when the host is back; deleted if it is lost"),
+    Transition(E.HOST_SILENT, S.SCHEDULED, S.UNKNOWN, note="presumed running: nothing is failed or deleted"),
+    Transition(E.HOST_SILENT, S.RUNNING, S.UNKNOWN, note="presumed running: nothing is failed or deleted"),
+    Transition(E.HOST_RETURNED, S.UNKNOWN, S.RUNNING, when=Condition.LISTED),
+    Transition(
+        E.HOST_RETURNED,
+        S.UNKNOWN,
+        S.SCHEDULED,
+        when=Condition.NOT_LISTED_NEVER_RAN,
+        note="the create command waits in the host's queue, or is sent again",
+    ),
+    Transition(
+        E.HOST_RETURNED,
+        S.UNKNOWN,
+        S.FAILED,
+        Capacity.RELEASE,
+        Condition.NOT_LISTED_HAD_RUN,
+        note="the restart policy applies",
+    ),
+    Transition(E.HOST_LOST, S.UNKNOWN, S.FAILED, Capacity.RELEASE, note="the restart policy applies"),
+    Transition(E.HOST_LOST, S.DELETING, S.DELETED, Capacity.RELEASE, emits="vm.deleted", note="nothing left to delete"),
+    Transition(
+        E.RESTART,
+        S.FAILED,
+        S.PENDING,
+        emits="vm.create",
+        note="restart_policy on_failure, a VM that ran, after RESTART_DELAY; restart_count + 1",
+    ),
+)
+del S, E
+
+HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(
+    {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.UNKNOWN, VmStatus.DELETING}
+)
+# Where a VM rests until something happens to it: nothing of vmsched's own is in flight for it.
+SETTLED: frozenset[VmStatus] = frozenset({VmStatus.RUNNING, VmStatus.UNSCHEDULABLE, VmStatus.FAILED, VmStatus.DELETED})
+# No transition leaves these.
+TERMINAL: frozenset[VmStatus] = frozenset(
+    status for status in VmStatus if not any(t.source is status for t in TRANSITIONS)
+)
+
+
+class IllegalTransition(ValueError):
+    """A store was asked for a change the lifecycle does not allow."""
+
+
+def transitions(event: Event) -> tuple[Transition, ...]:
+    return tuple(t for t in TRANSITIONS if t.event is event)
+
+
+def sources(event: Event, *, when: Condition | None = None) -> tuple[str, ...]:
+    """The statuses ``event`` moves a VM out of (those with condition ``when``, if given), as the
+    strings a SQL ``status IN (...)`` compares with; in the order of :class:`VmStatus`."""
+    found = {t.source for t in transitions(event) if when is None or t.when is when}
+    return tuple(status.value for status in VmStatus if status in found)
+
+
+def transition(event: Event, source: VmStatus | str, when: Condition = Condition.ALWAYS) -> Transition:
+    """The one transition of ``event`` from ``source`` under ``when``; raises :class:`IllegalTransition`."""
+    for t in TRANSITIONS:
+        if t.event is event and t.source == source and t.when is when:
+            return t
+    raise IllegalTransition(f"{event.value} from {source}" + (f" when {when.value}" if when.value else ""))
+
+
+def choose(event: Event, source: VmStatus | str, facts: Iterable[Condition] = ()) -> Transition | None:
+    """The transition ``event`` makes from ``source`` given the conditions that hold, or None when
+    the event does not apply to a VM in that status (a late or repeated report: ignored)."""
+    holding = {Condition.ALWAYS, *facts}
+    for t in TRANSITIONS:
+        if t.event is event and t.source == source and t.when in holding:
+            return t
+    return None
+
+
+def sql_in(statuses: Iterable[VmStatus | str]) -> str:
+    """``('a', 'b')``: statuses as a SQL list for ``status IN ...`` (this module's constants, never
+    input: they are written into statements, not bound)."""
+    wanted = {VmStatus(status) for status in statuses}
+    values = [status.value for status in VmStatus if status in wanted]  # a stable text, for statement caches
+    if not values:
+        raise ValueError("an empty status list matches nothing; check the transition table")
+    return "(" + ", ".join(f"'{value}'" for value in values) + ")"
+
+
+def markdown_table() -> str:
+    """The table of docs/lifecycle.md."""
+    lines = [
+        "| event | from | to | when | capacity | publishes | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in TRANSITIONS:
+        lines.append(
+            f"| `{t.event.value}` | `{t.source.value}` | `{t.target.value}` | {t.when.value} | {t.capacity.value} "
+            f"| {f'`{t.emits}`' if t.emits else ''} | {t.note} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""The command line of every vmsched service: ``--help`` describes it and starts nothing; a service
+that cannot start says why in one line on stderr and exits non-zero, without a traceback.
+
+Exit codes: 0 stopped cleanly, 1 could not start or stopped on an error, 2 a setting is invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import typer
+
+from vmsched_common.settings import ENV_PREFIX, Settings, load_settings
+
+CONNECT_TIMEOUT = 5.0
+
+
+class Server(StrEnum):
+    BROKER = "RabbitMQ"
+    REDIS = "Redis"
+    DATABASE = "PostgreSQL"
+
+
+SETTING_OF = {
+    Server.BROKER: f"{ENV_PREFIX}AMQP_URL",
+    Server.REDIS: f"{ENV_PREFIX}REDIS_URL",
+    Server.DATABASE: f"{ENV_PREFIX}DATABASE_URL",
+}
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def url_of(server: Server, settings: Settings) -> str:
+    if server is Server.BROKER:
+        return str(settings.amqp_url)
+    if server is Server.REDIS:
+        return str(settings.redis_url)
+    return settings.sqlalchemy_url
+
+
+async def _reach(server: Server, settings: Settings, *, database_must_exist: bool) -> None:
+    if server is Server.BROKER:
+        import aio_pika
+
+        broker = await aio_pika.connect(str(settings.amqp_url), timeout=CONNECT_TIMEOUT)
+        await broker.close()
+    elif server is Server.REDIS:
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(str(settings.redis_url), socket_connect_timeout=CONNECT_TIMEOUT)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+    else:
+        import asyncpg
+        from sqlalchemy.engine import make_url
+
+        url = make_url(settings.sqlalchemy_url)
+        database = await asyncpg.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "postgres",
+            password=url.password,
+            database=(url.database if database_must_exist else "postgres") or "postgres",
+            timeout=CONNECT_TIMEOUT,
+        )
+        await database.close()
+
+
+def _why(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def unreachable(settings: Settings, servers: Sequence[Server], *, database_must_exist: bool = True) -> list[str]:
+    """One line per server among ``servers`` that does not answer, naming it, its setting and why."""
+    problems = []
+    for server in servers:
+        try:
+            await asyncio.wait_for(
+                _reach(server, settings, database_must_exist=database_must_exist), CONNECT_TIMEOUT * 2
+            )
+        except Exception as error:
+            hint = ""
+            if server is Server.DATABASE and "does not exist" in str(error):
+                hint = " (vmsched-api creates and migrates it: start the API first)"
+            problems.append(
+                f"cannot reach {server.value} at {redacted(url_of(server, settings))} "
+                f"({SETTING_OF[server]}): {_why(error)}{hint}"
+            )
+    return problems
+
+
+def settings_help() -> str:
+    """The environment variables every service reads, for ``--help``."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        variable = str(field.validation_alias) if field.validation_alias else f"{ENV_PREFIX}{name.upper()}"
+        default = field.default
+        shown = "unset" if default in (None, "") else str(default)
+        rows.append(f"  {variable} (default: {shown})")
+    return "Settings, from the environment:\n\n" + "\n\n".join(rows)
+
+
+def fail(service: str, line: str, code: int = 1) -> NoReturn:
+    print(f"{service}: {line}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def service_main(
+    service: str,
+    summary: str,
+    serve: Callable[[Settings], None],
+    *,
+    needs: Sequence[Server] = (Server.BROKER, Server.REDIS, Server.DATABASE),
+    database_must_exist: bool = True,
+) -> Callable[[], None]:
+    """The console script's ``main``: a Typer app whose only command serves."""
+    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+
+    @app.command(help=summary, epilog=settings_help())
+    def run() -> None:
+        settings = load_settings(service)
+        problems = asyncio.run(unreachable(settings, needs, database_must_exist=database_must_exist))
+        if problems:
+            fail(service, "; ".join(problems))
+        try:
+            serve(settings)
+        except KeyboardInterrupt:
+            return
+        except Exception as error:
+            fail(service, f"stopped: {_why(error)}")
+
+    def main() -> None:
+        app(prog_name=service)
+
+    return main

@@ -1,0 +1,3 @@
+from vmsched_gateway.main import main
+
+main()

@@ -1,0 +1,108 @@
+"""The gateway's composition root: every part built and wired here, once."""
+
+from __future__ import annotations
+
+import time
+
+from faststream import FastStream
+from faststream.middlewares import AckPolicy
+
+from vmsched_common import topology
+from vmsched_common.amqp import make_broker
+from vmsched_common.background import BackgroundTasks, consumer_app
+from vmsched_common.connections import connect_redis
+from vmsched_common.db.engine import create_engine
+from vmsched_common.lean_consumer import LeanConsumer
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmStatusReport
+from vmsched_common.metrics_server import GATEWAY_METRICS_PORT
+from vmsched_common.publishing import Publisher
+from vmsched_common.settings import Settings
+from vmsched_common.snapshot import Snapshot
+from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.health import FailureGrace, HealthCheck
+from vmsched_gateway.heartbeats import HeartbeatFold
+from vmsched_gateway.host_store import HostStore
+from vmsched_gateway.orphans import Orphans
+from vmsched_gateway.relay import AssignmentRelay
+from vmsched_gateway.report_store import ReportStore
+from vmsched_gateway.reports import StatusReports
+from vmsched_gateway.sweep_store import SweepStore
+
+log = get_logger(__name__)
+
+# Heartbeats are not acked, so this only bounds the memory a batch being written holds.
+HEARTBEAT_PREFETCH = 2000
+# Reports in flight: they are written in batches of up to 256, so a few batches' worth.
+STATUS_PREFETCH = 512
+
+
+def build_app(settings: Settings) -> FastStream:
+    broker = make_broker(settings, prefetch=256)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6, pre_ping=False)
+    redis = connect_redis(settings)
+    snapshot = Snapshot(redis, settings.redis_key_prefix)
+    publisher = Publisher(broker)
+    queues = AgentQueues(broker)
+    hosts = HostStore(engine)
+    orphans = Orphans(publisher, settings.orphan_vms)
+    fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
+    reports = StatusReports(
+        ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
+        snapshot,
+        publisher,
+        orphans,
+    )
+    relay = AssignmentRelay(publisher, queues)
+    health = HealthCheck(
+        hosts,
+        SweepStore(engine),
+        snapshot,
+        broker,
+        publisher,
+        settings,
+        FailureGrace.starting(time.monotonic(), settings.agent_lost_timeout),
+    )
+    heartbeat_consumer = LeanConsumer(
+        broker,
+        topology.GATEWAY_HEARTBEAT_QUEUE,
+        AgentHeartbeat,
+        fold.on_heartbeat,
+        prefetch=HEARTBEAT_PREFETCH,
+        acks=False,
+    )
+    status_consumer = LeanConsumer(
+        broker, topology.GATEWAY_STATUS_QUEUE, VmStatusReport, reports.on_status, prefetch=STATUS_PREFETCH
+    )
+
+    @broker.subscriber(
+        topology.GATEWAY_ASSIGNED_QUEUE,
+        topology.EXCHANGE,
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        title="gateway.vm-assigned",
+        description="Send each placed VM's create command to its host's queue agent.<host id>.",
+    )
+    async def on_assigned(event: VmAssigned) -> None:
+        await relay.on_assigned(event)
+
+    async def on_ready(background: BackgroundTasks) -> None:
+        await heartbeat_consumer.start()
+        await status_consumer.start()
+        background.start(health.forever())
+        log.info("gateway ready")
+
+    return consumer_app(
+        broker,
+        on_ready=on_ready,
+        closers=[
+            heartbeat_consumer.stop,
+            status_consumer.stop,
+            fold.drain,
+            reports.drain,
+            redis.aclose,
+            engine.dispose,
+        ],
+        logger=log,
+        settings=settings,
+        metrics_port=GATEWAY_METRICS_PORT,
+    )

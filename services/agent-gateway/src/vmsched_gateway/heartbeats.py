@@ -1,0 +1,93 @@
+"""Heartbeats, folded in batches: the hosts' rows in PostgreSQL, their snapshot hashes in Redis,
+the VMs of a host that comes back after a silence, and the VMs an agent runs that vmsched does not
+hold there."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from vmsched_common.batching import Batcher
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import AgentHeartbeat
+from vmsched_common.outbox import publish_implied
+from vmsched_common.publishing import Publisher
+from vmsched_common.snapshot import HostWrite, Snapshot
+from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.host_store import HostFacts, HostStore
+from vmsched_gateway.metrics import VMS_RETURNED
+from vmsched_gateway.orphans import Orphans
+
+log = get_logger("vmsched_gateway")
+
+
+@dataclass
+class HeartbeatFold:
+    store: HostStore
+    snapshot: Snapshot
+    queues: AgentQueues
+    orphans: Orphans
+    publisher: Publisher
+    offline_timeout: float
+    batches: Batcher[AgentHeartbeat, None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batches = Batcher(self._fold, name="heartbeats", max_size=500, max_delay=0.05)
+
+    async def on_heartbeat(self, beat: AgentHeartbeat) -> None:
+        age = time.time() - beat.sent_at.timestamp()
+        if age > self.offline_timeout:
+            log.warning("stale heartbeat ignored", host=beat.agent_id, age_seconds=round(age, 1))
+            return
+        await self.batches.submit(beat)
+
+    async def drain(self) -> None:
+        await self.batches.drain()
+
+    async def _fold(self, beats: list[AgentHeartbeat]) -> Sequence[None]:
+        newest: dict[str, AgentHeartbeat] = {}
+        for beat in beats:
+            kept = newest.get(beat.agent_id)
+            if kept is None or beat.sent_at >= kept.sent_at:
+                newest[beat.agent_id] = beat
+        folded = await self.store.fold_heartbeats(list(newest.values()))
+        for host in folded.hosts:
+            if host.inserted:
+                log.info("new host", host=host.host_id)
+            await self.queues.ensure(host.host_id)
+        await self.snapshot.record_heartbeats(
+            [_host_write(newest[host.host_id], host) for host in folded.hosts],
+            bump_interval=self.offline_timeout / 3,
+        )
+        if folded.returned:
+            for change in folded.returned:
+                VMS_RETURNED.labels(change.after.status.value).inc()
+                log.info(
+                    "host back: VM settled",
+                    host=change.before.hypervisor_id,
+                    vm_id=str(change.after.id),
+                    status=change.after.status.value,
+                )
+            released = [change.after.id for change in folded.returned if change.released_from]
+            await self.snapshot.release_many(released)
+            await publish_implied(self.publisher, [change.after for change in folded.returned])
+        reported = [(beat.agent_id, beat.vm_ids) for beat in newest.values() if beat.vm_ids]
+        for host_id, vm in await self.store.orphans(reported):
+            await self.orphans.found(host_id, vm)
+        return [None] * len(beats)
+
+
+def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
+    return HostWrite(
+        host_id=beat.agent_id,
+        capacity=beat.capacity,
+        overcommit=beat.overcommit,
+        reserved=host.reserved,
+        labels=beat.labels,
+        status=beat.status.value,
+        heartbeat_at=time.time(),
+        paused=host.paused,
+        allocated=host.allocated,
+        vm_count=host.vm_count,
+    )

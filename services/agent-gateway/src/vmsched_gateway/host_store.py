@@ -1,0 +1,215 @@
+"""The gateway's writes about hosts: heartbeats folded into the ``hosts`` table, hosts that fall
+silent or are lost, hosts that come back, and the VMs each of these moves through the lifecycle.
+
+Rows are locked in host id order by every writer that locks several hosts (these statements, the
+schedulers' settlements), so that they queue instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.db import vm_writes
+from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns
+from vmsched_common.fit import RESOURCES
+from vmsched_common.lifecycle import HOLDS_CAPACITY, Event, VmStatus, sources, sql_in
+from vmsched_common.messages import AgentHeartbeat, HostStatus, Resources
+from vmsched_common.vm_changes import Change, host_lost, host_returned
+
+_FIELDS = [rule.field for rule in RESOURCES]
+
+_UPSERT_HOSTS = text(
+    """
+    INSERT INTO hosts (id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio,
+                       last_heartbeat)
+    SELECT t.id, t.status, CAST(t.labels AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, t.cpu_ratio,
+           t.memory_ratio, t.disk_ratio, now()
+      FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]),
+                  CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
+                  CAST(:gpus AS int[]), CAST(:cpu_ratios AS float8[]), CAST(:memory_ratios AS float8[]),
+                  CAST(:disk_ratios AS float8[]))
+           AS t(id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio)
+    ON CONFLICT (id) DO UPDATE
+       SET status = excluded.status, labels = excluded.labels, cpu = excluded.cpu,
+           memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
+           cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio, disk_ratio = excluded.disk_ratio,
+           last_heartbeat = excluded.last_heartbeat
+    RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count, scheduling_paused,
+              reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, (xmax = 0) AS inserted
+    """
+)
+
+# The silent hosts' VMs of a returning host: those its heartbeat settles.
+_UNKNOWN_ON = text(
+    f"""
+    SELECT {VM_COLUMNS} FROM vms
+     WHERE hypervisor_id = ANY(CAST(:hosts AS text[])) AND status IN {sql_in(sources(Event.HOST_RETURNED))}
+     ORDER BY id FOR UPDATE
+    """
+)
+
+_MARK_OFFLINE = text(
+    f"""
+    UPDATE hosts SET status = '{HostStatus.OFFLINE.value}'
+     WHERE status <> '{HostStatus.OFFLINE.value}'
+       AND (last_heartbeat IS NULL OR last_heartbeat < now() - make_interval(secs => :timeout))
+    RETURNING id
+    """
+)
+# The VMs of offline hosts become unknown: presumed running, their capacity kept, nothing failed.
+_VMS_UNKNOWN = text(
+    f"""
+    UPDATE vms SET status = '{VmStatus.UNKNOWN.value}', updated_at = now(),
+                   status_reason = 'host ' || hypervisor_id || ' silent: presumed running'
+     WHERE status IN {sql_in(sources(Event.HOST_SILENT))}
+       AND hypervisor_id IN (SELECT id FROM hosts WHERE status = '{HostStatus.OFFLINE.value}')
+    RETURNING id
+    """
+)
+# Whether any agent at all was heard from within the timeout (see health.FailureGrace).
+_ANY_HOST_HEARD = text(
+    "SELECT EXISTS (SELECT 1 FROM hosts WHERE last_heartbeat >= now() - make_interval(secs => :timeout))"
+)
+_ON_LOST_HOSTS = text(
+    f"""
+    SELECT {columns(VM_FIELDS, "v")} FROM vms v JOIN hosts h ON h.id = v.hypervisor_id
+     WHERE h.status = '{HostStatus.OFFLINE.value}'
+       AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
+       AND v.status IN {sql_in(sources(Event.HOST_LOST))}
+     ORDER BY v.id LIMIT :limit FOR UPDATE OF v SKIP LOCKED
+    """
+)
+# VMs an agent says it runs that PostgreSQL does not hold on that host. VMs PostgreSQL has never
+# heard of are left alone: the hypervisor may run VMs vmsched does not manage.
+_ORPHANS = text(
+    f"""
+    SELECT r.host_id AS reported_by, {columns(VM_FIELDS, "v")}
+      FROM unnest(CAST(:hosts AS text[]), CAST(:vm_ids AS uuid[])) AS r(host_id, vm_id)
+      JOIN vms v ON v.id = r.vm_id
+     WHERE v.hypervisor_id IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_CAPACITY)}
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What PostgreSQL adds to a heartbeat: the operator's fields and the allocations (for a
+    snapshot hash that has none yet)."""
+
+    host_id: str
+    allocated: Resources
+    vm_count: int
+    paused: bool
+    reserved: Resources
+    inserted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    hosts: list[HostFacts]
+    returned: list[Change]  # VMs of returning hosts, settled by their heartbeats
+
+
+@dataclass(frozen=True, slots=True)
+class SilenceCheck:
+    offline: list[str]  # hosts that went offline in this check
+    unknown: int  # VMs that became unknown
+    heard_any: bool  # some agent was heard from within the timeout
+
+
+def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[object]]:
+    return {
+        "ids": [b.agent_id for b in beats],
+        "statuses": [b.status.value for b in beats],
+        "labels": [json.dumps(b.labels, sort_keys=True) for b in beats],
+        "cpus": [b.capacity.cpu for b in beats],
+        "memories": [b.capacity.memory_mb for b in beats],
+        "disks": [b.capacity.disk_gb for b in beats],
+        "gpus": [b.capacity.gpu for b in beats],
+        "cpu_ratios": [b.overcommit.cpu for b in beats],
+        "memory_ratios": [b.overcommit.memory for b in beats],
+        "disk_ratios": [b.overcommit.disk for b in beats],
+    }
+
+
+class HostStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def fold_heartbeats(self, beats: Sequence[AgentHeartbeat]) -> Folded:
+        """One transaction for a batch of heartbeats (one per host: the caller keeps the newest):
+        the hosts' rows, then the unknown VMs of these hosts settled by what each heartbeat lists."""
+        ordered = sorted(beats, key=lambda beat: beat.agent_id)
+        listed = {(beat.agent_id, vm_id) for beat in ordered for vm_id in beat.vm_ids}
+        now = time.time()
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(ordered))).all()
+            unknown = [
+                VmRecord.from_row(row)
+                for row in await connection.execute(_UNKNOWN_ON, {"hosts": [beat.agent_id for beat in ordered]})
+            ]
+            changes = [
+                change
+                for vm in unknown
+                if (change := host_returned(vm, (vm.hypervisor_id, vm.id) in listed, now)) is not None
+            ]
+            returned = await vm_writes.apply(connection, changes) if changes else []
+        hosts = [
+            HostFacts(
+                host_id=row.id,
+                allocated=Resources(
+                    cpu=row.alloc_cpu, memory_mb=row.alloc_memory_mb, disk_gb=row.alloc_disk_gb, gpu=row.alloc_gpu
+                ),
+                vm_count=row.vm_count,
+                paused=row.scheduling_paused,
+                reserved=Resources(
+                    cpu=row.reserved_cpu,
+                    memory_mb=row.reserved_memory_mb,
+                    disk_gb=row.reserved_disk_gb,
+                    gpu=row.reserved_gpu,
+                ),
+                inserted=row.inserted,
+            )
+            for row in rows
+        ]
+        return Folded(hosts, returned)
+
+    async def silence(self, offline_after: float) -> SilenceCheck:
+        """Hosts silent for ``offline_after`` seconds become offline, and the VMs of offline hosts
+        unknown."""
+        params = {"timeout": offline_after}
+        async with self.engine.begin() as connection:
+            offline = [row.id for row in await connection.execute(_MARK_OFFLINE, params)]
+            unknown = len((await connection.execute(_VMS_UNKNOWN)).all())
+            heard_any = bool(await connection.scalar(_ANY_HOST_HEARD, params))
+        return SilenceCheck(offline, unknown, heard_any)
+
+    async def lose(self, lost_after: float, *, exclude_for: float, limit: int = 500) -> list[Change]:
+        """The VMs of hosts silent for ``lost_after`` seconds: unknown ones fail (their restart
+        policy then applies), deleting ones are deleted; their capacity is given back."""
+        now = time.time()
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_ON_LOST_HOSTS, {"lost": lost_after, "limit": limit})).all()
+            changes = [
+                change
+                for row in rows
+                if (change := host_lost(VmRecord.from_row(row), now, exclude_for=exclude_for)) is not None
+            ]
+            return await vm_writes.apply(connection, changes) if changes else []
+
+    async def orphans(self, reported: Sequence[tuple[str, Sequence[UUID]]]) -> list[tuple[str, VmRecord]]:
+        """For each (host, VMs its agent runs), those PostgreSQL does not hold there: (host, row)."""
+        pairs = [(host_id, vm_id) for host_id, vm_ids in reported for vm_id in vm_ids]
+        if not pairs:
+            return []
+        params = {"hosts": [host for host, _ in pairs], "vm_ids": [vm for _, vm in pairs]}
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(_ORPHANS, params)).all()
+        return [(row.reported_by, VmRecord.from_row(row)) for row in rows]

@@ -1,0 +1,24 @@
+"""The gateway's Prometheus metrics (served on its own /metrics, VMSCHED_METRICS_PORT)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from vmsched_common.messages import OrphanKind
+
+ORPHAN_VMS = Counter(
+    "vmsched_orphan_vms_total",
+    "VMs an agent runs that vmsched does not hold on that host, by kind (moved, gone) and what was done",
+    ["kind", "action"],
+)
+HOSTS_SILENT = Counter("vmsched_hosts_silent_total", "Hosts that went offline (no heartbeat for AGENT_OFFLINE_TIMEOUT)")
+VMS_LOST = Counter(
+    "vmsched_vms_lost_total", "VMs failed or deleted because their host was silent past AGENT_LOST_TIMEOUT"
+)
+VMS_RETURNED = Counter(
+    "vmsched_vms_returned_total", "Unknown VMs a returning host's heartbeat settled, by the status they got", ["status"]
+)
+
+for kind in OrphanKind:
+    for action in ("reported", "deleted"):
+        ORPHAN_VMS.labels(kind.value, action)

@@ -1,0 +1,75 @@
+"""VMs an agent runs that vmsched does not hold on that host: reported, and deleted only as the
+operator's VMSCHED_ORPHAN_VMS says.
+
+"moved": vmsched holds the VM on another host now (or is placing it again): the host was cut off,
+its VM was failed and placed elsewhere, and the host came back still running it. "gone": vmsched
+holds it nowhere (deleted, failed, unschedulable). A heartbeat lists its VMs every few seconds, so
+each (host, VM) is acted on at most once per ``repeat_after``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from vmsched_common.db.records import VmRecord
+from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import CommandAction, OrphanKind, VmOrphaned
+from vmsched_common.publishing import Publisher
+from vmsched_common.settings import OrphanPolicy
+from vmsched_gateway.metrics import ORPHAN_VMS
+
+log = get_logger(__name__)
+
+
+def classify(vm: VmRecord) -> OrphanKind:
+    if vm.status in HOLDS_CAPACITY or vm.status is VmStatus.PENDING:
+        return OrphanKind.MOVED
+    return OrphanKind.GONE
+
+
+def deletes(policy: OrphanPolicy, kind: OrphanKind) -> bool:
+    return policy is OrphanPolicy.DELETE or (policy is OrphanPolicy.DELETE_MOVED and kind is OrphanKind.MOVED)
+
+
+class Orphans:
+    def __init__(
+        self,
+        publisher: Publisher,
+        policy: OrphanPolicy,
+        *,
+        repeat_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.publisher = publisher
+        self.policy = policy
+        self.repeat_after = repeat_after
+        self.clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    async def found(self, host_id: str, vm: VmRecord) -> None:
+        now = self.clock()
+        key = (host_id, str(vm.id))
+        if now - self._last.get(key, float("-inf")) < self.repeat_after:
+            return
+        self._last = {k: at for k, at in self._last.items() if now - at < self.repeat_after}
+        self._last[key] = now
+        kind = classify(vm)
+        delete = deletes(self.policy, kind)
+        ORPHAN_VMS.labels(kind.value, "deleted" if delete else "reported").inc()
+        held_on = vm.hypervisor_id if vm.status in HOLDS_CAPACITY else None
+        log.warning(
+            "agent runs a VM vmsched does not hold there",
+            host=host_id,
+            vm_id=str(vm.id),
+            kind=kind.value,
+            status=vm.status.value,
+            held_on=held_on,
+            action="delete" if delete else "report",
+        )
+        if delete:
+            await self.publisher.command(host_id, vm.command(CommandAction.DELETE))
+        await self.publisher.vm_orphaned(
+            VmOrphaned(vm_id=vm.id, host_id=host_id, kind=kind, status=vm.status.value, held_on=held_on, deleted=delete)
+        )

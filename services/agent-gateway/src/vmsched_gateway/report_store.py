@@ -1,0 +1,97 @@
+"""The gateway's writes of what agents report about VMs (``vm.status``), through the lifecycle.
+
+"running" is most of the traffic (one per placed VM) and is applied in batches; the rest are one VM
+at a time: the row locked, the change computed by :mod:`vmsched_common.vm_changes`, written with
+:func:`vmsched_common.db.vm_writes.apply` (which gives capacity back in the same transaction).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.db import vm_writes
+from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.lifecycle import Event, sources, sql_in, transitions
+from vmsched_common.messages import ReportedStatus
+from vmsched_common.vm_changes import Change, agent_delete_failed, agent_deleted, agent_failed
+
+_RUNNING = {t.target for t in transitions(Event.AGENT_RUNNING)}
+assert len(_RUNNING) == 1, "agent_running leads to one status"
+RUNNING = next(iter(_RUNNING)).value
+
+# Rows are locked in id order, so two batches (or a batch and the health check) cannot deadlock.
+_MARK_RUNNING = text(
+    f"""
+    WITH target AS (
+        SELECT v.id FROM vms v
+          JOIN unnest(CAST(:ids AS uuid[]), CAST(:agents AS text[])) AS r(id, agent_id)
+            ON v.id = r.id AND v.hypervisor_id = r.agent_id
+         WHERE v.status IN {sql_in(sources(Event.AGENT_RUNNING))}
+         ORDER BY v.id
+           FOR UPDATE OF v
+    )
+    UPDATE vms SET status = '{RUNNING}', status_reason = NULL, started_at = coalesce(started_at, now()),
+                   updated_at = now()
+      FROM target WHERE vms.id = target.id
+    RETURNING vms.id
+    """
+)
+_SELECT_VMS = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningReport:
+    applied: bool  # the VM runs there now (or already did)
+    vm: VmRecord | None  # when not applied: the VM as PostgreSQL has it (None: unknown to vmsched)
+
+
+class ReportStore:
+    def __init__(self, engine: AsyncEngine, *, max_attempts: int, exclude_for: float) -> None:
+        self.engine = engine
+        self.max_attempts = max_attempts
+        self.exclude_for = exclude_for
+
+    async def mark_running(self, reports: Sequence[tuple[UUID, str]]) -> list[RunningReport]:
+        """(vm, agent) reports of "running", in one transaction and two statements."""
+        ids = [vm_id for vm_id, _ in reports]
+        async with self.engine.begin() as connection:
+            applied = {
+                row.id
+                for row in await connection.execute(
+                    _MARK_RUNNING, {"ids": ids, "agents": [agent_id for _, agent_id in reports]}
+                )
+            }
+            missed = sorted({vm_id for vm_id in ids if vm_id not in applied})
+            current = (
+                {row.id: VmRecord.from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})}
+                if missed
+                else {}
+            )
+        return [RunningReport(vm_id in applied, None if vm_id in applied else current.get(vm_id)) for vm_id in ids]
+
+    async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Change | None:
+        """A "failed" or "deleted" report: the change it made, or None when it changed nothing (late,
+        repeated, or from a host the VM is not on)."""
+        now = time.time()
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
+            if row is None:
+                return None
+            vm = VmRecord.from_row(row)
+            change: Change | None
+            if status is ReportedStatus.DELETED:
+                change = agent_deleted(vm, agent_id, now)
+            else:
+                change = agent_delete_failed(vm, agent_id, message) or agent_failed(
+                    vm, agent_id, message, now, max_attempts=self.max_attempts, exclude_for=self.exclude_for
+                )
+            if change is None:
+                return None
+            landed = await vm_writes.apply(connection, [change])
+        return landed[0] if landed else None

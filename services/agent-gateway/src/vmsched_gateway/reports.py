@@ -1,0 +1,64 @@
+"""What agents report about VMs (``vm.status``), applied through the lifecycle; the capacity it
+frees given back in Redis; the retry or the ``vm.deleted`` it implies published."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from vmsched_common.batching import Batcher
+from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
+from vmsched_common.logs import bound, get_logger
+from vmsched_common.messages import ReportedStatus, VmDeleted, VmStatusReport
+from vmsched_common.outbox import publish_rows
+from vmsched_common.publishing import Publisher
+from vmsched_common.snapshot import Snapshot
+from vmsched_gateway.orphans import Orphans
+from vmsched_gateway.report_store import ReportStore, RunningReport
+
+log = get_logger("vmsched_gateway")
+
+
+@dataclass
+class StatusReports:
+    store: ReportStore
+    snapshot: Snapshot
+    publisher: Publisher
+    orphans: Orphans
+    running: Batcher[tuple[UUID, str], RunningReport] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.running = Batcher(self.store.mark_running, name="running_reports", max_size=256, max_delay=0.005)
+
+    async def drain(self) -> None:
+        await self.running.drain()
+
+    async def on_status(self, report: VmStatusReport) -> None:
+        with bound(vm_id=str(report.vm_id), host=report.agent_id, reported=report.status.value):
+            if report.status is ReportedStatus.RUNNING:
+                await self._running(report)
+                return
+            change = await self.store.report(report.vm_id, report.agent_id, report.status, report.message)
+            if change is None:
+                log.info("status report changed nothing")
+                return
+            if change.released_from is not None:
+                await self.snapshot.release(change.after.id)
+            log.info("VM settled", status=change.after.status.value, released_from=change.released_from)
+            if change.after.status is VmStatus.PENDING:
+                await publish_rows(self.publisher, self.store.engine, [change.after])
+            elif change.after.status is VmStatus.DELETED:
+                await self.publisher.vm_deleted(VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id))
+
+    async def _running(self, report: VmStatusReport) -> None:
+        result = await self.running.submit((report.vm_id, report.agent_id))
+        vm = result.vm
+        if result.applied:
+            log.info("VM running")
+            return
+        if vm is None:
+            log.info("running report for a VM vmsched does not know; left alone")
+            return
+        if vm.hypervisor_id == report.agent_id and vm.status in HOLDS_CAPACITY:
+            return  # already running here, or being deleted: its delete command is on the way
+        await self.orphans.found(report.agent_id, vm)

@@ -1,0 +1,3 @@
+from vmsched_api.main import main
+
+main()

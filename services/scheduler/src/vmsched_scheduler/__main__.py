@@ -1,0 +1,3 @@
+from vmsched_scheduler.main import main
+
+main()

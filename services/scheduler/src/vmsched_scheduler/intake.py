@@ -1,0 +1,101 @@
+"""From ``vm.create`` messages to scheduling rounds and back: the consumer's side of the scheduler.
+
+Every VM of every message a replica holds goes into the next round (up to ``max_vms`` a round;
+what arrives while a round runs goes into the one after it, so rounds grow with the load). A
+message is answered once all its VMs are settled: one ``vm.assigned`` with those that found a
+host, one ``vm.unschedulable`` with those that did not, then the handler returns and the message
+is acked. A VM a round could not settle (:class:`~vmsched_scheduler.round.Later`) goes into a
+later round after a short pause; past ``later_limit`` seconds the message is given back to the
+broker (the handler raises a transient error), which redelivers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from opentelemetry import context as otel_context
+
+from vmsched_common.amqp import TransientError
+from vmsched_common.batching import Batcher
+from vmsched_common.logs import bound, get_logger
+from vmsched_common.messages import VmCreate
+from vmsched_common.publishing import Publisher
+from vmsched_scheduler.metrics import ROUND_VMS
+from vmsched_scheduler.round import Assigned, Ignored, Later, NotPlaced, Outcome, RoundItem, SchedulingRound
+
+log = get_logger("vmsched_scheduler")
+
+FIRST_RETRY_DELAY = 0.05
+LAST_RETRY_DELAY = 1.0
+
+
+class PlacementIntake:
+    def __init__(
+        self,
+        scheduling_round: SchedulingRound,
+        publisher: Publisher,
+        *,
+        max_vms: int,
+        max_delay: float = 0.003,
+        later_limit: float = 60.0,
+    ) -> None:
+        self.round = scheduling_round
+        self.publisher = publisher
+        self.later_limit = later_limit
+        self._batcher: Batcher[RoundItem, Outcome] = Batcher(
+            self._run_round, name="placements", max_size=max_vms, max_delay=max_delay
+        )
+
+    async def place(self, message: VmCreate) -> None:
+        """Settle every VM of ``message`` and announce them; the caller acks once this returns."""
+        trace = otel_context.get_current()
+        outcomes = await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms))
+        assigned = [o for o in outcomes if isinstance(o, Assigned)]
+        not_placed = [o for o in outcomes if isinstance(o, NotPlaced)]
+        sends = []
+        if assigned:
+            sends.append(self.publisher.vm_assigned([o.assignment for o in assigned]))
+        if not_placed:
+            sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
+        await asyncio.gather(*sends)
+        for vm, outcome in zip(message.vms, outcomes, strict=True):
+            if isinstance(outcome, Assigned) and outcome.fresh:
+                with bound(vm_id=str(vm.vm_id), host=outcome.assignment.hypervisor_id):
+                    for line in outcome.log_lines:
+                        log.info(line)
+            elif isinstance(outcome, Ignored):
+                log.info("vm.create ignored", vm_id=str(vm.vm_id), why=outcome.why)
+
+    async def _settle(self, item: RoundItem) -> Outcome:
+        started = time.monotonic()
+        delay = FIRST_RETRY_DELAY
+        while True:
+            outcome = await self._batcher.submit(item)
+            if not isinstance(outcome, Later):
+                return outcome
+            if time.monotonic() - started > self.later_limit:
+                raise TransientError(f"VM {item.vm.vm_id} not settled after {self.later_limit:g}s: {outcome.why}")
+            log.info("VM not settled in this round; trying again", vm_id=str(item.vm.vm_id), why=outcome.why)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LAST_RETRY_DELAY)
+
+    async def _run_round(self, items: list[RoundItem]) -> Sequence[Outcome]:
+        outcomes = await self.round.run(items)
+        for outcome in outcomes:
+            ROUND_VMS.labels(_kind(outcome)).inc()
+        return outcomes
+
+    async def drain(self) -> None:
+        await self._batcher.drain()
+
+
+def _kind(outcome: Outcome) -> str:
+    if isinstance(outcome, Assigned):
+        return "assigned"
+    if isinstance(outcome, NotPlaced):
+        return "not_placed"
+    if isinstance(outcome, Ignored):
+        return "ignored"
+    return "later"

@@ -1,0 +1,176 @@
+"""The scheduler's side of PostgreSQL, the truth: one transaction settles a whole round.
+
+:meth:`PostgresLedger.settle` is the guard that makes overcommit impossible whatever Redis says:
+the round's hosts are locked in id order (so that replicas queue on each other instead of
+deadlocking), then in one statement every VM still pending at its attempt moves to ``scheduled``
+and each host's allocations grow by what moved onto it, but only along the prefix of the host's
+placements (in the round's order) that keeps it within the fit rule, online and unpaused. A
+placement past that prefix is refused (its claim is released and it is decided again); the rest
+of the round is unaffected. The fit rule is pasted in from ``vmsched_common.fit``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.fit import RESOURCES, sql_fits
+from vmsched_common.lifecycle import Event, VmStatus, transition
+from vmsched_common.messages import HostStatus
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
+
+PLACED = transition(Event.PLACED, VmStatus.PENDING)
+NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING)
+_FIELDS = [rule.field for rule in RESOURCES]
+
+_LOCK_HOSTS = text("SELECT id FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
+
+_FITS = sql_fits(
+    requested=lambda rule: f"r.total_{rule.field}",
+    capacity=lambda rule: f"h.{rule.field}",
+    reserved=lambda rule: f"h.reserved_{rule.field}",
+    ratio=lambda rule: f"h.{rule.ratio_field}" if rule.ratio_field else None,
+    allocated=lambda rule: f"h.alloc_{rule.field}",
+)
+_SETTLE_PLACEMENTS = text(
+    f"""
+    WITH input AS (
+        SELECT * FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:attempts AS int[]), CAST(:hosts AS text[]),
+                             CAST(:strategies AS text[]), CAST(:records AS text[]),
+                             {", ".join(f"CAST(:{f} AS bigint[])" for f in _FIELDS)})
+               WITH ORDINALITY AS i(vm_id, attempt, host_id, strategy, record, {", ".join(_FIELDS)}, ord)
+    ), movable AS (
+        SELECT i.* FROM input i JOIN vms v ON v.id = i.vm_id
+         WHERE v.status = '{PLACED.source.value}' AND v.attempt = i.attempt
+    ), running AS (
+        -- what the host would hold of this round once each VM (and those before it) is on it
+        SELECT m.*, {", ".join(f"sum(m.{f}) OVER w AS total_{f}" for f in _FIELDS)}
+          FROM movable m WINDOW w AS (PARTITION BY m.host_id ORDER BY m.ord)
+    ), fitting AS (
+        SELECT r.vm_id, r.attempt, r.host_id, r.strategy, r.record, {", ".join(f"r.{f}" for f in _FIELDS)},
+               bool_and(h.status = '{HostStatus.ONLINE.value}' AND NOT h.scheduling_paused AND {_FITS})
+                   OVER (PARTITION BY r.host_id ORDER BY r.ord) AS fits
+          FROM running r JOIN hosts h ON h.id = r.host_id
+    ), placed AS (
+        UPDATE vms v
+           SET status = '{PLACED.target.value}', hypervisor_id = f.host_id, strategy = f.strategy,
+               scheduled_at = now(), started_at = NULL, updated_at = now(), status_reason = NULL,
+               placement = CAST(f.record AS jsonb)
+          FROM fitting f
+         WHERE v.id = f.vm_id AND f.fits AND v.status = '{PLACED.source.value}' AND v.attempt = f.attempt
+     RETURNING v.id, v.created_at, v.scheduled_at, f.host_id, {", ".join(f"f.{f}" for f in _FIELDS)}
+    ), grown AS (
+        UPDATE hosts h
+           SET {", ".join(f"alloc_{f} = h.alloc_{f} + s.{f}" for f in _FIELDS)}, vm_count = h.vm_count + s.vms
+          FROM (SELECT host_id, {", ".join(f"sum({f}) AS {f}" for f in _FIELDS)}, count(*) AS vms
+                  FROM placed GROUP BY host_id) s
+         WHERE h.id = s.host_id
+     RETURNING h.id
+    )
+    SELECT i.vm_id, p.created_at, p.scheduled_at, f.vm_id IS NOT NULL AS was_pending,
+           coalesce(f.fits, false) AS fits, (SELECT count(*) FROM grown) AS hosts_grown
+      FROM input i
+      LEFT JOIN fitting f ON f.vm_id = i.vm_id
+      LEFT JOIN placed p ON p.id = i.vm_id
+     ORDER BY i.ord
+    """
+)
+
+_SETTLE_NO_HOSTS = text(
+    f"""
+    UPDATE vms v
+       SET status = '{NO_HOST.target.value}', status_reason = i.reason, strategy = i.strategy,
+           placement = CAST(i.record AS jsonb), updated_at = now()
+      FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:attempts AS int[]), CAST(:reasons AS text[]),
+                  CAST(:strategies AS text[]), CAST(:records AS text[])) AS i(vm_id, attempt, reason, strategy, record)
+     WHERE v.id = i.vm_id AND v.status = '{NO_HOST.source.value}' AND v.attempt = i.attempt
+    RETURNING v.id
+    """
+)
+
+_LOAD = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+_ONLINE_HOSTS = text(f"SELECT count(*) FROM hosts WHERE status = '{HostStatus.ONLINE.value}' AND NOT scheduling_paused")
+
+_DEFAULT_STRATEGY = text("SELECT value FROM scheduler_settings WHERE key = 'default_strategy'")
+
+
+def _placement_params(placements: Sequence[Placement]) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "vm_ids": [p.vm_id for p in placements],
+        "attempts": [p.attempt for p in placements],
+        "hosts": [p.host_id for p in placements],
+        "strategies": [p.strategy.value for p in placements],
+        "records": [p.record.model_dump_json() for p in placements],
+    }
+    for field in _FIELDS:
+        params[field] = [getattr(p.resources, field) for p in placements]
+    return params
+
+
+class PostgresLedger:
+    def __init__(self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0) -> None:
+        self.engine = engine
+        self._configured_default = default_strategy
+        self._cached_default: tuple[float, Strategy] | None = None
+        self._strategy_ttl = strategy_ttl
+
+    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+        placed: list[PlacementResult] = []
+        recorded: list[Committed] = []
+        async with self.engine.begin() as connection:
+            if placements:
+                await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in placements})})
+                rows = (await connection.execute(_SETTLE_PLACEMENTS, _placement_params(placements))).all()
+                for row in rows:
+                    if row.scheduled_at is not None:
+                        placed.append(PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at))
+                    elif row.was_pending and not row.fits:
+                        placed.append(PlacementResult(Committed.HOST_REFUSED))
+                    else:
+                        placed.append(PlacementResult(Committed.NOT_PENDING))
+            if no_hosts:
+                marked = {
+                    row.id
+                    for row in await connection.execute(
+                        _SETTLE_NO_HOSTS,
+                        {
+                            "vm_ids": [n.vm_id for n in no_hosts],
+                            "attempts": [n.attempt for n in no_hosts],
+                            "reasons": [n.reason for n in no_hosts],
+                            "strategies": [n.strategy.value for n in no_hosts],
+                            "records": [n.record.model_dump_json() for n in no_hosts],
+                        },
+                    )
+                }
+                recorded = [Committed.PLACED if n.vm_id in marked else Committed.NOT_PENDING for n in no_hosts]
+        return Settlement(placed, recorded)
+
+    async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
+        if not vm_ids:
+            return {}
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(_LOAD, {"ids": list(vm_ids)})).all()
+        return {row.id: VmRecord.from_row(row) for row in rows}
+
+    async def online_hosts(self) -> int:
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(_ONLINE_HOSTS)).scalar_one())
+
+    async def default_strategy(self) -> Strategy:
+        """The cluster default: set at runtime in PostgreSQL, else SCHEDULING_STRATEGY. Cached briefly."""
+        now = time.monotonic()
+        if self._cached_default is not None and now - self._cached_default[0] < self._strategy_ttl:
+            return self._cached_default[1]
+        async with self.engine.connect() as connection:
+            value = (await connection.execute(_DEFAULT_STRATEGY)).scalar()
+        strategy = Strategy(value) if value in {s.value for s in Strategy} else self._configured_default
+        self._cached_default = (now, strategy)
+        return strategy

@@ -1,0 +1,112 @@
+"""What a scheduling round needs from the world, as protocols: the round is written against these
+only, so it runs on in-memory fakes in a unit test and on Redis and PostgreSQL in production.
+
+- :class:`FleetView`: the engine's copy of the capacity snapshot (Redis, in ``fleet_cache``).
+- :class:`ClaimStore`: the atomic claims (Redis, ``vmsched_common.snapshot.Snapshot``).
+- :class:`Ledger`: the truth (PostgreSQL, ``ledger``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+from vmsched_common.db.records import VmRecord
+from vmsched_common.decision import PlacementRecord
+from vmsched_common.messages import Resources
+from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import Claim, ClaimResult
+from vmsched_scheduler.placement import Fleet
+
+
+class FleetView(Protocol):
+    @property
+    def fleet(self) -> Fleet:
+        """The hosts as last read; the round books its own placements on it as it goes."""
+        ...
+
+    async def refresh(self, *, force_full: bool = False) -> None:
+        """Bring :attr:`fleet` up to date (cheaply: only what changed since the last refresh)."""
+        ...
+
+    async def reread(self, host_ids: Iterable[str]) -> None:
+        """Read these hosts again: a claim proved the copy of them stale."""
+        ...
+
+
+class ClaimStore(Protocol):
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+        """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id."""
+        ...
+
+    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]: ...
+
+    async def next_round_robin(self, count: int = 1) -> int:
+        """The first of ``count`` consecutive values of the cursor every replica shares."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Commit ``vm_id`` (at ``attempt``) to ``host_id``: pending -> scheduled, under the host's guard."""
+
+    vm_id: UUID
+    attempt: int
+    host_id: str
+    resources: Resources
+    strategy: Strategy
+    record: PlacementRecord
+
+
+@dataclass(frozen=True, slots=True)
+class NoHost:
+    """Record that ``vm_id`` (at ``attempt``) fits nowhere: pending -> unschedulable."""
+
+    vm_id: UUID
+    attempt: int
+    strategy: Strategy
+    reason: str  # "<reason>: <detail>", the VM's status_reason
+    record: PlacementRecord
+
+
+class Committed(enum.Enum):
+    PLACED = "placed"  # the VM is scheduled on the host (or unschedulable, for a NoHost)
+    NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
+    HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementResult:
+    outcome: Committed
+    scheduled_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    placements: list[PlacementResult]  # one per Placement, in order
+    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (recorded) or NOT_PENDING
+
+
+class Ledger(Protocol):
+    async def default_strategy(self) -> Strategy:
+        """The cluster's default strategy (set at runtime, else the setting)."""
+        ...
+
+    async def online_hosts(self) -> int:
+        """How many hosts PostgreSQL knows online and unpaused."""
+        ...
+
+    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+        """Commit every placement and every unschedulable VM in one transaction. A placement is
+        refused (HOST_REFUSED) when its host, with the placements of this call before it, would not
+        fit it; the others are unaffected."""
+        ...
+
+    async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
+        """The VMs as PostgreSQL has them now (those that exist)."""
+        ...

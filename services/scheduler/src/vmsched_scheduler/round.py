@@ -1,0 +1,458 @@
+"""One scheduling round: decide every VM, claim them all in one Redis call, settle them all in one
+PostgreSQL transaction. The same round places one VM or a thousand; there is no other path.
+
+A round works through passes. In each pass:
+
+1. **decide** each VM still open, in memory, against the fleet as last read; a VM's choice is booked
+   on that copy at once, so the next VM is decided against what is left;
+2. **claim** the chosen hosts in one atomic Redis script (the fit rule checked again, keyed by VM id:
+   a VM that already holds a claim from an earlier delivery keeps it);
+3. **settle** in PostgreSQL, in one transaction: the placements (each host guarded by the fit rule
+   again) and the VMs that fit nowhere.
+
+A claim refused by Redis or by PostgreSQL's guard is a normal answer, not an error: the host is
+read again and left out for that VM, and the VM goes into the next pass. A VM still open after
+:attr:`RoundSettings.max_passes`, or one that fits nowhere while the snapshot knows fewer hosts
+than PostgreSQL (after a Redis flush), comes back as :class:`Later` and its caller tries it again.
+
+Only the protocols of :mod:`vmsched_scheduler.ports` are touched, so a round runs on in-memory
+fakes in tests and on Redis and PostgreSQL in production.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from opentelemetry import context as otel_context
+
+from vmsched_common.db.records import VmRecord
+from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
+from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import Assignment, Unplaced, VmToPlace
+from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import Claim
+from vmsched_scheduler.fleet_cache import demand_of
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
+from vmsched_scheduler.placement import (
+    NO_AVAILABLE_AGENTS,
+    Decision,
+    DecisionContext,
+    PlacementRequest,
+    Weights,
+    rejected_examples,
+    scheduling_line,
+    selected_line,
+)
+from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
+from vmsched_scheduler.tracing import traced_decide, traced_step
+
+log = get_logger("vmsched_scheduler")
+
+EXCLUDED = "excluded"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundItem:
+    """A VM to place, and the trace context of the message that asked (its spans go there)."""
+
+    vm: VmToPlace
+    trace: otel_context.Context | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    assignment: Assignment
+    fresh: bool  # placed by this round; False: announced again from PostgreSQL (a redelivery)
+    log_lines: tuple[str, ...] = ()  # the seed's "Scheduling VM ..." and "Selected agent ..." lines
+
+
+@dataclass(frozen=True, slots=True)
+class NotPlaced:
+    unplaced: Unplaced
+    fresh: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Nothing to announce: the VM is gone, deleted, or at another attempt than the message's."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """Not settled in this round; try the VM again in a later one."""
+
+    why: str
+
+
+Outcome = Assigned | NotPlaced | Ignored | Later
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSettings:
+    weights: Weights
+    offline_timeout: float
+    max_passes: int = 4
+    fallbacks: int = 4  # hosts ranked after the chosen one, recorded as candidates
+
+
+@dataclass(slots=True)
+class _Open:
+    """A VM not yet settled in this round, and what the round learnt about it so far."""
+
+    index: int
+    item: RoundItem
+    strategy: Strategy
+    avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
+    refused: list[RefusedClaim] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Choice:
+    work: _Open
+    decision: Decision
+    seconds: float
+    exclusions_ignored: bool
+    host_id: str = ""  # the host the claim holds (the chosen one, or an earlier delivery's)
+    claimed_now: bool = False
+
+
+class SchedulingRound:
+    def __init__(
+        self,
+        fleet: FleetView,
+        claims: ClaimStore,
+        ledger: Ledger,
+        settings: RoundSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.claims = claims
+        self.ledger = ledger
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng or random.Random()
+
+    async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
+        """Settle what can be settled of ``items``; one outcome per item, in order."""
+        default = await self.ledger.default_strategy()
+        await self.fleet.refresh()
+        outcomes: list[Outcome] = [Later("not decided") for _ in items]
+        open_vms = [_Open(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        for _ in range(self.settings.max_passes):
+            if not open_vms:
+                break
+            open_vms = await self._pass(open_vms, outcomes)
+        for work in open_vms:
+            outcomes[work.index] = Later(f"claims refused on {len(work.refused)} hosts; the snapshot keeps changing")
+        return outcomes
+
+    async def _pass(self, open_vms: list[_Open], outcomes: list[Outcome]) -> list[_Open]:
+        choices = await self._decide_all(open_vms)
+        placing = [c for c in choices if c.decision.host_id is not None]
+        nowhere = [c for c in choices if c.decision.host_id is None]
+        if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
+            # After a Redis flush the snapshot lacks hosts until their next heartbeat: "no host" now
+            # would be premature.
+            await self.fleet.refresh(force_full=True)
+            for choice in nowhere:
+                outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
+            nowhere = []
+        again = await self._claim(placing)
+        claimed = [c for c in placing if c.host_id]
+        again += await self._settle(claimed, nowhere, outcomes)
+        return again
+
+    # -- 1. decide ------------------------------------------------------------------------------
+    async def _decide_all(self, open_vms: list[_Open]) -> list[_Choice]:
+        now = self.clock()
+        context = DecisionContext(
+            now=now, offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
+        )
+        turns = sum(1 for work in open_vms if work.strategy is Strategy.ROUND_ROBIN)
+        cursor = await self.claims.next_round_robin(turns) if turns else 0
+        choices = []
+        fleet = self.fleet.fleet
+        for work in open_vms:
+            own = context
+            if work.strategy is Strategy.ROUND_ROBIN:
+                own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
+            choice = self._decide(work, own)
+            if choice.decision.host_id is not None:
+                fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
+            choices.append(choice)
+        return choices
+
+    def _decide(self, work: _Open, context: DecisionContext) -> _Choice:
+        vm = work.item.vm
+        request = PlacementRequest(
+            vm_id=str(vm.vm_id),
+            name=vm.name,
+            demand=demand_of(vm.resources),
+            labels=vm.labels,
+            strategy=work.strategy,
+            exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
+        )
+        started = time.perf_counter()
+        decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
+        ignored = False
+        if decision.host_id is None and vm.exclude_hosts and EXCLUDED in decision.rejections:
+            # Hosts that failed this VM lately are left out only while another host fits.
+            alone = traced_decide(
+                self.fleet.fleet,
+                replace(request, exclude_hosts=frozenset(work.avoid)),
+                context,
+                work.item.trace,
+                fallbacks=self.settings.fallbacks,
+            )
+            if alone.host_id is not None:
+                decision, ignored = alone, True
+        seconds = time.perf_counter() - started
+        DECISION_SECONDS.observe(seconds)
+        return _Choice(work, decision, seconds, ignored)
+
+    # -- 2. claim -------------------------------------------------------------------------------
+    async def _claim(self, placing: list[_Choice]) -> list[_Open]:
+        """Claim every chosen host; a refused VM is returned to be decided again."""
+        if not placing:
+            return []
+        claims = [Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources) for c in placing]
+        with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
+            results = await self.claims.claim_many(claims, self.clock())
+            spans.outcomes([result.outcome for result in results])
+        again: list[_Open] = []
+        stale: set[str] = set()
+        fleet = self.fleet.fleet
+        for choice, result in zip(placing, results, strict=True):
+            chosen = str(choice.decision.host_id)
+            if result.outcome == "claimed":
+                choice.host_id, choice.claimed_now = chosen, True
+                continue
+            # Not booked here after all: undo the local booking; the truth is read again below.
+            fleet.release(chosen, demand_of(choice.work.item.vm.resources))
+            stale.add(chosen)
+            if result.outcome == "held":  # an earlier delivery claimed a host: the VM is bound to it
+                choice.host_id = result.detail
+                stale.add(result.detail)
+                continue
+            CLAIM_CONFLICTS.labels("redis").inc()
+            choice.work.avoid.add(chosen)
+            choice.work.refused.append(
+                RefusedClaim(host=chosen, stage="redis", outcome=result.outcome, detail=result.detail)
+            )
+            again.append(choice.work)
+        await self.fleet.reread(stale)
+        return again
+
+    # -- 3. settle ------------------------------------------------------------------------------
+    async def _settle(self, claimed: list[_Choice], nowhere: list[_Choice], outcomes: list[Outcome]) -> list[_Open]:
+        if not claimed and not nowhere:
+            return []
+        placements = [self._placement(c) for c in claimed]
+        no_hosts = [self._no_host(c) for c in nowhere]
+        with traced_step("commit", [c.work.item.trace for c in (*claimed, *nowhere)]) as spans:
+            settled = await self.ledger.settle(placements, no_hosts)
+            spans.outcomes([r.outcome.value for r in settled.placements] + [o.value for o in settled.no_hosts])
+        again: list[_Open] = []
+        release: list[Placement] = []
+        check: list[_Choice] = []
+        for choice, placement, result in zip(claimed, placements, settled.placements, strict=True):
+            if result.outcome is Committed.PLACED:
+                assert result.scheduled_at is not None
+                PLACEMENTS.labels(placement.strategy.value, "scheduled").inc()
+                if result.created_at is not None:
+                    REQUEST_TO_ASSIGNMENT_SECONDS.observe((result.scheduled_at - result.created_at).total_seconds())
+                outcomes[choice.work.index] = Assigned(
+                    _assignment(choice.work.item.vm, placement, result.scheduled_at),
+                    True,
+                    self._log_lines(choice.work.item.vm, placement),
+                )
+            elif result.outcome is Committed.HOST_REFUSED:
+                CLAIM_CONFLICTS.labels("postgres").inc()
+                log.warning("host refused by PostgreSQL's guard; the snapshot was stale", host=placement.host_id)
+                choice.work.avoid.add(placement.host_id)
+                choice.work.refused.append(
+                    RefusedClaim(host=placement.host_id, stage="postgres", outcome="host_refused")
+                )
+                release.append(placement)
+                again.append(choice.work)
+            else:
+                check.append(choice)
+        if release:
+            await self.claims.release_many([p.vm_id for p in release])
+            await self.fleet.reread({p.host_id for p in release})
+        for choice, no_host, committed in zip(nowhere, no_hosts, settled.no_hosts, strict=True):
+            if committed is Committed.PLACED:
+                PLACEMENTS.labels(no_host.strategy.value, "unschedulable").inc()
+                log.warning(f"No host for VM '{choice.work.item.vm.name}': {no_host.reason}", vm_id=str(no_host.vm_id))
+                outcomes[choice.work.index] = NotPlaced(_unplaced(choice.work.item.vm, no_host.record), True)
+            else:
+                check.append(choice)
+        if check:
+            await self._already_handled(check, outcomes)
+        return again
+
+    async def _already_handled(self, choices: list[_Choice], outcomes: list[Outcome]) -> None:
+        """VMs no longer pending at the message's attempt: what was decided before is announced again,
+        and a claim this round took for nothing is given back."""
+        records = await self.ledger.load([c.work.item.vm.vm_id for c in choices])
+        needless = []
+        for choice in choices:
+            vm = choice.work.item.vm
+            record = records.get(vm.vm_id)
+            holds_here = (
+                record is not None and record.hypervisor_id == choice.host_id and record.status in HOLDS_CAPACITY
+            )
+            if choice.claimed_now and not holds_here:
+                needless.append(vm.vm_id)
+            outcomes[choice.work.index] = _announced(vm, record)
+        if needless:
+            await self.claims.release_many(needless)
+            await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
+
+    def _log_lines(self, vm: VmToPlace, placement: Placement) -> tuple[str, ...]:
+        host = self.fleet.fleet.host(placement.host_id)  # the VM is booked on it: its use includes the VM
+        selected = (
+            selected_line(vm.name, host, None)
+            if host is not None
+            else f"Selected agent '{placement.host_id}' for VM '{vm.name}'"
+        )
+        return (scheduling_line(vm.name, placement.strategy), selected)
+
+    def _placement(self, choice: _Choice) -> Placement:
+        vm = choice.work.item.vm
+        decision = choice.decision
+        return Placement(
+            vm_id=vm.vm_id,
+            attempt=vm.attempt,
+            host_id=choice.host_id,
+            resources=vm.resources,
+            strategy=choice.work.strategy,
+            record=_record(
+                choice, host=choice.host_id, score=decision.score if choice.host_id == decision.host_id else None
+            ),
+        )
+
+    def _no_host(self, choice: _Choice) -> NoHost:
+        vm = choice.work.item.vm
+        decision = choice.decision
+        detail = _detail(decision)
+        reason = decision.reason or NO_AVAILABLE_AGENTS
+        examples = {}
+        if decision.considered:
+            request = PlacementRequest(
+                vm_id=str(vm.vm_id),
+                name=vm.name,
+                demand=demand_of(vm.resources),
+                labels=vm.labels,
+                strategy=choice.work.strategy,
+                exclude_hosts=frozenset(vm.exclude_hosts) | choice.work.avoid,
+            )
+            context = DecisionContext(
+                now=self.clock(),
+                offline_timeout=self.settings.offline_timeout,
+                weights=self.settings.weights,
+                rng=self.rng,
+            )
+            examples = {
+                rule: [RejectedHost(host=host, reason=why) for host, why in found]
+                for rule, found in rejected_examples(self.fleet.fleet, request, context).items()
+            }
+        record = _record(choice, host=None, score=None, reason=reason, detail=detail, examples=examples)
+        return NoHost(vm.vm_id, vm.attempt, choice.work.strategy, f"{reason}: {detail}", record)
+
+
+def _record(
+    choice: _Choice,
+    *,
+    host: str | None,
+    score: float | None,
+    reason: str | None = None,
+    detail: str | None = None,
+    examples: dict[str, list[RejectedHost]] | None = None,
+) -> PlacementRecord:
+    decision = choice.decision
+    scores = decision.scores
+    return PlacementRecord(
+        strategy=choice.work.strategy,
+        host=host,
+        score=score,
+        candidates=[
+            Candidate(host=ranked, score=None if scores is None else scores[position])
+            for position, ranked in enumerate(decision.ranked)
+        ],
+        considered=decision.considered,
+        eligible=decision.eligible,
+        rejections=dict(decision.rejections),
+        reason=reason,
+        detail=detail,
+        examples=examples or {},
+        refused_claims=list(choice.work.refused),
+        exclusions_ignored=choice.exclusions_ignored,
+        decided_at=datetime.now(UTC),
+        decision_us=round(choice.seconds * 1e6, 1),
+        claim_conflicts=len(choice.work.refused),
+    )
+
+
+def _detail(decision: Decision) -> str:
+    if decision.reason == NO_AVAILABLE_AGENTS:
+        return f"no online host among {decision.considered} known"
+    counts = ", ".join(f"{rule}: {count}" for rule, count in decision.rejections.items())
+    return f"none of {decision.considered} hosts fits ({counts})"
+
+
+def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> Assignment:
+    return Assignment(
+        vm_id=vm.vm_id,
+        name=vm.name,
+        hypervisor_id=placement.host_id,
+        resources=vm.resources,
+        strategy=placement.strategy,
+        attempt=vm.attempt,
+        scheduled_at=scheduled_at,
+    )
+
+
+def _unplaced(vm: VmToPlace, record: PlacementRecord) -> Unplaced:
+    return Unplaced(
+        vm_id=vm.vm_id,
+        attempt=vm.attempt,
+        reason=record.reason or NO_AVAILABLE_AGENTS,
+        detail=record.detail or "",
+        rejections=dict(record.rejections),
+    )
+
+
+def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
+    """What to announce again for a VM an earlier delivery settled (same attempt), else nothing."""
+    if record is None:
+        return Ignored("no such VM")
+    if record.attempt != vm.attempt:
+        return Ignored(f"stale: the VM is at attempt {record.attempt}")
+    PLACEMENTS.labels((record.strategy or Strategy.LEAST_LOADED).value, "duplicate").inc()
+    if record.status in HOLDS_CAPACITY and record.hypervisor_id and record.scheduled_at:
+        return Assigned(
+            Assignment(
+                vm_id=vm.vm_id,
+                name=vm.name,
+                hypervisor_id=record.hypervisor_id,
+                resources=vm.resources,
+                strategy=record.strategy or Strategy.LEAST_LOADED,
+                attempt=vm.attempt,
+                scheduled_at=record.scheduled_at,
+            ),
+            False,
+        )
+    if record.status is VmStatus.UNSCHEDULABLE and record.placement:
+        placement = PlacementRecord.model_validate(record.placement)
+        return NotPlaced(_unplaced(vm, placement), False)
+    return Ignored(f"the VM is {record.status.value}")

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
+import asyncpg
 import pytest
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.servers import Servers, provide_servers
+from vmsched_common.db.engine import create_engine, ensure_database
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.settings import Settings
 
@@ -25,3 +31,27 @@ async def migrated(servers: Servers) -> Servers:
 @pytest.fixture
 def settings(servers: Servers) -> Settings:
     return Settings.from_environment(servers.env())
+
+
+@pytest.fixture
+async def private_engine(servers: Servers, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
+    """A migrated database of this test's own, for code that works on every row (no running stack
+    touches the same rows at the same moment), dropped afterwards."""
+    url = make_url(servers.database_url)
+    own = re.sub(r"\W+", "_", request.node.name[:24].lower())
+    private = url.set(database=f"{url.database}_{own}_{uuid.uuid4().hex[:6]}")
+    dsn = private.render_as_string(hide_password=False)
+    await ensure_database(dsn)
+    await upgrade_schema(dsn)
+    engine = create_engine(dsn, pool_size=2)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+        admin = await asyncpg.connect(
+            host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
+        )
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')
+        finally:
+            await admin.close()

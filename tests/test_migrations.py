@@ -6,8 +6,8 @@ import asyncio
 
 import asyncpg
 from alembic.autogenerate import compare_metadata
-from alembic.script import ScriptDirectory
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
 from tests.servers import Servers

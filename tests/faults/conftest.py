@@ -11,8 +11,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from devtools.stack import Stack
-from tests.integration.conftest import free_port
+from devtools.stack import Stack, free_port
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts

@@ -10,20 +10,29 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.messages import ZERO, Resources
-from vmsched_common.snapshot import HeartbeatWrite
+from vmsched_common.messages import ZERO, Overcommit, Resources
+from vmsched_common.snapshot import HostWrite
 
 ONE_SMALL_VM = Resources(cpu=1, memory_mb=512, disk_gb=1)
 
 
-def online_host(host_id: str, capacity: Resources, *, allocated: Resources = ZERO, vm_count: int = 0) -> HeartbeatWrite:
-    """The heartbeat of an online, unpaused, unlabelled host without overcommit, beating now."""
-    return HeartbeatWrite(
+def online_host(
+    host_id: str,
+    capacity: Resources,
+    *,
+    allocated: Resources = ZERO,
+    vm_count: int = 0,
+    labels: dict[str, str] | None = None,
+    overcommit: Overcommit | None = None,
+    reserved: Resources = ZERO,
+) -> HostWrite:
+    """The heartbeat of an online, unpaused host (unlabelled, without overcommit unless told), beating now."""
+    return HostWrite(
         host_id=host_id,
         capacity=capacity,
-        cpu_ratio=1.0,
-        memory_ratio=1.0,
-        labels={},
+        overcommit=overcommit or Overcommit(),
+        reserved=reserved,
+        labels=labels or {},
         status="online",
         heartbeat_at=time.time(),
         paused=False,

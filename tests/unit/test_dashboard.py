@@ -8,7 +8,11 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-import vmsched_common.metrics  # noqa: F401  (registers the metrics)
+# Importing each process's metrics registers them: the dashboard covers every service's.
+import vmsched_api.fleet_metrics  # noqa: F401
+import vmsched_common.metrics  # noqa: F401
+import vmsched_gateway.metrics  # noqa: F401
+import vmsched_scheduler.metrics  # noqa: F401
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "vmsched-dashboard.json"
 

@@ -25,10 +25,13 @@ def test_the_document_names_every_event_with_its_exchange_and_payload() -> None:
         topology.VM_ASSIGNED: "VmAssigned",
         topology.VM_UNSCHEDULABLE: "VmUnschedulable",
         topology.VM_DELETED: "VmDeleted",
+        topology.VM_ORPHANED: "VmOrphaned",
         topology.VM_STATUS: "VmStatusReport",
         topology.AGENT_HEARTBEAT: "AgentHeartbeat",
     }
-    assert set(spec["channels"]) == set(events)
+    assert set(spec["channels"]) == {*events, "agent.<host id>"}
+    command = spec["channels"]["agent.<host id>"]
+    assert command["bindings"]["amqp"]["exchange"]["name"] == topology.AGENTS_EXCHANGE.name
     for routing_key, model in events.items():
         channel = spec["channels"][routing_key]
         assert channel["bindings"]["amqp"]["exchange"]["name"] == topology.EXCHANGE.name

@@ -7,28 +7,51 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from vmsched_common.messages import AgentHeartbeat, Resources, VmCreate, assigned_message_id
+from vmsched_common.messages import (
+    MAX_VMS_PER_MESSAGE,
+    AgentHeartbeat,
+    Resources,
+    VmCreate,
+    VmToPlace,
+    batch_message_id,
+)
 
 
-def test_vm_create_round_trips_through_json() -> None:
-    message = VmCreate(
-        vm_id=uuid.uuid4(),
-        name="web-1",
-        resources=Resources(cpu=2, memory_mb=4096, disk_gb=20),
-        labels={"zone": "eu-1"},
-        exclude_hosts=["hv-3"],
-        attempt=2,
-    )
+def vm(**overrides: object) -> VmToPlace:
+    fields: dict[str, object] = {
+        "vm_id": uuid.uuid4(),
+        "name": "web-1",
+        "resources": Resources(cpu=2, memory_mb=4096, disk_gb=20),
+        **overrides,
+    }
+    return VmToPlace.model_validate(fields)
+
+
+def test_vm_create_carries_the_vms_of_one_request_and_round_trips_through_json() -> None:
+    message = VmCreate(vms=[vm(labels={"zone": "eu-1"}, exclude_hosts=["hv-3"], attempt=2), vm(name="web-2")])
     assert VmCreate.model_validate_json(message.model_dump_json()) == message
-    assert message.schema_version == 1
+    assert message.schema_version == 2
+
+
+def test_a_vm_create_of_no_vm_or_too_many_is_refused() -> None:
+    with pytest.raises(ValidationError, match="at least 1 item"):
+        VmCreate(vms=[])
+    with pytest.raises(ValidationError, match=f"at most {MAX_VMS_PER_MESSAGE} items"):
+        VmCreate(vms=[vm()] * (MAX_VMS_PER_MESSAGE + 1))
+
+
+def test_a_message_of_another_schema_version_is_refused() -> None:
+    body = '{"schema_version": 1, "vm_id": "6f1c1a34-8a4e-4a8e-9b59-1e1f1d1b1a10", "name": "a"}'
+    with pytest.raises(ValidationError, match="schema_version"):
+        VmCreate.model_validate_json(body)
 
 
 def test_consumers_ignore_fields_a_newer_producer_added() -> None:
     body = (
-        '{"vm_id": "6f1c1a34-8a4e-4a8e-9b59-1e1f1d1b1a10", "name": "a", '
-        '"resources": {"cpu": 1, "memory_mb": 1, "disk_gb": 1}, "future_field": 3}'
+        '{"vms": [{"vm_id": "6f1c1a34-8a4e-4a8e-9b59-1e1f1d1b1a10", "name": "a", '
+        '"resources": {"cpu": 1, "memory_mb": 1, "disk_gb": 1}, "future_field": 3}], "other": 1}'
     )
-    assert VmCreate.model_validate_json(body).name == "a"
+    assert VmCreate.model_validate_json(body).vms[0].name == "a"
 
 
 @pytest.mark.parametrize(
@@ -45,7 +68,8 @@ def test_a_bad_heartbeat_is_refused(body: str) -> None:
         AgentHeartbeat.model_validate_json(body)
 
 
-def test_assignment_ids_are_deterministic_per_attempt() -> None:
-    vm_id = uuid.uuid4()
-    assert assigned_message_id(vm_id, 1) == assigned_message_id(vm_id, 1)
-    assert assigned_message_id(vm_id, 1) != assigned_message_id(vm_id, 2)
+def test_message_ids_are_made_from_the_vms_they_carry() -> None:
+    first, second = uuid.uuid4(), uuid.uuid4()
+    assert batch_message_id("assigned", [(first, 1)]) == f"{first}:assigned:1"
+    assert batch_message_id("assigned", [(first, 1), (second, 1)]) == f"{first}:assigned:1+1"
+    assert batch_message_id("assigned", [(first, 1)]) != batch_message_id("assigned", [(first, 2)])

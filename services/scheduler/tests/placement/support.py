@@ -41,6 +41,8 @@ def host(
     heartbeat_age: float = 1.0,
     cpu_ratio: float = 1.0,
     memory_ratio: float = 1.0,
+    disk_ratio: float = 1.0,
+    reserved: Demand = Demand(0, 0, 0, 0),
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -53,6 +55,8 @@ def host(
         last_heartbeat=NOW - heartbeat_age,
         cpu_ratio=cpu_ratio,
         memory_ratio=memory_ratio,
+        disk_ratio=disk_ratio,
+        reserved=reserved,
     )
 
 
@@ -95,11 +99,12 @@ def fleet_of(*hosts: HostState) -> Fleet:
 
 
 def reference_effective(h: HostState) -> tuple[int, int, int, int]:
+    """What VMs may have of each resource: (capacity - reserved) x ratio, rounded down; GPUs as they are."""
     return (
-        math.floor(h.capacity.cpu * h.cpu_ratio + 1e-9),
-        math.floor(h.capacity.memory_mb * h.memory_ratio + 1e-9),
-        h.capacity.disk_gb,
-        h.capacity.gpu,
+        math.floor((h.capacity.cpu - h.reserved.cpu) * h.cpu_ratio + 1e-9),
+        math.floor((h.capacity.memory_mb - h.reserved.memory_mb) * h.memory_ratio + 1e-9),
+        math.floor((h.capacity.disk_gb - h.reserved.disk_gb) * h.disk_ratio + 1e-9),
+        h.capacity.gpu - h.reserved.gpu,
     )
 
 
@@ -111,15 +116,26 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "offline"
     if h.scheduling_paused:
         return "paused"
+    if any(h.labels.get(key) != value for key, value in req.labels.items()):
+        return "labels"
     effective = reference_effective(h)
     allocated = h.allocated.as_tuple()
     demand = req.demand.as_tuple()
     for position, name in enumerate(("cpu", "memory", "disk", "gpu")):
         if demand[position] > 0 and effective[position] - allocated[position] < demand[position]:
             return name
-    if any(h.labels.get(key) != value for key, value in req.labels.items()):
-        return "labels"
     return None
+
+
+FILTER_ORDER = ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
+
+
+def reference_reason(rejections: Mapping[str, int], online: bool) -> str:
+    """An unschedulable VM's reason: no_available_agents with no online host, else the last filter
+    (in order) that rejected a host."""
+    if not online:
+        return "no_available_agents"
+    return [name for name in FILTER_ORDER if rejections.get(name)][-1]
 
 
 def reference_online(h: HostState, ctx: DecisionContext) -> bool:
@@ -165,14 +181,18 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
     gpu = draw(st.sampled_from([0, 0, 1, 2]))
     cpu_ratio = draw(st.sampled_from([1.0, 1.0, 1.5, 2.0, 0.7, 1.1]))
     memory_ratio = draw(st.sampled_from([1.0, 1.0, 1.5, 0.9]))
+    disk_ratio = draw(st.sampled_from([1.0, 1.0, 1.0, 1.2]))
+    reserved = draw(
+        st.sampled_from([Demand(0, 0, 0, 0)] * 3 + [Demand(1, 512, 10, 0), Demand(2, 1024, 0, 1), Demand(0, 0, 300, 0)])
+    )
     # How full the host is, from empty to a little over its effective capacity (a ratio lowered
     # under a full host); resources fill together, with a nudge each.
     fill = draw(st.sampled_from([0.0, 0.0, 0.1, 0.25, 0.5, 0.5, 0.75, 0.9, 1.0]))
     effective = (
-        math.floor(cpu * cpu_ratio + 1e-9),
-        math.floor(memory_mb * memory_ratio + 1e-9),
-        disk_gb,
-        gpu,
+        max(0, math.floor((cpu - reserved.cpu) * cpu_ratio + 1e-9)),
+        max(0, math.floor((memory_mb - reserved.memory_mb) * memory_ratio + 1e-9)),
+        max(0, math.floor((disk_gb - reserved.disk_gb) * disk_ratio + 1e-9)),
+        max(0, gpu - reserved.gpu),
     )
     used_cpu, used_memory, used_disk, used_gpu = (
         max(0, math.floor(total * fill) + draw(st.sampled_from([0, 0, 0, -1, 1]))) for total in effective
@@ -188,6 +208,8 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         last_heartbeat=NOW - draw(st.sampled_from([0.0, 1.0, 1.0, 2.5, 14.9, TIMEOUT, 15.1, 60.0])),
         cpu_ratio=cpu_ratio,
         memory_ratio=memory_ratio,
+        disk_ratio=disk_ratio,
+        reserved=reserved,
     )
 
 
@@ -206,6 +228,8 @@ def healthy_host_states(draw: st.DrawFn) -> HostState:
         scheduling_paused=False,
         labels={key: draw(st.sampled_from(LABEL_VALUES)) for key in LABEL_KEYS},
         capacity=capacity,
+        reserved=Demand(0, 0, 0, 0),
+        disk_ratio=1.0,
         allocated=Demand(*(math.floor(total * fill) for total in capacity.as_tuple())),
     )
 

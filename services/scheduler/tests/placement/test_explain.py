@@ -7,7 +7,7 @@ from vmsched_scheduler.placement import HostVerdict, decide, explain
 
 def test_explain_gives_every_host_its_first_failing_filter_with_the_numbers() -> None:
     fleet = fleet_of(
-        host("hv-01", memory_mb=32768, used_memory_mb=30720),
+        host("hv-01", memory_mb=32768, used_memory_mb=30720, labels={"zone": "eu-1"}),
         host("hv-02", heartbeat_age=42.0),
         host("hv-03", labels={"zone": "us-1"}),
         host("hv-04", labels={"zone": "eu-1"}, used_cpu=8),
@@ -21,7 +21,7 @@ def test_explain_gives_every_host_its_first_failing_filter_with_the_numbers() ->
         "hv-01",
         False,
         "memory",
-        "memory: needs 8192 MiB, 2048 MiB free (32768 MiB x 1.0 overcommit, 30720 MiB allocated)",
+        "memory: needs 8192 MiB, 2048 MiB free (32768 MiB total, 30720 MiB allocated)",
         None,
     )
     assert verdicts[1].reason == "offline: last heartbeat 42s ago (timeout 15s)"

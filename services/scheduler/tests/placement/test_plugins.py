@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from vmsched_common.fit import RESOURCE_NAMES
 from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.filters.resources import ResourceFilter
 from vmsched_scheduler.placement import (
     FILTER_NAMES,
     FILTERS,
@@ -23,7 +25,13 @@ def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> 
 
 
 def test_filters_run_in_the_documented_order() -> None:
-    assert FILTER_NAMES == ("excluded", "offline", "paused", "cpu", "memory", "disk", "gpu", "labels")
+    assert FILTER_NAMES == ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
+
+
+def test_the_resource_filters_are_the_fit_rules_resources_in_its_order() -> None:
+    resource_filters = [f for f in FILTERS if isinstance(f, ResourceFilter)]
+    assert [f.NAME for f in resource_filters] == list(RESOURCE_NAMES)
+    assert [f.RESOURCE for f in resource_filters] == list(range(len(RESOURCE_NAMES)))
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))

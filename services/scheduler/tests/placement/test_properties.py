@@ -23,12 +23,11 @@ from services.scheduler.tests.placement.support import (
     reference_first_failure,
     reference_least_loaded,
     reference_online,
+    reference_reason,
     request,
 )
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement import (
-    INSUFFICIENT_RESOURCES,
-    NO_AVAILABLE_AGENTS,
     DecisionContext,
     Fleet,
     HostState,
@@ -69,7 +68,7 @@ def test_decide_agrees_with_the_reference_on_who_passes_and_why_not(
         assert decision.host_id is None
         assert decision.ranked == ()
         online = any(reference_online(h, ctx) for h in by_id.values())
-        assert decision.reason == (INSUFFICIENT_RESOURCES if online else NO_AVAILABLE_AGENTS)
+        assert decision.reason == reference_reason(failures, online)
 
 
 @settings(deadline=None)

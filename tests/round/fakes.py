@@ -1,0 +1,222 @@
+"""In-memory stand-ins for the round's ports: Redis's claims and PostgreSQL's ledger, with the same
+rules (the fit rule, the gates, keyed claims, the guarded prefix per host) and no server."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from uuid import UUID
+
+from vmsched_common.db.records import VmRecord
+from vmsched_common.fit import fits, shortfalls
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import ZERO, Overcommit, Resources, RestartPolicy
+from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import Claim, ClaimResult, SnapshotHost
+from vmsched_scheduler.fleet_cache import to_host_state
+from vmsched_scheduler.placement import Fleet
+from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
+
+
+@dataclass
+class Host:
+    """One host, as both stores hold it (their copies can be made to disagree)."""
+
+    id: str
+    capacity: Resources
+    labels: dict[str, str] = field(default_factory=dict)
+    overcommit: Overcommit = field(default_factory=Overcommit)
+    reserved: Resources = ZERO
+    allocated: Resources = ZERO
+    vm_count: int = 0
+    status: str = "online"
+    paused: bool = False
+    heartbeat: float = 0.0
+
+
+def _plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
+    return Resources(
+        cpu=a.cpu + sign * b.cpu,
+        memory_mb=a.memory_mb + sign * b.memory_mb,
+        disk_gb=a.disk_gb + sign * b.disk_gb,
+        gpu=a.gpu + sign * b.gpu,
+    )
+
+
+class MemorySnapshot:
+    """The Redis side: host hashes, claims keyed by VM id, the round-robin cursor."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, Host] = {}
+        self.claims: dict[UUID, tuple[str, Resources]] = {}
+        self.cursor = 0
+
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+        results = []
+        for claim in claims:
+            held = self.claims.get(claim.vm_id)
+            if held is not None:
+                results.append(ClaimResult("held", held[0]))
+                continue
+            host = self.hosts.get(claim.host_id)
+            if host is None:
+                results.append(ClaimResult("unknown_host", ""))
+            elif host.status != "online":
+                results.append(ClaimResult("offline", host.status))
+            elif host.paused:
+                results.append(ClaimResult("paused", ""))
+            elif missing := shortfalls(claim.resources, host.capacity, host.reserved, host.overcommit, host.allocated):
+                results.append(ClaimResult("insufficient", missing[0].resource))
+            else:
+                host.allocated = _plus(host.allocated, claim.resources)
+                host.vm_count += 1
+                self.claims[claim.vm_id] = (claim.host_id, claim.resources)
+                results.append(ClaimResult("claimed", claim.host_id))
+        return results
+
+    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
+        hosts: list[str | None] = []
+        for vm_id in vm_ids:
+            held = self.claims.pop(vm_id, None)
+            if held is None:
+                hosts.append(None)
+                continue
+            host = self.hosts[held[0]]
+            host.allocated = _plus(host.allocated, held[1], -1)
+            host.vm_count -= 1
+            hosts.append(held[0])
+        return hosts
+
+    async def next_round_robin(self, count: int = 1) -> int:
+        first = self.cursor + 1
+        self.cursor += count
+        return first
+
+    def record(self, host: Host) -> SnapshotHost:
+        return SnapshotHost(
+            id=host.id,
+            status=host.status,
+            labels=dict(host.labels),
+            capacity=host.capacity,
+            reserved=host.reserved,
+            overcommit=host.overcommit,
+            allocated=host.allocated,
+            vm_count=host.vm_count,
+            scheduling_paused=host.paused,
+            last_heartbeat=host.heartbeat,
+            synced=True,
+        )
+
+
+class MemoryFleet:
+    """The engine's copy of :class:`MemorySnapshot`, read whole on refresh."""
+
+    def __init__(self, snapshot: MemorySnapshot) -> None:
+        self.snapshot = snapshot
+        self.fleet = Fleet.from_hosts([])
+
+    async def refresh(self, *, force_full: bool = False) -> None:
+        self.fleet = Fleet.from_hosts(to_host_state(self.snapshot.record(h)) for h in self.snapshot.hosts.values())
+
+    async def reread(self, host_ids: Iterable[str]) -> None:
+        for host_id in host_ids:
+            host = self.snapshot.hosts.get(host_id)
+            if host is None:
+                self.fleet.remove(host_id)
+            else:
+                self.fleet.upsert(to_host_state(self.snapshot.record(host)))
+
+
+class MemoryLedger:
+    """The PostgreSQL side: VM rows and host rows, settled under the same guard."""
+
+    def __init__(self, default: Strategy = Strategy.LEAST_LOADED) -> None:
+        self.vms: dict[UUID, VmRecord] = {}
+        self.hosts: dict[str, Host] = {}
+        self.default = default
+        self._clock = itertools.count(1)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(1_700_000_000 + next(self._clock), UTC)
+
+    async def default_strategy(self) -> Strategy:
+        return self.default
+
+    async def online_hosts(self) -> int:
+        return sum(1 for h in self.hosts.values() if h.status == "online" and not h.paused)
+
+    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+        results: list[PlacementResult] = []
+        refused_hosts: set[str] = set()
+        for placement in placements:
+            vm = self.vms.get(placement.vm_id)
+            if vm is None or vm.status is not VmStatus.PENDING or vm.attempt != placement.attempt:
+                results.append(PlacementResult(Committed.NOT_PENDING))
+                continue
+            host = self.hosts[placement.host_id]
+            room = (
+                placement.host_id not in refused_hosts
+                and host.status == "online"
+                and not host.paused
+                and fits(placement.resources, host.capacity, host.reserved, host.overcommit, host.allocated)
+            )
+            if not room:  # the rest of this host's placements are refused too (a guarded prefix)
+                refused_hosts.add(placement.host_id)
+                results.append(PlacementResult(Committed.HOST_REFUSED))
+                continue
+            host.allocated = _plus(host.allocated, placement.resources)
+            host.vm_count += 1
+            at = self._now()
+            self.vms[vm.id] = replace(
+                vm,
+                status=VmStatus.SCHEDULED,
+                hypervisor_id=placement.host_id,
+                strategy=placement.strategy,
+                scheduled_at=at,
+                placement=placement.record.model_dump(mode="json"),
+            )
+            results.append(PlacementResult(Committed.PLACED, at, vm.created_at))
+        recorded = []
+        for no_host in no_hosts:
+            vm = self.vms.get(no_host.vm_id)
+            if vm is None or vm.status is not VmStatus.PENDING or vm.attempt != no_host.attempt:
+                recorded.append(Committed.NOT_PENDING)
+                continue
+            self.vms[vm.id] = replace(
+                vm,
+                status=VmStatus.UNSCHEDULABLE,
+                status_reason=no_host.reason,
+                strategy=no_host.strategy,
+                placement=no_host.record.model_dump(mode="json"),
+            )
+            recorded.append(Committed.PLACED)
+        return Settlement(results, recorded)
+
+    async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
+        return {vm_id: self.vms[vm_id] for vm_id in vm_ids if vm_id in self.vms}
+
+
+def new_vm_record(vm_id: UUID, name: str, resources: Resources, *, attempt: int = 1) -> VmRecord:
+    return VmRecord(
+        id=vm_id,
+        name=name,
+        status=VmStatus.PENDING,
+        status_reason=None,
+        hypervisor_id=None,
+        resources=resources,
+        labels={},
+        strategy=None,
+        restart_policy=RestartPolicy.NEVER,
+        restart_count=0,
+        attempt=attempt,
+        failures=0,
+        exclusions={},
+        attempts=[],
+        placement=None,
+        created_at=datetime.fromtimestamp(1_700_000_000, UTC),
+        scheduled_at=None,
+        started_at=None,
+        failed_at=None,
+    )

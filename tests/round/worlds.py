@@ -1,0 +1,333 @@
+"""Where a scheduling round runs in these tests: in memory (the fakes) or on the real Redis and
+PostgreSQL. Both answer the same questions, so every round test runs on both."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.round.fakes import Host, MemoryFleet, MemoryLedger, MemorySnapshot, new_vm_record
+from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import ZERO, Overcommit, Resources, VmToPlace
+from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import Claim, HostWrite, Snapshot
+from vmsched_scheduler.fleet_cache import FleetCache
+from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.placement import Fleet, Weights
+from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
+from vmsched_scheduler.round import RoundSettings, SchedulingRound
+
+SETTINGS = RoundSettings(weights=Weights(), offline_timeout=15.0)
+
+
+class FreezableFleet:
+    """A fleet view that stops refreshing when frozen: what a scheduler sees when another one has
+    changed the snapshot since it last read it."""
+
+    def __init__(self, inner: FleetView) -> None:
+        self.inner = inner
+        self.frozen = False
+
+    @property
+    def fleet(self) -> Fleet:
+        return self.inner.fleet
+
+    async def refresh(self, *, force_full: bool = False) -> None:
+        if not self.frozen:
+            await self.inner.refresh(force_full=force_full)
+
+    async def reread(self, host_ids: Iterable[str]) -> None:
+        await self.inner.reread(host_ids)
+
+
+class World(Protocol):
+    round: SchedulingRound
+    view: FreezableFleet
+
+    async def add_host(
+        self,
+        host_id: str,
+        capacity: Resources,
+        *,
+        labels: dict[str, str] | None = None,
+        allocated: Resources = ZERO,
+        overcommit: Overcommit | None = None,
+        reserved: Resources = ZERO,
+    ) -> None: ...
+
+    async def add_vm(
+        self,
+        resources: Resources,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        exclude: Sequence[str] = (),
+        strategy: Strategy | None = None,
+    ) -> VmToPlace:
+        """A pending VM, and what vm.create carries for it."""
+        ...
+
+    async def vm(self, vm_id: UUID) -> VmRecord: ...
+
+    async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
+        """What PostgreSQL and what the snapshot count as allocated on the host."""
+        ...
+
+    async def claimed_on(self, vm_id: UUID) -> str | None: ...
+
+    async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
+        """Another scheduler claims on the host, in the snapshot and in PostgreSQL."""
+        ...
+
+    async def pause_in_ledger_only(self, host_id: str) -> None:
+        """An operator's pause that PostgreSQL has and the snapshot not yet."""
+        ...
+
+    async def set_online_hosts(self, count: int) -> None:
+        """Make PostgreSQL know ``count`` online hosts (as after a Redis flush)."""
+        ...
+
+
+def vm_to_place(
+    resources: Resources, name: str, labels: dict[str, str] | None, exclude: Sequence[str], strategy: Strategy | None
+) -> VmToPlace:
+    return VmToPlace(
+        vm_id=uuid.uuid4(),
+        name=name,
+        resources=resources,
+        labels=labels or {},
+        exclude_hosts=list(exclude),
+        strategy=strategy,
+    )
+
+
+@dataclass
+class MemoryWorld:
+    snapshot: MemorySnapshot
+    ledger: MemoryLedger
+    view: FreezableFleet
+    round: SchedulingRound
+
+    @classmethod
+    def build(cls) -> MemoryWorld:
+        snapshot, ledger = MemorySnapshot(), MemoryLedger()
+        view = FreezableFleet(MemoryFleet(snapshot))
+        return cls(snapshot, ledger, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
+
+    async def add_host(
+        self,
+        host_id: str,
+        capacity: Resources,
+        *,
+        labels: dict[str, str] | None = None,
+        allocated: Resources = ZERO,
+        overcommit: Overcommit | None = None,
+        reserved: Resources = ZERO,
+    ) -> None:
+        for hosts in (self.snapshot.hosts, self.ledger.hosts):
+            hosts[host_id] = Host(
+                host_id,
+                capacity,
+                labels=dict(labels or {}),
+                overcommit=overcommit or Overcommit(),
+                reserved=reserved,
+                allocated=allocated,
+                heartbeat=time.time(),
+            )
+
+    async def add_vm(
+        self,
+        resources: Resources,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        exclude: Sequence[str] = (),
+        strategy: Strategy | None = None,
+    ) -> VmToPlace:
+        vm = vm_to_place(resources, name, labels, exclude, strategy)
+        self.ledger.vms[vm.vm_id] = new_vm_record(vm.vm_id, name, resources)
+        return vm
+
+    async def vm(self, vm_id: UUID) -> VmRecord:
+        return self.ledger.vms[vm_id]
+
+    async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
+        return self.ledger.hosts[host_id].allocated, self.snapshot.hosts[host_id].allocated
+
+    async def claimed_on(self, vm_id: UUID) -> str | None:
+        held = self.snapshot.claims.get(vm_id)
+        return None if held is None else held[0]
+
+    async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
+        other = uuid.uuid4()
+        (result,) = await self.snapshot.claim_many([Claim(other, host_id, resources)], time.time())
+        assert result.outcome == "claimed"
+        host = self.ledger.hosts[host_id]
+        host.allocated = Resources(
+            cpu=host.allocated.cpu + resources.cpu,
+            memory_mb=host.allocated.memory_mb + resources.memory_mb,
+            disk_gb=host.allocated.disk_gb + resources.disk_gb,
+            gpu=host.allocated.gpu + resources.gpu,
+        )
+
+    async def pause_in_ledger_only(self, host_id: str) -> None:
+        self.ledger.hosts[host_id].paused = True
+
+    async def set_online_hosts(self, count: int) -> None:
+        for n in range(count):
+            self.ledger.hosts.setdefault(f"pg-only-{n}", Host(f"pg-only-{n}", ZERO))
+
+
+@dataclass
+class ServersWorld:
+    engine: AsyncEngine
+    snapshot: Snapshot
+    view: FreezableFleet
+    round: SchedulingRound
+
+    @classmethod
+    def build(cls, engine: AsyncEngine, redis: Redis, prefix: str) -> ServersWorld:
+        snapshot = Snapshot(redis, prefix)
+        view = FreezableFleet(FleetCache(snapshot, full_refresh_every=30.0))
+        ledger = PostgresLedger(engine, default_strategy=Strategy.LEAST_LOADED)
+        return cls(engine, snapshot, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
+
+    async def add_host(
+        self,
+        host_id: str,
+        capacity: Resources,
+        *,
+        labels: dict[str, str] | None = None,
+        allocated: Resources = ZERO,
+        overcommit: Overcommit | None = None,
+        reserved: Resources = ZERO,
+    ) -> None:
+        ratios = overcommit or Overcommit()
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    """
+                    INSERT INTO hosts (id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio,
+                                       disk_ratio, reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu,
+                                       alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, last_heartbeat)
+                    VALUES (:id, 'online', CAST(:labels AS jsonb), :cpu, :memory_mb, :disk_gb, :gpu, :cpu_ratio,
+                            :memory_ratio, :disk_ratio, :r_cpu, :r_memory_mb, :r_disk_gb, :r_gpu,
+                            :a_cpu, :a_memory_mb, :a_disk_gb, :a_gpu, now())
+                    """
+                ),
+                {
+                    "id": host_id,
+                    "labels": __import__("json").dumps(labels or {}),
+                    **capacity.model_dump(),
+                    "cpu_ratio": ratios.cpu,
+                    "memory_ratio": ratios.memory,
+                    "disk_ratio": ratios.disk,
+                    **{f"r_{k}": v for k, v in reserved.model_dump().items()},
+                    **{f"a_{k}": v for k, v in allocated.model_dump().items()},
+                },
+            )
+        await self.snapshot.record_heartbeats(
+            [
+                HostWrite(
+                    host_id=host_id,
+                    capacity=capacity,
+                    overcommit=ratios,
+                    reserved=reserved,
+                    labels=labels or {},
+                    status="online",
+                    heartbeat_at=time.time(),
+                    paused=False,
+                    allocated=allocated,
+                    vm_count=0,
+                )
+            ],
+            bump_interval=5.0,
+        )
+
+    async def add_vm(
+        self,
+        resources: Resources,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        exclude: Sequence[str] = (),
+        strategy: Strategy | None = None,
+    ) -> VmToPlace:
+        vm = vm_to_place(resources, name, labels, exclude, strategy)
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, gpu) "
+                    "VALUES (:id, :name, 'pending', :cpu, :memory_mb, :disk_gb, :gpu)"
+                ),
+                {"id": vm.vm_id, "name": name, **resources.model_dump()},
+            )
+        return vm
+
+    async def vm(self, vm_id: UUID) -> VmRecord:
+        async with self.engine.connect() as connection:
+            row = (await connection.execute(text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = :id"), {"id": vm_id})).one()
+        return VmRecord.from_row(row)
+
+    async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
+        async with self.engine.connect() as connection:
+            row = (
+                await connection.execute(
+                    text("SELECT alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu FROM hosts WHERE id = :id"),
+                    {"id": host_id},
+                )
+            ).one()
+        in_pg = Resources(cpu=row[0], memory_mb=row[1], disk_gb=row[2], gpu=row[3])
+        record = (await self.snapshot.read_hosts([host_id]))[host_id]
+        assert record is not None
+        return in_pg, record.allocated
+
+    async def claimed_on(self, vm_id: UUID) -> str | None:
+        return await self.snapshot.claim_of(vm_id)
+
+    async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
+        (result,) = await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())
+        assert result.outcome == "claimed"
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "UPDATE hosts SET alloc_cpu = alloc_cpu + :cpu, alloc_memory_mb = alloc_memory_mb + :memory_mb, "
+                    "alloc_disk_gb = alloc_disk_gb + :disk_gb, alloc_gpu = alloc_gpu + :gpu WHERE id = :id"
+                ),
+                {"id": host_id, **resources.model_dump()},
+            )
+
+    async def pause_in_ledger_only(self, host_id: str) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(text("UPDATE hosts SET scheduling_paused = true WHERE id = :id"), {"id": host_id})
+
+    async def set_online_hosts(self, count: int) -> None:
+        async with self.engine.begin() as connection:
+            for n in range(count):
+                await connection.execute(
+                    text(
+                        "INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb, last_heartbeat) "
+                        "VALUES (:id, 'online', 1, 1, 1, now())"
+                    ),
+                    {"id": f"pg-only-{n}"},
+                )
+
+
+def ledger_of(world: World) -> Ledger:
+    return world.round.ledger
+
+
+def claims_of(world: World) -> ClaimStore:
+    return world.round.claims
+
+
+__all__ = ["MemoryWorld", "ServersWorld", "VmStatus", "World"]

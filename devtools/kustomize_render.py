@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonpatch  # type: ignore[import-untyped]
+import jsonpatch
 import yaml
 
 KubeObject = dict[str, Any]
@@ -133,8 +133,8 @@ def _refuse_duplicates(objects: list[KubeObject], directory: Path) -> None:
 
 
 def _matches(obj: KubeObject, target: dict[str, Any]) -> bool:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    return (
+    group, _, version = str(obj["apiVersion"]).rpartition("/")
+    return bool(
         obj["kind"] == target["kind"]
         and obj["metadata"]["name"] == target["name"]
         and target.get("group", group) == group
@@ -194,7 +194,7 @@ def _retagged(image: str, rule: dict[str, Any]) -> str | None:
     name, suffix = split_image(image)
     if name != rule["name"]:
         return None
-    new_name = rule.get("newName", name)
+    new_name = str(rule.get("newName", name))
     if "digest" in rule:
         return f"{new_name}@{rule['digest']}"
     if "newTag" in rule:

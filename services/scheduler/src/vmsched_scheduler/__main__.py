@@ -1,3 +1,5 @@
+"""``python -m vmsched_scheduler``, as the ``vmsched-scheduler`` console script."""
+
 from vmsched_scheduler.main import main
 
 main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 from pathlib import Path
 
 from alembic import command
@@ -9,6 +11,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 
 from vmsched_common.db.engine import create_engine, ensure_database
+from vmsched_common.settings import load_settings
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 # Arbitrary constant: the advisory lock every migrating process queues on.
@@ -43,3 +46,21 @@ async def upgrade_schema(database_url: str) -> None:
             await connection.run_sync(_upgrade)
     finally:
         await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m vmsched_common.db.migrate``: upgrade the schema DATABASE_URL names, then exit.
+
+    The Kubernetes Job and the compose one-shot service run this before the API rolls out."""
+    argparse.ArgumentParser(
+        prog="python -m vmsched_common.db.migrate",
+        description="Create the database if needed and apply every Alembic migration not yet applied "
+        "(idempotent; concurrent runs queue on an advisory lock). The database comes from DATABASE_URL.",
+    ).parse_args(argv)
+    settings = load_settings("vmsched-migrate")
+    asyncio.run(upgrade_schema(settings.sqlalchemy_url))
+    print("vmsched-migrate: the schema is at the newest revision", flush=True)
+
+
+if __name__ == "__main__":
+    main()

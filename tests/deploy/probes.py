@@ -64,7 +64,7 @@ def metrics_server_statuses(paths: list[str]) -> dict[str, int]:
     """Start the scheduler's and gateway's metrics server (vmsched_common.metrics_server) on a free
     loopback port, GET each path, stop it."""
     port = _free_port()
-    stop = start_metrics_server(Settings(metrics_host="127.0.0.1", metrics_port=port))
+    stop = start_metrics_server(Settings(metrics_host="127.0.0.1", metrics_port=port), default_port=0)
     assert stop is not None, "start_metrics_server started nothing on a non-zero port"
     try:
         statuses = {}

@@ -11,7 +11,7 @@ from faststream import FastStream
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common.amqp import declare_topology
-from vmsched_common.metrics_server import start_metrics_server
+from vmsched_common.metrics_server import LoopPulse, start_metrics_server
 from vmsched_common.settings import Settings
 
 
@@ -58,8 +58,11 @@ def consumer_app(
                 stop()
 
     async def before_consuming() -> None:
-        if settings is not None and (stop := start_metrics_server(settings, metrics_port)) is not None:
-            stop_metrics.append(stop)
+        if settings is not None:
+            pulse = LoopPulse()
+            background.start(pulse.run())
+            if (stop := start_metrics_server(settings, metrics_port, alive=pulse.alive)) is not None:
+                stop_metrics.append(stop)
         await broker.connect()
         await declare_topology(broker)
         await on_ready(background)

@@ -17,7 +17,8 @@ from tests.integration.rows import insert_vm
 from vmsched_common.amqp import is_transient
 from vmsched_common.messages import AgentHeartbeat, Resources
 from vmsched_common.outbox import published_marks
-from vmsched_gateway.store import GatewayStore
+from vmsched_gateway.host_store import HostStore
+from vmsched_gateway.report_store import ReportStore
 
 pytestmark = pytest.mark.integration
 
@@ -33,26 +34,24 @@ async def _status(engine: AsyncEngine, vm_id: uuid.UUID) -> str:
 
 
 async def test_running_reports_apply_together_and_each_says_whether_it_applied(private_engine: AsyncEngine) -> None:
-    store = GatewayStore(private_engine, max_attempts=3)
+    store = ReportStore(private_engine, max_attempts=3, exclude_for=600)
     first = await _vm(private_engine, "scheduled", "hv-a")
     second = await _vm(private_engine, "scheduled", "hv-b")
     moved = await _vm(private_engine, "scheduled", "hv-b")  # the report comes from hv-a: not its host
     deleting = await _vm(private_engine, "deleting", "hv-a")
     unknown = uuid.uuid4()
 
-    results = await store.mark_running_many(
+    results = await store.mark_running(
         [(first, "hv-a"), (second, "hv-b"), (moved, "hv-a"), (deleting, "hv-a"), (unknown, "hv-a"), (first, "hv-a")]
     )
 
-    assert results[0] is None
-    assert results[1] is None
-    assert results[5] is None  # a repeat of a report that applied in the same batch
-    moved_row, deleting_row = results[2], results[3]
+    assert [r.applied for r in results] == [True, True, False, False, False, True]  # the last repeats the first
+    moved_row, deleting_row = results[2].vm, results[3].vm
     assert moved_row is not None
     assert (moved_row.hypervisor_id, moved_row.status) == ("hv-b", "scheduled")
     assert deleting_row is not None
     assert deleting_row.status == "deleting"
-    assert results[4] is None  # nothing to say about a VM PostgreSQL does not know
+    assert results[4].vm is None  # nothing to say about a VM PostgreSQL does not know
     assert [await _status(private_engine, vm) for vm in (first, second, moved, deleting)] == [
         "running",
         "running",
@@ -60,20 +59,21 @@ async def test_running_reports_apply_together_and_each_says_whether_it_applied(p
         "deleting",
     ]
     # A report that arrives again later finds the VM running: it does not apply, and says so.
-    (again,) = await store.mark_running_many([(first, "hv-a")])
-    assert again is not None
-    assert again.status == "running"
+    (again,) = await store.mark_running([(first, "hv-a")])
+    assert not again.applied
+    assert again.vm is not None
+    assert again.vm.status == "running"
 
 
 async def test_concurrent_batches_of_running_reports_do_not_deadlock(private_engine: AsyncEngine) -> None:
-    store = GatewayStore(private_engine, max_attempts=3)
+    store = ReportStore(private_engine, max_attempts=3, exclude_for=600)
     vms = [await _vm(private_engine, "scheduled", "hv-c") for _ in range(40)]
     # The same VMs in opposite orders, at once: rows are locked in id order, so neither waits forever.
     forward = [(vm, "hv-c") for vm in vms]
     results = await asyncio.wait_for(
-        asyncio.gather(store.mark_running_many(forward), store.mark_running_many(forward[::-1])), timeout=20
+        asyncio.gather(store.mark_running(forward), store.mark_running(forward[::-1])), timeout=20
     )
-    applied = sum(1 for batch in results for r in batch if r is None)
+    applied = sum(1 for batch in results for r in batch if r.applied)
     assert applied == len(vms)  # each VM once; the other batch finds it running already
     assert {await _status(private_engine, vm) for vm in vms} == {"running"}
 
@@ -92,17 +92,17 @@ async def test_published_marks_of_concurrent_callers_all_land(private_engine: As
 
 
 async def test_heartbeat_batches_in_any_order_do_not_deadlock(private_engine: AsyncEngine) -> None:
-    store = GatewayStore(private_engine, max_attempts=3)
+    store = HostStore(private_engine)
     beats = [
         AgentHeartbeat(agent_id=f"hv-h{n:03}", capacity=Resources(cpu=8, memory_mb=8192, disk_gb=100))
         for n in range(300)
     ]
-    await store.upsert_hosts(beats)  # the rows exist: the next writes update (and lock) them
+    await store.fold_heartbeats(beats)  # the rows exist: the next writes update (and lock) them
     rng = random.Random(3)
     for _ in range(10):
         orders = [rng.sample(beats, len(beats)) for _ in range(6)]
-        results = await asyncio.wait_for(asyncio.gather(*(store.upsert_hosts(o) for o in orders)), timeout=30)
-        assert [len(rows) for rows in results] == [300] * 6
+        results = await asyncio.wait_for(asyncio.gather(*(store.fold_heartbeats(o) for o in orders)), timeout=30)
+        assert [len(folded.hosts) for folded in results] == [300] * 6
 
 
 async def test_a_deadlock_victim_is_retried_as_transient(private_engine: AsyncEngine) -> None:

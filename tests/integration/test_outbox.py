@@ -19,6 +19,7 @@ from tests.servers import Servers
 from vmsched_common import topology
 from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.outbox import republish_unpublished
+from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -36,7 +37,7 @@ async def vm_create_messages(servers: Servers) -> AsyncIterator[list[str]]:
 
     async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         async with message.process():
-            seen.append(json.loads(message.body)["vm_id"])
+            seen.extend(vm["vm_id"] for vm in json.loads(message.body)["vms"])
 
     await queue.consume(on_message)
     try:
@@ -74,7 +75,7 @@ async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_
     try:
         await broker.connect()
         await declare_topology(broker)
-        await republish_unpublished(broker, engine, older_than=5, stale_after=120, limit=10_000)
+        await republish_unpublished(Publisher(broker), engine, older_than=5, stale_after=120, limit=10_000)
         async with engine.connect() as connection:
             ages = dict(
                 (
@@ -115,7 +116,7 @@ async def test_while_the_schedulers_have_a_backlog_only_unconfirmed_vms_are_sent
         await broker.connect()
         await declare_topology(broker)
         sent = await republish_unpublished(
-            broker, private_engine, older_than=5, stale_after=120, resend_stale=False, limit=10_000
+            Publisher(broker), private_engine, older_than=5, stale_after=120, resend_stale=False, limit=10_000
         )
     finally:
         await broker.stop()

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import HostRecord, Snapshot
+from vmsched_common.snapshot import Claim, Snapshot, SnapshotHost
 from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration
@@ -62,11 +62,46 @@ async def test_release_gives_back_exactly_the_claim_once(snapshot: Snapshot, gpu
     assert await _allocated(snapshot) == (ZERO, 0)
 
 
-async def test_a_claim_beyond_capacity_is_refused_and_changes_nothing(snapshot: Snapshot) -> None:
+async def test_a_claim_beyond_capacity_is_refused_naming_the_resource_and_changes_nothing(
+    snapshot: Snapshot,
+) -> None:
     too_big = Resources(cpu=17, memory_mb=1024, disk_gb=10, gpu=0)
     result = await snapshot.claim(uuid.uuid4(), "hv-s1", too_big, now=time.time())
-    assert result.outcome == "insufficient"
+    assert (result.outcome, result.detail) == ("insufficient", "cpu")
     assert await _allocated(snapshot) == (ZERO, 0)
+
+
+async def test_claims_of_one_call_run_in_order_each_seeing_the_ones_before(snapshot: Snapshot) -> None:
+    half = Resources(cpu=8, memory_mb=1024, disk_gb=10)
+    first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    results = await snapshot.claim_many(
+        [
+            Claim(first, "hv-s1", half),
+            Claim(second, "hv-s1", half),
+            Claim(third, "hv-s1", half),
+            Claim(first, "hv-s1", half),
+        ],
+        time.time(),
+    )
+    assert [(r.outcome, r.detail) for r in results] == [
+        ("claimed", "hv-s1"),
+        ("claimed", "hv-s1"),
+        ("insufficient", "cpu"),
+        ("held", "hv-s1"),
+    ]
+    assert await _allocated(snapshot) == (Resources(cpu=16, memory_mb=2048, disk_gb=20), 2)
+    assert await snapshot.release_many([third, first, second, first]) == [None, "hv-s1", "hv-s1", None]
+    assert await _allocated(snapshot) == (ZERO, 0)
+
+
+async def test_claims_on_unknown_offline_or_paused_hosts_are_refused_saying_why(snapshot: Snapshot) -> None:
+    vm = Resources(cpu=1, memory_mb=1, disk_gb=1)
+    assert (await snapshot.claim(uuid.uuid4(), "hv-nowhere", vm, time.time())).outcome == "unknown_host"
+    await snapshot.set_host_fields("hv-s1", {"paused": "1"})
+    assert (await snapshot.claim(uuid.uuid4(), "hv-s1", vm, time.time())).outcome == "paused"
+    await snapshot.set_host_fields("hv-s1", {"paused": "0", "status": "offline"})
+    refused = await snapshot.claim(uuid.uuid4(), "hv-s1", vm, time.time())
+    assert (refused.outcome, refused.detail) == ("offline", "offline")
 
 
 class CountingSnapshot(Snapshot):
@@ -75,7 +110,7 @@ class CountingSnapshot(Snapshot):
     full_reads = 0
     change_reads = 0
 
-    async def read_all(self) -> tuple[int, dict[str, HostRecord]]:
+    async def read_all(self) -> tuple[int, dict[str, SnapshotHost]]:
         self.full_reads += 1
         return await super().read_all()
 

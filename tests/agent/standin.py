@@ -15,7 +15,7 @@ from faststream.rabbit import RabbitBroker
 
 from vmsched_common import topology
 from vmsched_common.messages import AgentCommand, AgentHeartbeat, ReportedStatus, VmStatusReport
-from vmsched_common.outbox import send_command
+from vmsched_common.publishing import Publisher
 
 T = TypeVar("T")
 
@@ -33,6 +33,7 @@ class Received:
 class StandInGateway:
     def __init__(self, broker: RabbitBroker) -> None:
         self.broker = broker
+        self.publisher = Publisher(broker)
         self.declare_queues = True
         self.heartbeats: list[AgentHeartbeat] = []
         self.statuses: list[Received] = []
@@ -83,7 +84,7 @@ class StandInGateway:
 
     async def send(self, host_id: str, command: AgentCommand) -> None:
         """As the gateway sends a command (persistent, confirmed, deterministic message id)."""
-        await send_command(self.broker, host_id, command)
+        await self.publisher.command(host_id, command)
 
     async def send_raw(self, host_id: str, body: bytes, message_id: str) -> None:
         await self.broker.publish(

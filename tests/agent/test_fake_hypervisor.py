@@ -35,16 +35,18 @@ async def test_a_vm_that_does_not_fit_is_refused_with_every_missing_resource() -
         await hypervisor.create_vm(create(cpu=2, memory_mb=8192, gpu=1))
 
     assert str(refused.value) == (
-        "no room on h1: cpu: needs 2, 1 free; memory: needs 8192 MiB, 4096 free; gpu: needs 1, 0 free"
+        "no room on h1: cpu: needs 2, 1 free (4 total, 3 allocated); "
+        "memory: needs 8192 MiB, 4096 MiB free (8192 MiB total, 4096 MiB allocated); "
+        "gpu: needs 1, 0 free (0 total, 0 allocated)"
     )
 
 
-async def test_overcommit_makes_room_for_cpu_and_memory_only() -> None:
+async def test_overcommit_makes_room_for_what_it_names_only() -> None:
     host = HOST.model_copy(update={"overcommit": Overcommit(cpu=2.0, memory=1.5)})
     hypervisor = FakeHypervisor(host)
 
     await hypervisor.create_vm(create(cpu=8, memory_mb=12288))
-    with pytest.raises(HostFull, match="disk: needs 200 GB, 90 free"):
+    with pytest.raises(HostFull, match=r"disk: needs 200 GB, 90 GB free \(100 GB total, 10 GB allocated\)"):
         await hypervisor.create_vm(create(cpu=0, memory_mb=0, disk_gb=200))
 
 

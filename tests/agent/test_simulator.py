@@ -59,7 +59,7 @@ async def test_a_host_without_room_reports_failed_with_the_numbers(servers: Serv
 
         failed = await gateway.status(too_big.vm_id, ReportedStatus.FAILED)
 
-    assert failed.report.message == f"no room on {host_id}: cpu: needs 2, 1 free"
+    assert failed.report.message == f"no room on {host_id}: cpu: needs 2, 1 free (4 total, 3 allocated)"
 
 
 async def test_with_fail_rate_one_every_create_fails(servers: Servers, gateway: StandInGateway) -> None:

@@ -13,7 +13,10 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
 
 FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted"}
-ALLOCATING = ("scheduled", "running", "deleting")
+# The statuses that hold capacity (vmsched_common.lifecycle.HOLDS_CAPACITY, written out: this checker
+# is a second opinion, not a copy of the code it checks).
+ALLOCATING = ("scheduled", "running", "unknown", "deleting")
+RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
 
 
 @dataclass
@@ -49,15 +52,14 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
             report.problems.append(f"VM {vm['id']} not in a final state: {vm['status']}")
     report.by_status = dict(counts)
     used = {row["hypervisor_id"]: row for row in sums}
+    nothing = dict.fromkeys(RESOURCES, 0)
     for host in hosts:
-        total = used.get(host["id"])
-        if total is None:
-            continue
+        total = used.get(host["id"], nothing)
         limits = {
-            "cpu": math.floor(host["cpu"] * host["cpu_ratio"] + 1e-9),
-            "memory_mb": math.floor(host["memory_mb"] * host["memory_ratio"] + 1e-9),
-            "disk_gb": host["disk_gb"],
-            "gpu": host["gpu"],
+            "cpu": math.floor((host["cpu"] - host["reserved_cpu"]) * host["cpu_ratio"] + 1e-9),
+            "memory_mb": math.floor((host["memory_mb"] - host["reserved_memory_mb"]) * host["memory_ratio"] + 1e-9),
+            "disk_gb": math.floor((host["disk_gb"] - host["reserved_disk_gb"]) * host["disk_ratio"] + 1e-9),
+            "gpu": host["gpu"] - host["reserved_gpu"],
         }
         for resource, limit in limits.items():
             if total[resource] > limit:

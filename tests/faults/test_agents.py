@@ -1,9 +1,14 @@
-"""Agents that go away or say no: a lost host's VMs fail and, with ``on_failure``, land elsewhere; a
-rejected create is retried on another host, that host excluded, up to VMSCHED_MAX_ATTEMPTS."""
+"""Agents that go away or say no. A host silent for a while (a network blip) keeps its VMs: they are
+``unknown``, then ``running`` again when it is back, nothing failed or deleted. A host lost for good
+(silent past VMSCHED_AGENT_LOST_TIMEOUT) has its VMs failed and, with ``on_failure``, placed elsewhere;
+when it comes back it is told to delete only the copies of the VMs that moved. A rejected create is
+retried on another host, that host excluded, up to VMSCHED_MAX_ATTEMPTS."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +30,8 @@ from vmsched_common.messages import AgentCommand, CommandAction, Resources
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 OFFLINE_TIMEOUT = 3.0
+LOST_TIMEOUT = 25.0
+BLIP = 20.0  # a silence longer than the offline timeout and shorter than the lost one
 HEARTBEAT = 0.5
 HOST = Resources(cpu=32, memory_mb=64 * 1024, disk_gb=1000)
 
@@ -36,6 +43,7 @@ def agents_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         Path(tmp_path_factory.mktemp("agent-fault-logs")),
         schedulers=1,
         VMSCHED_AGENT_OFFLINE_TIMEOUT=str(OFFLINE_TIMEOUT),
+        VMSCHED_AGENT_LOST_TIMEOUT=str(LOST_TIMEOUT),
         VMSCHED_RESTART_DELAY="1",
         VMSCHED_MAX_ATTEMPTS="3",
         VMSCHED_RESEND_STALE_AFTER="3",
@@ -89,38 +97,73 @@ async def vm(api: httpx.AsyncClient, vm_id: str) -> dict[str, Any]:
     return body
 
 
-async def test_a_silent_agent_fails_its_vms_and_on_failure_ones_are_placed_elsewhere(
+async def test_a_host_silent_for_a_while_keeps_its_vms_and_nothing_is_failed_or_deleted(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    labels = {"suite": "blip"}
+    async with fleet(servers, api, "blip", 1, labels) as simulated:
+        restartable = [await create(api, f"blip-r{i}", labels, restart_policy="on_failure") for i in range(3)]
+        fragile = [await create(api, f"blip-n{i}", labels) for i in range(2)]
+        everyone = restartable + fragile
+        await eventually(
+            lambda: _statuses(api, everyone), lambda s: s == {"running"}, timeout=30, what="every VM running"
+        )
+        silent_since = time.monotonic()
+        await simulated.cut_off("blip-0001")
+        await eventually(
+            lambda: _statuses(api, everyone),
+            lambda s: s == {"unknown"},
+            timeout=OFFLINE_TIMEOUT + 10,
+            what="every VM unknown while its host is silent",
+        )
+        host = (await api.get("/v1/hosts/blip-0001")).json()
+        assert (host["status"], host["vm_count"]) == ("offline", len(everyone))  # capacity kept
+        # Stay silent for the whole blip, as long as the condition above allows.
+        await asyncio.sleep(max(0.0, BLIP - (time.monotonic() - silent_since)))
+        assert await _statuses(api, everyone) == {"unknown"}
+        await simulated.reconnect("blip-0001")
+        await eventually(
+            lambda: _statuses(api, everyone), lambda s: s == {"running"}, timeout=30, what="every VM running again"
+        )
+        for vm_id in everyone:
+            body = await vm(api, vm_id)
+            assert (body["hypervisor_id"], body["restart_count"], body["attempt"]) == ("blip-0001", 0, 1)
+            assert body["attempts"] == []
+        commands = simulated.received("blip-0001")
+        assert [c.action for c in commands] == [CommandAction.CREATE] * len(everyone)  # no delete
+        assert {simulated.host_of(uuid.UUID(vm_id)) for vm_id in everyone} == {"blip-0001"}
+        report = await check(servers.asyncpg_dsn, everyone)
+    print(f"blip of {BLIP:g}s: {len(everyone)} VMs -> {report.by_status}")
+    assert report.problems == []
+
+
+async def test_a_host_lost_for_good_has_its_vms_placed_elsewhere_and_deletes_only_the_moved_copies(
     api: httpx.AsyncClient, servers: Servers
 ) -> None:
     labels = {"suite": "agentloss"}
-    async with fleet(servers, api, "live", 1, labels) as survivor:
+    async with fleet(servers, api, "live", 1, labels) as survivor, fleet(servers, api, "lost", 1, labels) as lost:
         # The survivor is paused while the VMs are created, so all of them land on ``lost``.
         assert (await api.patch("/v1/hosts/live-0001", json={"scheduling_paused": True})).status_code == 200
-        async with fleet(servers, api, "lost", 1, labels):
-            restartable = [await create(api, f"loss-r{i}", labels, restart_policy="on_failure") for i in range(4)]
-            fragile = [await create(api, f"loss-n{i}", labels) for i in range(2)]
-            everyone = restartable + fragile
-            await eventually(
-                lambda: _statuses(api, everyone), lambda s: s == {"running"}, timeout=30, what="every VM running"
-            )
-            assert {(await vm(api, v))["hypervisor_id"] for v in everyone} == {"lost-0001"}
-            assert (await api.patch("/v1/hosts/live-0001", json={"scheduling_paused": False})).status_code == 200
-        # ``lost``'s agent has stopped: no more heartbeats, no goodbye.
+        restartable = [await create(api, f"loss-r{i}", labels, restart_policy="on_failure") for i in range(4)]
+        fragile = [await create(api, f"loss-n{i}", labels) for i in range(2)]
+        everyone = restartable + fragile
         await eventually(
-            lambda: api.get("/v1/hosts/lost-0001"),
-            lambda r: r.json()["status"] == "offline",
-            timeout=OFFLINE_TIMEOUT + 15,
-            what="lost-0001 offline",
+            lambda: _statuses(api, everyone), lambda s: s == {"running"}, timeout=30, what="every VM running"
         )
+        assert {(await vm(api, v))["hypervisor_id"] for v in everyone} == {"lost-0001"}
+        assert (await api.patch("/v1/hosts/live-0001", json={"scheduling_paused": False})).status_code == 200
+        await lost.cut_off("lost-0001")  # and it stays away past the lost timeout
         await eventually(
             lambda: _statuses(api, restartable),
             lambda s: s == {"running"},
-            timeout=60,
+            timeout=LOST_TIMEOUT + 60,
             what="every on_failure VM running again",
+        )
+        await eventually(
+            lambda: _all_on(api, restartable), lambda hosts: hosts == {"live-0001"}, timeout=30, what="moved"
         )
         for vm_id in restartable:
             body = await vm(api, vm_id)
-            assert body["hypervisor_id"] == "live-0001"
             assert body["restart_count"] == 1
             assert any(a["host"] == "lost-0001" and a["outcome"] == "agent lost connection" for a in body["attempts"])
         for vm_id in fragile:
@@ -131,10 +174,32 @@ async def test_a_silent_agent_fails_its_vms_and_on_failure_ones_are_placed_elsew
         assert created_on_survivor == set(restartable)
         lost_host = (await api.get("/v1/hosts/lost-0001")).json()
         assert (lost_host["vm_count"], lost_host["allocated"]["cpu"]) == (0, 0)
+
+        # Back it comes, still running all six: the moved ones are deleted there, the failed ones
+        # (restart_policy never) are reported and left alone.
+        await lost.reconnect("lost-0001")
+        await eventually(
+            lambda: _async({str(v) for v in lost.agents["lost-0001"].vm_ids}),
+            lambda running: running == set(fragile),
+            timeout=30,
+            what="the moved copies deleted from lost-0001",
+        )
+        deleted = {str(c.vm_id) for c in lost.received("lost-0001") if c.action is CommandAction.DELETE}
+        assert deleted == set(restartable)
+        for vm_id in fragile:
+            assert (await vm(api, vm_id))["status"] == "failed"
         await wait_settled(servers, everyone, timeout=30)
         report = await check(servers.asyncpg_dsn, everyone)
-    print(f"agent loss: {len(everyone)} VMs -> {report.by_status}")
+    print(f"agent lost: {len(everyone)} VMs -> {report.by_status}, moved copies deleted {len(deleted)}")
     assert report.problems == []
+
+
+async def _all_on(api: httpx.AsyncClient, vm_ids: list[str]) -> set[str | None]:
+    return {(await vm(api, vm_id))["hypervisor_id"] for vm_id in vm_ids}
+
+
+async def _async(value: set[str]) -> set[str]:
+    return value
 
 
 async def _statuses(api: httpx.AsyncClient, vm_ids: list[str]) -> set[str]:

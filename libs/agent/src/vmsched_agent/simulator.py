@@ -202,6 +202,15 @@ class SimulatedFleet:
         await asyncio.gather(*(agent.stop() for agent in self.agents.values()), return_exceptions=True)
         await self.connection.close()
 
+    async def cut_off(self, host_id: str) -> None:
+        """The host loses its network, as in a partition: no heartbeats go out and no commands are
+        taken (they wait in its queue), while its VMs keep running."""
+        await self.agents[host_id].stop(announce_draining=False)
+
+    async def reconnect(self, host_id: str) -> None:
+        """The host's network is back: it heartbeats (listing the VMs it still runs) and takes commands."""
+        await self.agents[host_id].start()
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self

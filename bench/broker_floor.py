@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import aio_pika
+from aio_pika.abc import FieldValue
 from faststream.rabbit import RabbitQueue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +112,7 @@ async def broker_hop(url: str, *, quorum: bool, queues: int, rate: float | None,
             if received == count:
                 done.set()
 
-        arguments = {"x-queue-type": "quorum"} if quorum else {}
+        arguments: dict[str, FieldValue] = {"x-queue-type": "quorum"} if quorum else {}
         declared = []
         for n in range(queues):
             queue = await consuming.declare_queue(f"floor-{tag}-{n}", durable=True, arguments=arguments)

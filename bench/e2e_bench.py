@@ -188,7 +188,14 @@ class Fleet:
 
     @classmethod
     def start(
-        cls, env: dict[str, str], workdir: Path, name: str, count: int, profile: str, labels: str = "", overcommit=1.0
+        cls,
+        env: dict[str, str],
+        workdir: Path,
+        name: str,
+        count: int,
+        profile: str,
+        labels: str = "",
+        overcommit: float = 1.0,
     ) -> Fleet:
         path = workdir / f"{name}.receipts"
         argv = [
@@ -472,10 +479,18 @@ def profiled(stack: Stack, fleets: Sequence[Fleet], label: str) -> Iterator[None
     Path(target).mkdir(parents=True, exist_ok=True)
     pids = {name: service.pid for name, service in stack.services.items()}
     pids.update({f"fleet{n}": fleet.process.pid for n, fleet in enumerate(fleets)})
-    spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--format", "raw", "--rate", "50"]
+    command = [
+        str(Path(sys.executable).parent / "py-spy"),
+        "record",
+        "--nonblocking",
+        "--format",
+        "raw",
+        "--rate",
+        "50",
+    ]
     spies = [
         subprocess.Popen(
-            [*spy, "--pid", str(pid), "--output", str(Path(target) / f"{label}-{name}.txt")],
+            [*command, "--pid", str(pid), "--output", str(Path(target) / f"{label}-{name}.txt")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

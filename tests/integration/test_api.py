@@ -100,7 +100,7 @@ def test_listing_pages_through_every_vm_once_in_creation_order(api: httpx.Client
     seen: list[str] = []
     cursor = None
     while True:
-        params: dict[str, object] = {"limit": 3}
+        params: dict[str, str | int] = {"limit": 3}
         if cursor:
             params["cursor"] = cursor
         page = api.get("/v1/vms", params=params).json()

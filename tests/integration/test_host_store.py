@@ -112,7 +112,8 @@ async def test_a_lost_host_fails_its_unknown_vms_deletes_its_deleting_ones_and_f
     assert await allocation(private_engine, "hv-l1") == (0, 0)
     failed = next(c.after for c in changes if c.after.id == unknown)
     assert "hv-l1" in failed.exclusions  # a restart goes elsewhere first
-    assert failed.status_reason is not None and "AGENT_LOST_TIMEOUT" in failed.status_reason
+    assert failed.status_reason is not None
+    assert "AGENT_LOST_TIMEOUT" in failed.status_reason
     assert await store.lose(LOST, exclude_for=600) == []  # once
 
 

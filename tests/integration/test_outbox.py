@@ -77,7 +77,7 @@ async def test_unconfirmed_and_stale_vms_are_published_again_and_fresh_ones_are_
         await declare_topology(broker)
         await republish_unpublished(Publisher(broker), engine, older_than=5, stale_after=120, limit=10_000)
         async with engine.connect() as connection:
-            ages = dict(
+            ages: dict[uuid.UUID, float] = dict(
                 (
                     await connection.execute(
                         text(

@@ -127,8 +127,10 @@ async def test_a_redelivered_vm_is_announced_again_on_the_same_host_and_claimed_
     vm = await world.add_vm(VM)
     (first,) = await world.round.run(items(vm))
     (again,) = await world.round.run(items(vm))
-    assert isinstance(first, Assigned) and first.fresh
-    assert isinstance(again, Assigned) and not again.fresh
+    assert isinstance(first, Assigned)
+    assert first.fresh
+    assert isinstance(again, Assigned)
+    assert not again.fresh
     assert again.assignment == first.assignment
     host = first.assignment.hypervisor_id
     in_pg, in_snapshot = await world.allocated(host)
@@ -141,7 +143,8 @@ async def test_exclusions_are_set_aside_when_no_other_host_fits(world: World) ->
     vm = await world.add_vm(VM, exclude=["hv-1"], labels={})
     excluded_but_alone = await world.add_vm(VM, exclude=["hv-1", "hv-2"])
     outcomes = await world.round.run(items(vm, excluded_but_alone))
-    assert isinstance(outcomes[0], Assigned) and outcomes[0].assignment.hypervisor_id == "hv-2"
+    assert isinstance(outcomes[0], Assigned)
+    assert outcomes[0].assignment.hypervisor_id == "hv-2"
     assert not (await record_of(world, vm.vm_id)).exclusions_ignored
     assert isinstance(outcomes[1], Assigned)
     assert (await record_of(world, excluded_but_alone.vm_id)).exclusions_ignored

@@ -19,8 +19,8 @@ from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
-from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
 from vmsched_common.messages import VmCreate
+from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot

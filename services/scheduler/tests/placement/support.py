@@ -18,6 +18,7 @@ from vmsched_scheduler.placement import (
     PlacementRequest,
     Weights,
 )
+from vmsched_scheduler.placement.model import NO_DEMAND
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0
@@ -42,7 +43,7 @@ def host(
     cpu_ratio: float = 1.0,
     memory_ratio: float = 1.0,
     disk_ratio: float = 1.0,
-    reserved: Demand = Demand(0, 0, 0, 0),
+    reserved: Demand = NO_DEMAND,
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -130,7 +131,7 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
 FILTER_ORDER = ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
 
 
-def reference_reason(rejections: Mapping[str, int], online: bool) -> str:
+def reference_reason(rejections: Mapping[str | None, int], online: bool) -> str:
     """An unschedulable VM's reason: no_available_agents with no online host, else the last filter
     (in order) that rejected a host."""
     if not online:

@@ -6,7 +6,6 @@ import pytest
 
 from vmsched_common.fit import RESOURCE_NAMES
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement.filters.resources import ResourceFilter
 from vmsched_scheduler.placement import (
     FILTER_NAMES,
     FILTERS,
@@ -16,6 +15,7 @@ from vmsched_scheduler.placement import (
     HostFilter,
     PlacementStrategy,
 )
+from vmsched_scheduler.placement.filters.resources import ResourceFilter
 
 
 @pytest.mark.parametrize("host_filter", FILTERS, ids=lambda f: f.NAME)

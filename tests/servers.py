@@ -33,6 +33,8 @@ class Servers:
     redis_key_prefix: str
     run_id: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The broker is this run's alone (a container): a test may stop or restart it.
+    private_broker: bool = False
     # Runs ``rabbitmqctl <args>`` against this run's broker (the local node or the container's).
     rabbitmqctl: Callable[..., str] = field(default=lambda *args: _rabbitmqctl(*args), repr=False)
 
@@ -93,7 +95,15 @@ def _containers(run_id: str) -> Iterator[Servers]:
                 raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {output!r}")
             return bytes(output).decode()
 
-        yield Servers(amqp, rurl, pg.get_connection_url(), f"vmsched-test-{run_id}", run_id, rabbitmqctl=in_container)
+        yield Servers(
+            amqp,
+            rurl,
+            pg.get_connection_url(),
+            f"vmsched-test-{run_id}",
+            run_id,
+            rabbitmqctl=in_container,
+            private_broker=True,
+        )
 
 
 def _rabbitmqctl(*args: str) -> str:

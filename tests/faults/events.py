@@ -13,7 +13,9 @@ from vmsched_common import topology
 
 
 class EventCounter:
-    """Every message with routing key ``routing_key``, by VM: the message ids seen for it."""
+    """Every message with routing key ``routing_key``, by VM: the message ids that carried it (a
+    message carries the VMs of one request: ``assignments`` of ``vm.assigned``, ``vms`` of
+    ``vm.create`` and ``vm.unschedulable``; other events one VM)."""
 
     def __init__(self, amqp_url: str, routing_key: str) -> None:
         self.amqp_url = amqp_url
@@ -34,7 +36,9 @@ class EventCounter:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         async with message.process():
             self.total += 1
-            self.by_vm[json.loads(message.body)["vm_id"]].append(message.message_id or "")
+            body = json.loads(message.body)
+            for vm in body.get("assignments") or body.get("vms") or [body]:
+                self.by_vm[vm["vm_id"]].append(message.message_id or "")
 
     async def __aexit__(self, *exc: object | TracebackType | None) -> None:
         await self._connection.close()

@@ -1,10 +1,14 @@
 """A broker restart in the middle of a run (``rabbitmqctl stop_app`` / ``start_app``): no accepted VM
 is lost, nothing is placed twice, and every consumer comes back (the aio-pika/FastStream pitfall of a
-reconnected connection without its consumers)."""
+reconnected connection without its consumers).
+
+The broker restarted is a RabbitMQ node of this module's own (devtools.broker_node), beside the local
+one: whatever else uses the local broker while the suite runs goes on undisturbed."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +18,7 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
+from devtools.broker_node import broker_node
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_running, wait_settled
 from tests.faults.invariants import check
@@ -40,12 +45,22 @@ CONSUMERS = {
 
 
 @pytest.fixture(scope="module")
-def broker_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def own_broker(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """This run's servers, but a RabbitMQ node of the module's own (a container's broker is already)."""
+    if servers.private_broker:
+        yield servers
+        return
+    with broker_node(f"vmsched-test-{servers.run_id}", tmp_path_factory.mktemp("broker-node")) as node:
+        yield dataclasses.replace(servers, amqp_url=node.amqp_url, rabbitmqctl=node.rabbitmqctl)
+
+
+@pytest.fixture(scope="module")
+def broker_stack(own_broker: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # Heartbeats cannot cross a stopped broker. The gateway does not fail VMs while no agent at all
     # is heard from (docs/operations.md), but on this loaded machine a short timeout could also see
     # single hosts lag behind after the restart; 60 s keeps the test about the broker.
     with fault_stack(
-        servers,
+        own_broker,
         Path(tmp_path_factory.mktemp("broker-logs")),
         schedulers=SCHEDULERS,
         VMSCHED_AGENT_OFFLINE_TIMEOUT="60",
@@ -55,10 +70,10 @@ def broker_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="module")
-async def broker_fleet(broker_stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
+async def broker_fleet(broker_stack: Stack, own_broker: Servers) -> AsyncIterator[SimulatedFleet]:
     async with online_fleet(
         broker_stack,
-        servers,
+        own_broker,
         SUITE,
         HOSTS,
         Resources(cpu=128, memory_mb=128 * 1024, disk_gb=4000),
@@ -82,8 +97,9 @@ def consumer_counts(servers: Servers) -> dict[str, int]:
 
 
 async def test_a_broker_restart_mid_run_loses_no_accepted_vm(
-    broker_stack: Stack, broker_fleet: SimulatedFleet, servers: Servers
+    broker_stack: Stack, broker_fleet: SimulatedFleet, own_broker: Servers
 ) -> None:
+    servers = own_broker
     rng = random.Random(11)
     before = consumer_counts(servers)
     assert all(before.get(q, 0) >= n for q, n in CONSUMERS.items()), {q: before.get(q) for q in CONSUMERS}

@@ -47,7 +47,9 @@ tracer = trace.get_tracer("vmsched_agent")
 # Seconds stop() gives each talk with the broker (cancelling the consumer, the last heartbeat).
 STOP_STEP_TIMEOUT = 5.0
 
-# Called after each command was carried out and its report confirmed (before the ack).
+# Called once a command is carried out, before its report is published: anything the report causes
+# (the gateway marking the VM deleted, a test reading the API) comes after the observer saw the
+# command. A command delivered again (its report was not confirmed) is observed again.
 CommandObserver = Callable[["Agent", AgentCommand, VmStatusReport], None]
 # Called as soon as a command is decoded, with the wall-clock time (time.time()) it was taken off the
 # queue: what a benchmark needs to time "command received on the agent's queue".
@@ -328,10 +330,10 @@ class Agent:
             ),
         ):
             report = await self.carry_out(command)
+            if self._observer is not None:
+                self._observer(self, command, report)
             await self.connection.publish_status(report)
             log.debug("command done", status=report.status.value, attempt=command.attempt)
-        if self._observer is not None:
-            self._observer(self, command, report)
         await message.ack()
 
 

@@ -233,7 +233,8 @@ class SimulatedFleet:
         return total
 
     def received(self, host_id: str) -> list[AgentCommand]:
-        """Every command ``host_id`` carried out and reported, in order (``record_commands``)."""
+        """Every command ``host_id`` carried out, in order (``record_commands``): recorded before its
+        report is sent, so whatever the report causes comes after the record."""
         self._require_records()
         return list(self._received.get(host_id, ()))
 

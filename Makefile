@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-fast lint format bench bench-placement servers clean asyncapi
+.PHONY: run test test-fast lint format bench bench-placement servers clean asyncapi docs
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -43,6 +43,9 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/placement_bench.py
 	$(PY) bench/broker_floor.py
 	$(PY) bench/e2e_bench.py
+
+docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
+	$(PY) -m devtools.docs
 
 asyncapi: .venv/.synced ## regenerate docs/asyncapi.json (the event contract) from the code
 	$(PY) -m vmsched_api.asyncapi > docs/asyncapi.json

@@ -133,14 +133,15 @@ def _local(run_id: str) -> Iterator[Servers]:
         with contextlib.suppress(Exception):
             _rabbitmqctl("delete_vhost", vhost)
         with contextlib.suppress(Exception):
-            _drop_database(base_db, database)
+            drop_database(base_db, database)
         with contextlib.suppress(Exception):
             client = redis.Redis.from_url(base_redis)
             for key in client.scan_iter(match=f"{prefix}:*", count=1000):
                 client.delete(key)
 
 
-def _drop_database(base_db: str, database: str) -> None:
+def drop_database(base_db: str, database: str) -> None:
+    """Drop ``database`` on the server of ``base_db`` (the connections it still has are cut)."""
     import asyncio
 
     parts = urlsplit(base_db.replace("postgresql+asyncpg://", "postgresql://", 1))

@@ -152,9 +152,10 @@ class Overcommit(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
-    memory: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
-    disk: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
+    # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
+    cpu: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
+    memory: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
+    disk: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
 
 
 class AgentHeartbeat(Message):

@@ -7,6 +7,7 @@ Exit codes: 0 stopped cleanly, 1 could not start or stopped on an error, 2 a set
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -86,22 +87,30 @@ def _why(error: BaseException) -> str:
 
 
 async def unreachable(settings: Settings, servers: Sequence[Server], *, database_must_exist: bool = True) -> list[str]:
-    """One line per server among ``servers`` that does not answer, naming it, its setting and why."""
+    """One line per server among ``servers`` that does not answer, naming it, its setting and why.
+    The clients' own log lines about the failure are held back: the one line says it all."""
     problems = []
-    for server in servers:
-        try:
-            await asyncio.wait_for(
-                _reach(server, settings, database_must_exist=database_must_exist), CONNECT_TIMEOUT * 2
-            )
-        except Exception as error:
-            hint = ""
-            if server is Server.DATABASE and "does not exist" in str(error):
-                hint = " (vmsched-api creates and migrates it: start the API first)"
-            problems.append(
-                f"cannot reach {server.value} at {redacted(url_of(server, settings))} "
-                f"({SETTING_OF[server]}): {_why(error)}{hint}"
-            )
+    logging.disable(logging.CRITICAL)
+    try:
+        for server in servers:
+            problems += await _problem(server, settings, database_must_exist=database_must_exist)
+    finally:
+        logging.disable(logging.NOTSET)
     return problems
+
+
+async def _problem(server: Server, settings: Settings, *, database_must_exist: bool) -> list[str]:
+    try:
+        await asyncio.wait_for(_reach(server, settings, database_must_exist=database_must_exist), CONNECT_TIMEOUT * 2)
+    except Exception as error:
+        hint = ""
+        if server is Server.DATABASE and "does not exist" in str(error):
+            hint = " (vmsched-api creates and migrates it: start the API first)"
+        return [
+            f"cannot reach {server.value} at {redacted(url_of(server, settings))} "
+            f"({SETTING_OF[server]}): {_why(error)}{hint}"
+        ]
+    return []
 
 
 def settings_help() -> str:

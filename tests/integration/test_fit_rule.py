@@ -1,0 +1,253 @@
+"""The one fit rule, four ways: Python (vmsched_common.fit), the engine's numpy filters, the Redis
+claim (Lua rendered from the rule) and PostgreSQL's guard (SQL rendered from the rule). Hypothesis
+throws random hosts and requests at all four, on the real Redis and PostgreSQL, and demands the same
+answer, down to the resource a refusal names."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.servers import Servers, drop_database
+from vmsched_common.db.engine import create_engine
+from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.decision import PlacementRecord
+from vmsched_common.fit import shortfalls
+from vmsched_common.messages import ZERO, Overcommit, Resources
+from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import HostWrite, Snapshot
+from vmsched_scheduler.fleet_cache import demand_of
+from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.placement import FILTERS, DecisionContext, Fleet, HostState, PlacementRequest, Weights
+from vmsched_scheduler.placement.filters.resources import ResourceFilter
+from vmsched_scheduler.placement.model import RequestVector
+from vmsched_scheduler.ports import Committed, Placement
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+RESOURCE_FILTERS = [f for f in FILTERS if isinstance(f, ResourceFilter)]
+
+
+class LoopThread:
+    """An event loop in a thread of its own: Hypothesis calls the test synchronously, and the servers'
+    clients live on this loop for the whole module."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+@dataclass
+class Stores:
+    loop: LoopThread
+    engine: AsyncEngine
+    redis: Redis
+    snapshot: Snapshot
+    ledger: PostgresLedger
+
+
+@pytest.fixture(scope="module")
+def stores(servers: Servers) -> Iterator[Stores]:
+    loop = LoopThread()
+    base, name = servers.database_url.rsplit("/", 1)
+    database = f"{base}/{name}_fit"
+
+    async def open_stores() -> Stores:
+        await upgrade_schema(database)
+        engine = create_engine(database, pool_size=2)
+        redis = Redis.from_url(servers.redis_url, decode_responses=True)
+        snapshot = Snapshot(redis, f"{servers.redis_key_prefix}-fit")
+        return Stores(loop, engine, redis, snapshot, PostgresLedger(engine, default_strategy=Strategy.BEST_FIT))
+
+    opened = loop.run(open_stores())
+    try:
+        yield opened
+    finally:
+
+        async def close() -> None:
+            keys = [key async for key in opened.redis.scan_iter(match=f"{opened.snapshot.prefix}:*")]
+            if keys:
+                await opened.redis.delete(*keys)
+            await opened.redis.aclose()
+            await opened.engine.dispose()
+
+        loop.run(close())
+        loop.close()
+        drop_database(servers.database_url, f"{name}_fit")
+
+
+amounts = st.sampled_from([0, 0, 1, 2, 3, 4, 7, 8, 10, 16, 100])
+ratios = st.sampled_from([1.0, 1.0, 1.1, 1.5, 2.0, 0.7, 4.0, 1.3333333333333333, 16.0])
+
+
+@st.composite
+def resources(draw: st.DrawFn, small: bool = False) -> Resources:
+    pick = st.sampled_from([0, 0, 1, 2, 3]) if small else amounts
+    return Resources(
+        cpu=draw(pick), memory_mb=draw(pick) * 512, disk_gb=draw(pick) * 10, gpu=draw(st.sampled_from([0, 0, 1, 2]))
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    capacity: Resources
+    reserved: Resources
+    overcommit: Overcommit
+    allocated: Resources
+    request: Resources
+
+
+cases = st.builds(
+    Case,
+    capacity=resources(),
+    reserved=resources(small=True),
+    overcommit=st.builds(Overcommit, cpu=ratios, memory=ratios, disk=ratios),
+    allocated=resources(),
+    request=resources(small=True),
+)
+
+
+def in_python(case: Case) -> str | None:
+    missing = shortfalls(case.request, case.capacity, case.reserved, case.overcommit, case.allocated)
+    return missing[0].resource if missing else None
+
+
+def in_the_engine(case: Case) -> str | None:
+    host = HostState(
+        id="hv-fit",
+        status="online",
+        labels={},
+        capacity=demand_of(case.capacity),
+        allocated=demand_of(case.allocated),
+        reserved=demand_of(case.reserved),
+        vm_count=0,
+        scheduling_paused=False,
+        last_heartbeat=0.0,
+        cpu_ratio=case.overcommit.cpu,
+        memory_ratio=case.overcommit.memory,
+        disk_ratio=case.overcommit.disk,
+    )
+    fleet = Fleet.from_hosts([host])
+    request = PlacementRequest("vm", "vm", demand_of(case.request), {}, Strategy.BEST_FIT)
+    context = DecisionContext(now=0.0, offline_timeout=1.0, weights=Weights(), rng=random.Random(0))
+    vector = RequestVector.of(request, context)
+    for host_filter in RESOURCE_FILTERS:
+        passes = host_filter.mask(fleet.columns, vector)
+        if passes is not None and not bool(passes[0]):
+            return host_filter.NAME
+    return None
+
+
+async def in_redis(stores: Stores, case: Case) -> str | None:
+    host_id = f"hv-{uuid.uuid4().hex[:8]}"
+    await stores.snapshot.record_heartbeats(
+        [
+            HostWrite(
+                host_id=host_id,
+                capacity=case.capacity,
+                overcommit=case.overcommit,
+                reserved=case.reserved,
+                labels={},
+                status="online",
+                heartbeat_at=time.time(),
+                paused=False,
+                allocated=case.allocated,
+                vm_count=0,
+            )
+        ],
+        bump_interval=60.0,
+    )
+    vm_id = uuid.uuid4()
+    result = await stores.snapshot.claim(vm_id, host_id, case.request, time.time())
+    await stores.snapshot.release(vm_id)
+    await stores.snapshot.forget_host(host_id)
+    assert result.outcome in ("claimed", "insufficient"), result
+    return None if result.outcome == "claimed" else result.detail
+
+
+async def in_postgresql(stores: Stores, case: Case) -> Committed:
+    host_id, vm_id = f"hv-{uuid.uuid4().hex[:8]}", uuid.uuid4()
+    columns = {
+        **case.capacity.model_dump(),
+        **{f"reserved_{k}": v for k, v in case.reserved.model_dump().items()},
+        **{f"alloc_{k}": v for k, v in case.allocated.model_dump().items()},
+        "cpu_ratio": case.overcommit.cpu,
+        "memory_ratio": case.overcommit.memory,
+        "disk_ratio": case.overcommit.disk,
+    }
+    async with stores.engine.begin() as connection:
+        await connection.execute(
+            text(
+                f"INSERT INTO hosts (id, status, {', '.join(columns)}) "
+                f"VALUES (:id, 'online', {', '.join(':' + name for name in columns)})"
+            ),
+            {"id": host_id, **columns},
+        )
+        await connection.execute(
+            text(
+                "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, gpu) "
+                "VALUES (:id, 'fit', 'pending', :cpu, :memory_mb, :disk_gb, :gpu)"
+            ),
+            {"id": vm_id, **case.request.model_dump()},
+        )
+    record = PlacementRecord(
+        strategy=Strategy.BEST_FIT,
+        host=host_id,
+        considered=1,
+        eligible=1,
+        decided_at="2026-01-01T00:00:00Z",
+        decision_us=1.0,
+    )
+    settled = await stores.ledger.settle([Placement(vm_id, 1, host_id, case.request, Strategy.BEST_FIT, record)], [])
+    async with stores.engine.begin() as connection:
+        await connection.execute(text("DELETE FROM vms WHERE id = :id"), {"id": vm_id})
+        await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})
+    return settled.placements[0].outcome
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases)
+def test_python_the_engine_redis_and_postgresql_agree_on_every_fit(stores: Stores, case: Case) -> None:
+    expected = in_python(case)
+    assert in_the_engine(case) == expected
+    assert stores.loop.run(in_redis(stores, case)) == expected
+    assert stores.loop.run(in_postgresql(stores, case)) is (
+        Committed.PLACED if expected is None else Committed.HOST_REFUSED
+    )
+
+
+def test_the_rule_checks_only_what_a_vm_asks_for() -> None:
+    over_on_gpus = Case(
+        capacity=Resources(cpu=16, memory_mb=32768, disk_gb=500, gpu=1),
+        reserved=ZERO,
+        overcommit=Overcommit(),
+        allocated=Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=2),
+        request=Resources(cpu=2, memory_mb=1024, disk_gb=10, gpu=0),
+    )
+    assert in_python(over_on_gpus) is None
+    assert in_python(Case(**{**over_on_gpus.__dict__, "request": Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=1)})) == (
+        "gpu"
+    )

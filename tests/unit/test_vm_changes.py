@@ -1,0 +1,115 @@
+"""What each lifecycle event does to a VM's record (pure: no servers)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from vmsched_common.db.records import VmRecord
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import Resources, RestartPolicy
+from vmsched_common.vm_changes import (
+    agent_delete_failed,
+    agent_deleted,
+    agent_failed,
+    delete_requested,
+    host_lost,
+    host_returned,
+    restart,
+)
+
+NOW = 1_700_000_000.0
+
+
+def vm(status: VmStatus = VmStatus.SCHEDULED, host: str | None = "hv-1", **fields: object) -> VmRecord:
+    base = VmRecord(
+        id=uuid.uuid4(),
+        name="web-1",
+        status=status,
+        status_reason=None,
+        hypervisor_id=host,
+        resources=Resources(cpu=2, memory_mb=2048, disk_gb=20),
+        labels={},
+        strategy=None,
+        restart_policy=RestartPolicy.ON_FAILURE,
+        restart_count=0,
+        attempt=1,
+        failures=0,
+        exclusions={},
+        attempts=[],
+        placement=None,
+        created_at=None,
+        scheduled_at=datetime.fromtimestamp(NOW - 10, UTC),
+        started_at=None,
+        failed_at=None,
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def test_a_refused_create_is_retried_elsewhere_with_the_host_excluded_for_a_while() -> None:
+    change = agent_failed(vm(), "hv-1", "no room", NOW, max_attempts=3, exclude_for=600)
+    assert change is not None
+    after = change.after
+    assert (after.status, after.hypervisor_id, after.attempt, after.failures) == (VmStatus.PENDING, None, 2, 1)
+    assert after.exclusions == {"hv-1": NOW + 600}
+    assert after.to_place(NOW + 599).exclude_hosts == ["hv-1"]
+    assert after.to_place(NOW + 601).exclude_hosts == []  # the exclusion expired
+    assert change.released_from == "hv-1"
+
+
+def test_the_last_attempt_fails_the_vm_listing_every_host_tried() -> None:
+    tried = [{"attempt": 1, "host": "hv-0", "outcome": "failed", "message": "disk full"}]
+    change = agent_failed(
+        vm(failures=2, attempt=3, attempts=tried), "hv-1", "no room", NOW, max_attempts=3, exclude_for=600
+    )
+    assert change is not None
+    assert change.after.status is VmStatus.FAILED
+    assert change.after.status_reason == "failed on every attempt (3): #1 hv-0: disk full; #3 hv-1: no room"
+
+
+def test_restarts_do_not_use_up_the_attempts_meant_for_placement() -> None:
+    ran = vm(VmStatus.RUNNING, started_at=datetime.fromtimestamp(NOW - 5, UTC), failures=2)
+    died = agent_failed(ran, "hv-1", "kernel panic", NOW, max_attempts=3, exclude_for=600)
+    assert died is not None
+    back = restart(died.after)
+    assert back is not None
+    assert (back.after.status, back.after.restart_count, back.after.failures) == (VmStatus.PENDING, 1, 0)
+    assert back.after.attempt == ran.attempt + 1
+    assert "hv-1" in back.after.exclusions
+
+
+def test_a_report_from_another_host_or_a_late_one_changes_nothing() -> None:
+    assert agent_failed(vm(), "hv-2", "no", NOW, max_attempts=3, exclude_for=600) is None
+    assert agent_deleted(vm(VmStatus.RUNNING), "hv-1", NOW) is None
+    assert agent_delete_failed(vm(VmStatus.RUNNING), "hv-1", "busy") is None
+
+
+def test_a_silent_hosts_vm_settles_by_what_its_heartbeat_lists() -> None:
+    listed = host_returned(vm(VmStatus.UNKNOWN), True, NOW)
+    never_ran = host_returned(vm(VmStatus.UNKNOWN), False, NOW)
+    lost = host_returned(vm(VmStatus.UNKNOWN, started_at=datetime.fromtimestamp(NOW - 60, UTC)), False, NOW)
+    assert [c.after.status if c else None for c in (listed, never_ran, lost)] == [
+        VmStatus.RUNNING,
+        VmStatus.SCHEDULED,
+        VmStatus.FAILED,
+    ]
+    assert [c.released_from if c else None for c in (listed, never_ran, lost)] == [None, None, "hv-1"]
+
+
+def test_a_lost_host_fails_unknown_vms_and_deletes_deleting_ones() -> None:
+    failed = host_lost(vm(VmStatus.UNKNOWN), NOW, exclude_for=600)
+    deleted = host_lost(vm(VmStatus.DELETING), NOW, exclude_for=600)
+    assert failed is not None
+    assert deleted is not None
+    assert (failed.after.status, deleted.after.status) == (VmStatus.FAILED, VmStatus.DELETED)
+    assert host_lost(vm(VmStatus.RUNNING), NOW, exclude_for=600) is None  # only after it went unknown
+
+
+def test_deleting_a_vm_on_no_host_ends_it_at_once_and_one_on_a_host_asks_its_agent() -> None:
+    at_once = delete_requested(vm(VmStatus.UNSCHEDULABLE, host=None))
+    asked = delete_requested(vm(VmStatus.UNKNOWN))
+    assert at_once is not None
+    assert asked is not None
+    assert (at_once.after.status, asked.after.status) == (VmStatus.DELETED, VmStatus.DELETING)
+    assert delete_requested(vm(VmStatus.DELETED)) is None

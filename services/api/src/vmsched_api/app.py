@@ -61,7 +61,9 @@ async def sweep_unpublished(services: Services) -> None:
             log.warning("republish sweep failed", error=repr(error))
 
 
-def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
+def build_app(settings: Settings, *, migrate: bool = True, services: Services | None = None) -> FastStreamAPI:
+    """The API: FastAPI routes and the broker that publishes. Given ``services`` (fakes, in tests),
+    the routes use them from the start and the lifespan connects to nothing."""
     broker: RabbitBroker = make_broker(settings, prefetch=32)
     publisher = Publisher(broker)
     # Every event, for the AsyncAPI document subscribers read (the API publishes vm.create, vm.deleted
@@ -70,11 +72,14 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        if services is not None:
+            yield {}
+            return
         if migrate:
             await upgrade_schema(settings.sqlalchemy_url)
         engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 10)
         redis = connect_redis(settings)
-        services = Services(
+        live = Services(
             settings=settings,
             engine=engine,
             repository=Repository(engine),
@@ -83,14 +88,14 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
             publisher=publisher,
             published=published_marks(engine),
         )
-        app.state.services = services
-        sweeper = asyncio.create_task(sweep_unpublished(services))
+        app.state.services = live
+        sweeper = asyncio.create_task(sweep_unpublished(live))
         try:
             yield {}
         finally:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)
-            await services.published.drain()
+            await live.published.drain()
             await redis.aclose()
             await engine.dispose()
 
@@ -101,6 +106,8 @@ def build_app(settings: Settings, *, migrate: bool = True) -> FastStreamAPI:
         lifespan=lifespan,
         docs_url="/docs",
     )
+    if services is not None:
+        application.state.services = services
     application.include_router(vms.router)
     application.include_router(hosts.router)
     application.include_router(system.router)

@@ -43,6 +43,22 @@ class SchedulerApp:
     broker: RabbitBroker
 
 
+def subscribe(broker: RabbitBroker, intake: PlacementIntake) -> None:
+    """The scheduler's one consumer: ``vm.create`` into the intake; the message is acked once every
+    VM it carries is settled and announced."""
+
+    @broker.subscriber(
+        topology.SCHEDULER_QUEUE,
+        topology.EXCHANGE,
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        title="scheduler.vm-create",
+        description="Place VMs: claim capacity, commit hypervisor_id, emit vm.assigned (and vm.unschedulable); "
+        "acked once every VM of the message is settled.",
+    )
+    async def on_vm_create(message: VmCreate) -> None:
+        await intake.place(message)
+
+
 def build_app(settings: Settings) -> SchedulerApp:
     broker = make_broker(settings, prefetch=settings.scheduler_prefetch)
     engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8, pre_ping=False)
@@ -60,17 +76,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         rng=random.Random(),
     )
     intake = PlacementIntake(scheduling_round, Publisher(broker), max_vms=ROUND_SIZE)
-
-    @broker.subscriber(
-        topology.SCHEDULER_QUEUE,
-        topology.EXCHANGE,
-        ack_policy=AckPolicy.NACK_ON_ERROR,
-        title="scheduler.vm-create",
-        description="Place VMs: claim capacity, commit hypervisor_id, emit vm.assigned (and vm.unschedulable); "
-        "acked once every VM of the message is settled.",
-    )
-    async def on_vm_create(message: VmCreate) -> None:
-        await intake.place(message)
+    subscribe(broker, intake)
 
     async def on_ready(background: BackgroundTasks) -> None:
         # Restore claims and allocations from PostgreSQL before the first decision.

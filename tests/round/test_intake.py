@@ -1,0 +1,80 @@
+"""The scheduler's consumer in process, without servers: FastStream's TestRabbitBroker delivers
+``vm.create`` to the same subscriber the service runs, in front of a round on the in-memory fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from faststream.rabbit import RabbitBroker, RabbitQueue, TestRabbitBroker
+
+from tests.round.worlds import MemoryWorld
+from vmsched_common import topology
+from vmsched_common.messages import Resources, VmAssigned, VmCreate, VmUnschedulable
+from vmsched_common.publishing import Publisher
+from vmsched_scheduler.bootstrap import subscribe
+from vmsched_scheduler.intake import PlacementIntake
+from vmsched_scheduler.round import Outcome, RoundItem
+
+HOST = Resources(cpu=4, memory_mb=8192, disk_gb=100)
+VM = Resources(cpu=2, memory_mb=2048, disk_gb=10)
+
+
+def scheduler(world: MemoryWorld) -> tuple[RabbitBroker, list[VmAssigned], list[VmUnschedulable]]:
+    broker = RabbitBroker()
+    assigned: list[VmAssigned] = []
+    refused: list[VmUnschedulable] = []
+    subscribe(broker, PlacementIntake(world.round, Publisher(broker), max_vms=500, max_delay=0.001))
+
+    @broker.subscriber(RabbitQueue("test.assigned", routing_key=topology.VM_ASSIGNED), topology.EXCHANGE)
+    async def on_assigned(event: VmAssigned) -> None:
+        assigned.append(event)
+
+    @broker.subscriber(RabbitQueue("test.unschedulable", routing_key=topology.VM_UNSCHEDULABLE), topology.EXCHANGE)
+    async def on_unschedulable(event: VmUnschedulable) -> None:
+        refused.append(event)
+
+    return broker, assigned, refused
+
+
+async def test_one_message_of_many_vms_is_answered_by_one_assigned_and_one_unschedulable() -> None:
+    world = MemoryWorld.build()
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    vms = [await world.add_vm(VM, name=f"vm-{n}") for n in range(5)]  # room for four
+    broker, assigned, refused = scheduler(world)
+    async with TestRabbitBroker(broker) as test_broker:
+        await test_broker.publish(VmCreate(vms=vms), exchange=topology.EXCHANGE, routing_key=topology.VM_CREATE)
+    assert len(assigned) == 1
+    assert [a.vm_id for a in assigned[0].assignments] == [vm.vm_id for vm in vms[:4]]
+    assert {a.hypervisor_id for a in assigned[0].assignments} == {"hv-1", "hv-2"}
+    assert len(refused) == 1
+    (unplaced,) = refused[0].vms
+    assert (unplaced.vm_id, unplaced.reason) == (vms[4].vm_id, "cpu")
+
+
+async def test_messages_arriving_together_share_a_round_and_each_gets_its_own_answer() -> None:
+    world = MemoryWorld.build()
+    await world.add_host("hv-1", Resources(cpu=64, memory_mb=65536, disk_gb=1000))
+    vms = [await world.add_vm(VM, name=f"vm-{n}") for n in range(6)]
+    rounds: list[int] = []
+    run = world.round.run
+
+    async def counted(items: Sequence[RoundItem]) -> list[Outcome]:
+        rounds.append(len(items))
+        return await run(items)
+
+    world.round.run = counted  # type: ignore[method-assign]
+    broker, assigned, refused = scheduler(world)
+    async with TestRabbitBroker(broker) as test_broker:
+        await asyncio.gather(
+            *(
+                test_broker.publish(VmCreate(vms=[vm]), exchange=topology.EXCHANGE, routing_key=topology.VM_CREATE)
+                for vm in vms
+            )
+        )
+    assert sorted(a.vm_id for event in assigned for a in event.assignments) == sorted(vm.vm_id for vm in vms)
+    assert all(len(event.assignments) == 1 for event in assigned)  # one answer per message
+    assert refused == []
+    assert sum(rounds) == len(vms)
+    assert len(rounds) < len(vms), rounds  # some messages shared a round

@@ -39,7 +39,10 @@ def main() -> int:
         print(f"starting vmsched (logs in {Path('.run')}/) ...", flush=True)
         stack.start(schedulers=schedulers)
         if agents:
-            sim = stack.start_agents("agents", "--count", str(agents), "--prefix", "hv", "--profile", "mixed")
+            # Hosts of mixed sizes (label size=small|medium|large|gpu) in three zones (zone=z1|z2|z3).
+            sim = stack.start_agents(
+                "agents", "--count", str(agents), "--prefix", "hv", "--profile", "mixed", "--zones", "3"
+            )
             wait_for(lambda: _hosts_online(stack) >= agents, 60, f"{agents} simulated agents to report")
             sim.check_alive()
         print(
@@ -49,12 +52,15 @@ vmsched is running:
   OpenAPI docs  {stack.api_url}/docs
   AsyncAPI docs {stack.api_url}/asyncapi
   metrics       {stack.api_url}/metrics{_other_metrics(stack)}
-  {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s); logs in .run/*.log
+  {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s) in zones z1..z3; logs in .run/*.log
 
 Try:
   curl -s -X POST {stack.api_url}/v1/vms -H 'content-type: application/json' \\
-       -d '{{"name": "web-1", "cpu": 2, "memory_mb": 4096, "disk_gb": 20}}'
+       -d '{{"name": "web-1", "cpu": 2, "memory_mb": 4096, "disk_gb": 20, "labels": {{"zone": "z1"}}}}'
   curl -s {stack.api_url}/v1/hosts
+
+The commands (vmsched-agent, vmsched-api, ...) are in .venv/bin; in another shell:
+  source .venv/bin/activate
 
 Ctrl-C stops everything.""",
             flush=True,

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vmsched_common.metrics_server import GATEWAY_METRICS_PORT, SCHEDULER_METRICS_PORT
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -24,6 +26,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
@@ -107,6 +118,7 @@ class Stack:
     env: dict[str, str]
     log_dir: Path
     api_port: int = 8000
+    default_ports: bool = False  # the scheduler's and gateway's documented /metrics ports, if free
     services: dict[str, Service] = field(default_factory=dict)
 
     @property
@@ -132,18 +144,19 @@ class Stack:
 
     def start_scheduler(self, index: int = 1, **env: str) -> Service:
         service = self.add(f"scheduler-{index}", [str(BIN / "vmsched-scheduler")], ready_line="scheduler ready")
-        service.start({**self._env(), **self._metrics_env(service), **env})
+        preferred = SCHEDULER_METRICS_PORT if index == 1 else None
+        service.start({**self._env(), **self._metrics_env(service, preferred), **env})
         return service
 
     def start_gateway(self) -> Service:
         service = self.add("gateway", [str(BIN / "vmsched-gateway")], ready_line="gateway ready")
-        service.start({**self._env(), **self._metrics_env(service)})
+        service.start({**self._env(), **self._metrics_env(service, GATEWAY_METRICS_PORT)})
         return service
 
-    @staticmethod
-    def _metrics_env(service: Service) -> dict[str, str]:
-        """A /metrics port of its own for a process without HTTP (each replica needs its own)."""
-        port = free_port()
+    def _metrics_env(self, service: Service, preferred: int | None) -> dict[str, str]:
+        """A /metrics port of its own for a process without HTTP (each replica needs its own): the
+        service's documented default when this stack may take it (``make run``) and it is free."""
+        port = preferred if preferred is not None and self.default_ports and port_is_free(preferred) else free_port()
         service.metrics_url = f"http://127.0.0.1:{port}/metrics"
         return {"VMSCHED_METRICS_HOST": "127.0.0.1", "VMSCHED_METRICS_PORT": str(port)}
 

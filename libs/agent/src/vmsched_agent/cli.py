@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     hosts.add_argument("--zones", type=_not_negative(int), default=0, help="label hosts zone=z1..zN, round robin")
     hosts.add_argument("--overcommit-cpu", type=float, default=1.0, help="cpu allocation ratio (default: 1.0)")
     hosts.add_argument("--overcommit-memory", type=float, default=1.0, help="memory allocation ratio (default: 1.0)")
+    hosts.add_argument("--overcommit-disk", type=float, default=1.0, help="disk allocation ratio (default: 1.0)")
     hosts.add_argument(
         "--hosts-from",
         type=Path,
@@ -125,7 +126,9 @@ def hosts_from_options(options: argparse.Namespace) -> list[HostSpec]:
         profile=options.profile,
         labels=options.labels,
         zones=options.zones,
-        overcommit=Overcommit(cpu=options.overcommit_cpu, memory=options.overcommit_memory),
+        overcommit=Overcommit(
+            cpu=options.overcommit_cpu, memory=options.overcommit_memory, disk=options.overcommit_disk
+        ),
         seed=options.seed,
     )
 

@@ -70,15 +70,28 @@ class FakeHypervisor:
         self.create_delay = create_delay
         self.fail_rate = fail_rate
         self.check_capacity = check_capacity
-        self.vms: dict[UUID, Resources] = {}
+        self.vms: dict[UUID, Resources] = {}  # read it; change it through _hold and _drop
+        self._used = ZERO
         self._rng = rng or random.Random(host.id)
 
     @property
     def used(self) -> Resources:
-        total = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
-        for resources in self.vms.values():
-            total = total.plus(resources)
-        return total
+        """What its VMs hold: kept as VMs come and go, so a create costs the same on a full host."""
+        return self._used
+
+    def _hold(self, vm_id: UUID, resources: Resources) -> None:
+        self.vms[vm_id] = resources
+        self._used = self._used.plus(resources)
+
+    def _drop(self, vm_id: UUID) -> None:
+        resources = self.vms.pop(vm_id, None)
+        if resources is not None:
+            self._used = Resources.model_construct(
+                cpu=self._used.cpu - resources.cpu,
+                memory_mb=self._used.memory_mb - resources.memory_mb,
+                disk_gb=self._used.disk_gb - resources.disk_gb,
+                gpu=self._used.gpu - resources.gpu,
+            )
 
     async def create_vm(self, command: AgentCommand) -> None:
         if self.fail_rate and self._rng.random() < self.fail_rate:
@@ -87,16 +100,16 @@ class FakeHypervisor:
             missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
             if missing:
                 raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
-        self.vms[command.vm_id] = command.resources  # held from now, so concurrent creates see it
+        self._hold(command.vm_id, command.resources)  # held from now, so concurrent creates see it
         if self.create_delay > 0:
             try:
                 await asyncio.sleep(self.create_delay)  # a simulated boot takes time
             except BaseException:
-                self.vms.pop(command.vm_id, None)
+                self._drop(command.vm_id)
                 raise
 
     async def delete_vm(self, command: AgentCommand) -> None:
-        self.vms.pop(command.vm_id, None)
+        self._drop(command.vm_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,8 @@ class Resources(BaseModel):
     gpu: Annotated[int, Field(ge=0, le=1024, description="GPUs")] = 0
 
     def plus(self, other: Resources) -> Resources:
-        return Resources(
+        # Sums of valid amounts: built without validating again.
+        return Resources.model_construct(
             cpu=self.cpu + other.cpu,
             memory_mb=self.memory_mb + other.memory_mb,
             disk_gb=self.disk_gb + other.disk_gb,

@@ -75,6 +75,12 @@ HOST_FIELDS = (
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
 
+def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int) -> Resources:
+    """Amounts read back from a column that only validated values reach: built without validating
+    again (a few microseconds a row, which a page of 1,000 VMs notices)."""
+    return Resources.model_construct(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
+
+
 def columns(fields: tuple[str, ...], table: str) -> str:
     """``t.a, t.b, ...``: the columns qualified by a table name or alias (for joins)."""
     return ", ".join(f"{table}.{name}" for name in fields)
@@ -110,7 +116,7 @@ class VmRecord:
             status=VmStatus(row.status),
             status_reason=row.status_reason,
             hypervisor_id=row.hypervisor_id,
-            resources=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
+            resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
             labels=dict(row.labels or {}),
             strategy=Strategy(row.strategy) if row.strategy else None,
             restart_policy=RestartPolicy(row.restart_policy),
@@ -167,17 +173,10 @@ class HostRecord:
             id=row.id,
             status=row.status,
             labels=dict(row.labels or {}),
-            capacity=Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu),
-            overcommit=Overcommit(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
-            reserved=Resources(
-                cpu=row.reserved_cpu,
-                memory_mb=row.reserved_memory_mb,
-                disk_gb=row.reserved_disk_gb,
-                gpu=row.reserved_gpu,
-            ),
-            allocated=Resources(
-                cpu=row.alloc_cpu, memory_mb=row.alloc_memory_mb, disk_gb=row.alloc_disk_gb, gpu=row.alloc_gpu
-            ),
+            capacity=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
+            overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
+            reserved=trusted(row.reserved_cpu, row.reserved_memory_mb, row.reserved_disk_gb, row.reserved_gpu),
+            allocated=trusted(row.alloc_cpu, row.alloc_memory_mb, row.alloc_disk_gb, row.alloc_gpu),
             vm_count=row.vm_count,
             scheduling_paused=row.scheduling_paused,
             last_heartbeat=row.last_heartbeat,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -14,7 +14,7 @@ from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import Claim, Snapshot, SnapshotHost
-from vmsched_scheduler.fleet_cache import FleetCache
+from vmsched_scheduler.fleet_cache import FleetCache, demand_of
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ async def test_a_claim_beyond_capacity_is_refused_naming_the_resource_and_change
 async def test_claims_of_one_call_run_in_order_each_seeing_the_ones_before(snapshot: Snapshot) -> None:
     half = Resources(cpu=8, memory_mb=1024, disk_gb=10)
     first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    results = await snapshot.claim_many(
+    claimed = await snapshot.claim_many(
         [
             Claim(first, "hv-s1", half),
             Claim(second, "hv-s1", half),
@@ -83,12 +83,16 @@ async def test_claims_of_one_call_run_in_order_each_seeing_the_ones_before(snaps
         ],
         time.time(),
     )
-    assert [(r.outcome, r.detail) for r in results] == [
+    assert [(r.outcome, r.detail) for r in claimed.results] == [
         ("claimed", "hv-s1"),
         ("claimed", "hv-s1"),
         ("insufficient", "cpu"),
         ("held", "hv-s1"),
     ]
+    # The host changed once for the call, after the heartbeat that created it: what it was, what it is.
+    change = claimed.changes["hv-s1"]
+    assert change.seq == await snapshot.current_seq()
+    assert change.before < change.seq
     assert await _allocated(snapshot) == (Resources(cpu=16, memory_mb=2048, disk_gb=20), 2)
     assert await snapshot.release_many([third, first, second, first]) == [None, "hv-s1", "hv-s1", None]
     assert await _allocated(snapshot) == (ZERO, 0)
@@ -109,14 +113,38 @@ class CountingSnapshot(Snapshot):
 
     full_reads = 0
     change_reads = 0
+    hosts_read = 0
+
+    async def read_hosts(self, host_ids: Sequence[str]) -> dict[str, SnapshotHost | None]:
+        self.hosts_read += len(host_ids)
+        return await super().read_hosts(host_ids)
 
     async def read_all(self) -> tuple[int, dict[str, SnapshotHost]]:
         self.full_reads += 1
         return await super().read_all()
 
-    async def changed_since(self, seq: int) -> tuple[int, list[str]]:
+    async def changed_since(self, seq: int) -> tuple[int, dict[str, int]]:
         self.change_reads += 1
         return await super().changed_since(seq)
+
+
+async def test_a_refresh_skips_hosts_whose_last_change_is_a_claim_the_cache_booked_itself(snapshot: Snapshot) -> None:
+    counting = CountingSnapshot(snapshot.redis, snapshot.prefix)
+    cache = FleetCache(counting, full_refresh_every=3600.0)
+    await cache.refresh()
+    counting.hosts_read = 0  # the first refresh read the fleet whole
+    vm = Resources(cpu=2, memory_mb=1024, disk_gb=10)
+    claimed = await counting.claim_many([Claim(uuid.uuid4(), "hv-s1", vm)], time.time())
+    cache.fleet.allocate("hv-s1", demand_of(vm))
+    cache.booked(claimed.changes)
+    await cache.refresh()
+    assert counting.hosts_read == 0  # booked: nothing to read
+    await counting.claim(uuid.uuid4(), "hv-s1", vm, time.time())  # another scheduler, behind its back
+    await cache.refresh()
+    assert counting.hosts_read == 1
+    host = cache.fleet.host("hv-s1")
+    assert host is not None
+    assert host.allocated.cpu == 4
 
 
 async def test_concurrent_refreshes_share_one_read_and_see_what_changed_before_they_asked(

@@ -14,7 +14,7 @@ from vmsched_common.fit import fits, shortfalls
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import ZERO, Overcommit, Resources, RestartPolicy
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, ClaimResult, SnapshotHost
+from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
 from vmsched_scheduler.fleet_cache import to_host_state
 from vmsched_scheduler.placement import Fleet
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
@@ -53,7 +53,7 @@ class MemorySnapshot:
         self.claims: dict[UUID, tuple[str, Resources]] = {}
         self.cursor = 0
 
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
         results = []
         for claim in claims:
             held = self.claims.get(claim.vm_id)
@@ -74,7 +74,7 @@ class MemorySnapshot:
                 host.vm_count += 1
                 self.claims[claim.vm_id] = (claim.host_id, claim.resources)
                 results.append(ClaimResult("claimed", claim.host_id))
-        return results
+        return Claimed(results, {})
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
         hosts: list[str | None] = []
@@ -119,6 +119,9 @@ class MemoryFleet:
 
     async def refresh(self, *, force_full: bool = False) -> None:
         self.fleet = Fleet.from_hosts(to_host_state(self.snapshot.record(h)) for h in self.snapshot.hosts.values())
+
+    def booked(self, changes: Mapping[str, OwnChange]) -> None:
+        """Nothing to skip: :meth:`refresh` reads every host anyway."""
 
     async def reread(self, host_ids: Iterable[str]) -> None:
         for host_id in host_ids:

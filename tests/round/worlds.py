@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -19,7 +19,7 @@ from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import ZERO, Overcommit, Resources, VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, HostWrite, Snapshot
+from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.placement import Fleet, Weights
@@ -47,6 +47,9 @@ class FreezableFleet:
 
     async def reread(self, host_ids: Iterable[str]) -> None:
         await self.inner.reread(host_ids)
+
+    def booked(self, changes: Mapping[str, OwnChange]) -> None:
+        self.inner.booked(changes)
 
 
 class World(Protocol):
@@ -169,7 +172,7 @@ class MemoryWorld:
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         other = uuid.uuid4()
-        (result,) = await self.snapshot.claim_many([Claim(other, host_id, resources)], time.time())
+        (result,) = (await self.snapshot.claim_many([Claim(other, host_id, resources)], time.time())).results
         assert result.outcome == "claimed"
         host = self.ledger.hosts[host_id]
         host.allocated = Resources(
@@ -295,7 +298,7 @@ class ServersWorld:
         return await self.snapshot.claim_of(vm_id)
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
-        (result,) = await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())
+        (result,) = (await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())).results
         assert result.outcome == "claimed"
         async with self.engine.begin() as connection:
             await connection.execute(

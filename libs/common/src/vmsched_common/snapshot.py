@@ -71,6 +71,20 @@ class ClaimResult:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnChange:
+    """A host a claim changed: the change number it had before, and the one the claim gave it."""
+
+    before: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    results: list[ClaimResult]  # one per claim, in order
+    changes: dict[str, OwnChange]  # per host claimed on
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """Reserve ``resources`` on ``host_id`` for ``vm_id``."""
 
@@ -247,14 +261,16 @@ class Snapshot:
         hosts = await self.read_hosts(await self.host_ids())
         return seq, {host_id: record for host_id, record in hosts.items() if record is not None}
 
-    async def changed_since(self, seq: int) -> tuple[int, list[str]]:
-        """Hosts changed after change number ``seq``, and the newest change number seen."""
+    async def changed_since(self, seq: int) -> tuple[int, dict[str, int]]:
+        """Hosts changed after change number ``seq`` with the number of their last change, and the
+        newest change number seen."""
         rows: list[tuple[str, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
             self.changed_key, f"({seq}", "+inf", withscores=True
         )
         if not rows:
-            return seq, []
-        return int(max(score for _, score in rows)), [host_id for host_id, _ in rows]
+            return seq, {}
+        changed = {host_id: int(score) for host_id, score in rows}
+        return max(changed.values()), changed
 
     async def claim_of(self, vm_id: UUID) -> str | None:
         host: str | None = await self.redis.hget(self.claim_key(vm_id), "host")  # type: ignore[assignment]
@@ -266,20 +282,26 @@ class Snapshot:
         return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
 
     # -- atomic updates -------------------------------------------------------------------------
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
         """Claim each, in order, in one script run (one round trip, atomic as a whole)."""
         if not claims:
-            return []
+            return Claimed([], {})
         keys = [self.changed_key, self.seq_key]
         args: list[str] = [repr(now)]
         for claim in claims:
             keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
             args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
-        replies: list[list[str]] = await self._claim(keys=keys, args=args)
-        return [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies]  # type: ignore[arg-type]
+        replies, changes = await self._claim(keys=keys, args=args)
+        return Claimed(
+            [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies],
+            {
+                changes[at]: OwnChange(int(float(changes[at + 1])), int(changes[at + 2]))
+                for at in range(0, len(changes), 3)
+            },
+        )
 
     async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
-        (result,) = await self.claim_many([Claim(vm_id, host_id, resources)], now)
+        (result,) = (await self.claim_many([Claim(vm_id, host_id, resources)], now)).results
         return result
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Snapshot, SnapshotHost
+from vmsched_common.snapshot import OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState
 
 log = get_logger(__name__)
@@ -57,6 +57,12 @@ class FleetCache:
         self._last_full = float("-inf")
         self._last_refresh = float("-inf")
         self._lock = asyncio.Lock()
+        self._booked: dict[str, OwnChange] = {}
+
+    def booked(self, changes: Mapping[str, OwnChange]) -> None:
+        """The caller booked these claims on :attr:`fleet` as it made them: the next refresh skips
+        the hosts whose last change they are."""
+        self._booked.update(changes)
 
     async def refresh(self, *, force_full: bool = False) -> None:
         asked = time.monotonic()
@@ -71,8 +77,16 @@ class FleetCache:
 
     async def _incremental(self, began: float) -> None:
         seq, changed = await self.snapshot.changed_since(self._seq)
-        if changed:
-            records = await self.snapshot.read_hosts(changed)
+        own, self._booked = self._booked, {}
+        # A host whose last change is a claim this copy booked, made when it had seen every change
+        # before it, is what this copy already holds: no need to read it again.
+        stale = [
+            host_id
+            for host_id, at in changed.items()
+            if not ((mine := own.get(host_id)) is not None and mine.seq == at and mine.before <= self._seq)
+        ]
+        if stale:
+            records = await self.snapshot.read_hosts(stale)
             for host_id, record in records.items():
                 if record is None:
                     self.fleet.remove(host_id)

@@ -19,7 +19,7 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, ClaimResult
+from vmsched_common.snapshot import Claim, Claimed, OwnChange
 from vmsched_scheduler.placement import Fleet
 
 
@@ -37,9 +37,13 @@ class FleetView(Protocol):
         """Read these hosts again: a claim proved the copy of them stale."""
         ...
 
+    def booked(self, changes: Mapping[str, OwnChange]) -> None:
+        """Claims the round booked on :attr:`fleet` as well: a refresh need not read those hosts."""
+        ...
+
 
 class ClaimStore(Protocol):
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> list[ClaimResult]:
+    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
         """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id."""
         ...
 

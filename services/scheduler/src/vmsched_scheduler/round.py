@@ -226,8 +226,9 @@ class SchedulingRound:
             return []
         claims = [Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources) for c in placing]
         with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
-            results = await self.claims.claim_many(claims, self.clock())
-            spans.outcomes([result.outcome for result in results])
+            claimed = await self.claims.claim_many(claims, self.clock())
+            spans.outcomes([result.outcome for result in claimed.results])
+        results = claimed.results
         again: list[_Open] = []
         stale: set[str] = set()
         fleet = self.fleet.fleet
@@ -249,6 +250,9 @@ class SchedulingRound:
                 RefusedClaim(host=chosen, stage="redis", outcome=result.outcome, detail=result.detail)
             )
             again.append(choice.work)
+        # Booked on the fleet as decided: the claimed hosts are not read again at the next refresh,
+        # unless another process changed them meanwhile.
+        self.fleet.booked({host: change for host, change in claimed.changes.items() if host not in stale})
         await self.fleet.reread(stale)
         return again
 

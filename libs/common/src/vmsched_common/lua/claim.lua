@@ -3,8 +3,10 @@
 -- The claims of one call run in order, as one script: a later claim sees what an earlier one took.
 -- KEYS: changed zset, seq counter, then per claim: host hash, claim hash, host's claimed-vm set
 -- ARGV: now, then per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS order)
--- Returns per claim {outcome, detail}: {'claimed', host} | {'held', host} | {'unknown_host', ''} |
---   {'offline', status} | {'paused', ''} | {'insufficient', resource name}
+-- Returns {results, changes}: per claim {outcome, detail}: {'claimed', host} | {'held', host} |
+--   {'unknown_host', ''} | {'offline', status} | {'paused', ''} | {'insufficient', resource name};
+--   and per host claimed on, host, the change number it had before this call, its new one: the
+--   caller, who booked these claims on its own copy, need not read those hosts again.
 {{fit rule}}
 
 local RESOURCE_FIELDS = {{resource fields}}
@@ -77,7 +79,13 @@ for c = 1, (#KEYS - 2) / 3 do
   results[c] = claim(KEYS[3 * c], KEYS[3 * c + 1], KEYS[3 * c + 2], ARGV[arg], ARGV[arg + 1], need, ARGV[1])
   arg = arg + 2 + R
 end
+local changes = {}
 for host in pairs(changed) do
-  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), host)
+  local before = redis.call('ZSCORE', KEYS[1], host) or '0'
+  local seq = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[1], seq, host)
+  changes[#changes + 1] = host
+  changes[#changes + 1] = tostring(before)
+  changes[#changes + 1] = seq
 end
-return results
+return {results, changes}

@@ -131,11 +131,12 @@ def vm_orphaned(broker: RabbitBroker) -> RabbitPublisher:
 def agent_command(broker: RabbitBroker) -> RabbitPublisher:
     return broker.publisher(
         exchange=topology.AGENTS_EXCHANGE,
-        persist=True,
+        persist=False,
         schema=AgentCommand,
         title="agent.<host id>",
         description="A command for one host's agent (published by the gateway, and by the API for deletes) on the "
         "direct exchange vmsched.agents, routing key = the host id, into the host's queue agent.<host id>. "
+        "Not persistent: one a broker restart loses is sent again after VMSCHED_RESEND_STALE_AFTER. "
         "message_id is '<vm_id>:<action>-command:<attempt>'; an agent carries out a repeat once.",
     )
 

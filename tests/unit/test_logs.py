@@ -9,15 +9,17 @@ import re
 import subprocess
 import sys
 
+# The logger is made before logging is configured, as a module's is at import.
 SCRIPT = """
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from vmsched_common.logs import bound, configure_logging, get_logger
 
+log = get_logger("vmsched_scheduler")
 configure_logging("scheduler", "INFO", "auto")
 trace.set_tracer_provider(TracerProvider())
 with trace.get_tracer("t").start_as_current_span("consume"), bound(vm_id="vm-1", message_id="vm-1:create:1"):
-    get_logger("vmsched_scheduler").info("placed", host="hv-1")
+    log.info("placed", host="hv-1")
 """
 
 
@@ -32,7 +34,9 @@ def run(stderr: int | None) -> subprocess.CompletedProcess[bytes]:
 
 
 def test_without_a_terminal_each_line_is_json_with_vm_host_trace_and_message_ids() -> None:
-    lines = run(None).stderr.decode().splitlines()
+    finished = run(None)
+    assert finished.stdout == b"", "log lines go to stderr only"
+    lines = finished.stderr.decode().splitlines()
     assert len(lines) == 1, lines
     line = json.loads(lines[0])
     assert line["message"] == "placed"
@@ -43,6 +47,7 @@ def test_without_a_terminal_each_line_is_json_with_vm_host_trace_and_message_ids
     assert len(line["span_id"]) == 16
     assert line["service"] == "scheduler"
     assert line["level"] == "info"
+    assert line["logger"] == "vmsched_scheduler"
 
 
 def test_on_a_terminal_lines_are_readable_text() -> None:

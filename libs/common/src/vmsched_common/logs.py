@@ -53,10 +53,10 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> N
         renderer,
     ]
     structlog.configure(
-        processors=[*shared, *finish],
+        processors=[structlog.stdlib.add_logger_name, *shared, *finish],
         # Filtered by level before any processor runs (FastStream logs two DEBUG lines per message).
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=_named_writer,
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -74,6 +74,18 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> N
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "faststream", "faststream.access.rabbit"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """Writes lines to stderr, and knows the name it was made for (``add_logger_name`` reads it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(sys.stderr)
+        self.name = name
+
+
+def _named_writer(*args: Any) -> _NamedWriteLogger:
+    return _NamedWriteLogger(str(args[0]) if args else "")
 
 
 def _flatten_extra(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -110,6 +122,7 @@ class MessageLogContext(BaseMiddleware):
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    """A logger whose lines carry ``logger``: ``name``."""
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(logger=name)
+    """A logger whose lines carry ``logger``: ``name``. Made lazily: modules make theirs at import,
+    before the service configures logging, and each takes the configuration of its first use."""
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
     return logger

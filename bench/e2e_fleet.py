@@ -22,6 +22,7 @@ import uvloop
 
 from vmsched_agent import Profile, SimulatedFleet, generate_hosts
 from vmsched_agent.hosts import parse_labels
+from vmsched_common.heap import freeze_startup_objects
 from vmsched_common.logs import configure_logging
 from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import load_settings
@@ -57,6 +58,7 @@ async def run(options: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     receipts: Path = options.receipts
     await fleet.start()
+    freeze_startup_objects()  # as the services do: the agents' hosts live as long as the process
     Path(f"{receipts}.ready").write_text(f"{fleet.startup_seconds or 0.0:.3f}\n")  # noqa: ASYNC240
     with receipts.open("a", buffering=1 << 16) as out:
         while not stop.is_set():

@@ -15,10 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.rows import insert_vm
 from vmsched_common.amqp import is_transient
+from vmsched_common.db.engine import create_engine
+from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import AgentHeartbeat, Resources
 from vmsched_common.outbox import published_marks
+from vmsched_common.settings import Strategy
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.report_store import ReportStore
+from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +130,73 @@ async def test_a_deadlock_victim_is_retried_as_transient(private_engine: AsyncEn
     assert isinstance(errors[0], DBAPIError)
     assert is_transient(errors[0])
     assert not is_transient(ValueError("not a database error"))
+
+
+async def _waiting_for_a_lock(engine: AsyncEngine, others: int, timeout: float = 20.0) -> None:
+    """Until ``others`` other sessions of this database wait for a row lock, or fail at ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    )
+    while True:
+        async with engine.connect() as connection:
+            if await connection.scalar(query) >= others:
+                return
+        assert asyncio.get_running_loop().time() < deadline, "no writer ever waited for the held row"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("writer", ["round", "published marks"])
+async def test_writers_of_pending_vms_lock_them_in_id_order(private_engine: AsyncEngine, writer: str) -> None:
+    """The scheduler's round and the API's published marks both change pending VMs, many at once;
+    each takes their rows in id order, like everyone else, so none can hold one row while waiting
+    for another that a second writer holds while waiting for the first (measured before the fix:
+    a one-second stall, then an aborted transaction, a few times a minute under load).
+
+    A transaction that follows the order holds the lowest VM; the writer, given the VMs highest
+    first, must wait for it before it takes any other, so the transaction can then take the highest."""
+    async with private_engine.begin() as connection:
+        await connection.execute(
+            text("INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb) VALUES ('hv-o', 'online', 64, 65536, 1000)")
+        )
+    vms = sorted([await _vm(private_engine, "pending", None) for _ in range(20)])
+    record = PlacementRecord(
+        strategy=Strategy.BEST_FIT,
+        host="hv-o",
+        considered=1,
+        eligible=1,
+        decided_at="2026-01-01T00:00:00Z",
+        decision_us=1.0,
+    )
+    ledger = PostgresLedger(private_engine, default_strategy=Strategy.BEST_FIT)
+    marks = published_marks(private_engine)
+
+    async def write() -> None:
+        highest_first = vms[::-1]
+        if writer == "round":
+            placements = [
+                Placement(vm, 1, "hv-o", Resources(cpu=1, memory_mb=512, disk_gb=1), Strategy.BEST_FIT, record)
+                for vm in highest_first
+            ]
+            settled = await ledger.settle(placements, [])
+            assert {p.outcome for p in settled.placements} == {Committed.PLACED}
+        else:
+            await marks.submit([str(vm) for vm in highest_first])
+
+    # The holder and the watcher on connections of their own: the writer has the engine's pool.
+    side = create_engine(private_engine.url.render_as_string(hide_password=False), pool_size=2)
+    try:
+        async with side.begin() as holder:
+            await holder.execute(text("SELECT 1 FROM vms WHERE id = :id FOR UPDATE"), {"id": vms[0]})
+            writing = asyncio.create_task(write())
+            await _waiting_for_a_lock(side, 1)
+            # Would deadlock (and PostgreSQL abort one side after deadlock_timeout) had the writer
+            # taken the highest VM before waiting for the lowest.
+            await asyncio.wait_for(
+                holder.execute(text("SELECT 1 FROM vms WHERE id = :id FOR UPDATE"), {"id": vms[-1]}), timeout=20
+            )
+        await asyncio.wait_for(writing, timeout=20)
+        await marks.drain()
+    finally:
+        await side.dispose()

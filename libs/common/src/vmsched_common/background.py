@@ -11,6 +11,7 @@ from faststream import FastStream
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common.amqp import declare_topology
+from vmsched_common.heap import freeze_startup_objects
 from vmsched_common.metrics_server import LoopPulse, start_metrics_server
 from vmsched_common.settings import Settings
 
@@ -41,7 +42,8 @@ def consumer_app(
 ) -> FastStream:
     """A consumer service's FastStream app: before the first message, serve /metrics (with
     ``settings``: on VMSCHED_METRICS_PORT, else ``metrics_port``), connect, declare the topology and
-    call ``on_ready`` (which may start background duties); at shutdown, once consumers stopped, stop
+    call ``on_ready`` (which may start background duties), then freeze what startup made (see
+    :mod:`vmsched_common.heap`); at shutdown, once consumers stopped, stop
     the duties and run ``closers`` in order."""
     background = BackgroundTasks()
     stop_metrics: list[Callable[[], None]] = []
@@ -66,5 +68,6 @@ def consumer_app(
         await broker.connect()
         await declare_topology(broker)
         await on_ready(background)
+        freeze_startup_objects()
 
     return FastStream(broker, lifespan=lifespan, on_startup=[before_consuming], logger=logger)

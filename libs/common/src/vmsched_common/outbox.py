@@ -28,10 +28,16 @@ log = get_logger(__name__)
 # The statuses that imply a message: vm.create for pending, the delete command for deleting.
 UNANSWERED = (VmStatus.PENDING.value, VmStatus.DELETING.value)
 
+# Rows are locked in id order, as every writer of several VMs does (see the scheduler's ledger).
 _MARK_PUBLISHED = text(
     f"""
-    UPDATE vms SET published_at = now()
-     WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN {sql_in(UNANSWERED)}
+    WITH target AS (
+        SELECT id FROM vms
+         WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN {sql_in(UNANSWERED)}
+         ORDER BY id
+           FOR UPDATE
+    )
+    UPDATE vms SET published_at = now() FROM target WHERE vms.id = target.id
     """
 )
 _UNPUBLISHED = text(

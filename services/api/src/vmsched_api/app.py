@@ -20,6 +20,7 @@ from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.heap import freeze_startup_objects
 from vmsched_common.logs import get_logger
 from vmsched_common.outbox import published_marks, republish_unpublished
 from vmsched_common.publishing import Publisher
@@ -90,6 +91,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         )
         app.state.services = live
         sweeper = asyncio.create_task(sweep_unpublished(live))
+        freeze_startup_objects()
         try:
             yield {}
         finally:

@@ -30,6 +30,14 @@ PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING)
 _FIELDS = [rule.field for rule in RESOURCES]
 
+# Locks, taken as every writer takes them: the VMs first, in id order, then their hosts, in id order
+# (see vmsched_common.db.vm_writes), so no two writers can each hold a row the other waits for. Only
+# pending VMs are locked: the round changes nothing else, and a pending VM holds no host, so whoever
+# else holds one (the API's published marks, a delete) never waits for a host the round holds.
+_LOCK_VMS = text(
+    f"SELECT id FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) AND status = '{PLACED.source.value}' "
+    "ORDER BY id FOR UPDATE"
+)
 _LOCK_HOSTS = text("SELECT id FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
 
 _FITS = sql_fits(
@@ -126,6 +134,8 @@ class PostgresLedger:
         placed: list[PlacementResult] = []
         recorded: list[Committed] = []
         async with self.engine.begin() as connection:
+            vm_ids = sorted({p.vm_id for p in placements} | {n.vm_id for n in no_hosts})
+            await connection.execute(_LOCK_VMS, {"ids": vm_ids})
             if placements:
                 await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in placements})})
                 rows = (await connection.execute(_SETTLE_PLACEMENTS, _placement_params(placements))).all()

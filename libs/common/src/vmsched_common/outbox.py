@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.batching import Batcher
+from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import VmStatus, sql_in
 from vmsched_common.logs import get_logger
@@ -74,6 +75,7 @@ def published_marks(engine: AsyncEngine) -> PublishedMarks:
     publish one row, and at hundreds a second one UPDATE every few milliseconds replaces one
     transaction per request. Drain it on shutdown."""
 
+    @retry_on_dead_connection
     async def mark(batches: list[list[str]]) -> list[None]:
         async with engine.begin() as connection:
             await connection.execute(_MARK_PUBLISHED, {"ids": [vm_id for ids in batches for vm_id in ids]})

@@ -39,7 +39,7 @@ STATUS_PREFETCH = 512
 
 def build_app(settings: Settings) -> FastStream:
     broker = make_broker(settings, prefetch=256)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6, pre_ping=False)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 6)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     publisher = Publisher(broker)

@@ -13,6 +13,7 @@ from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.messages import HostStatus
 
 HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
@@ -39,6 +40,7 @@ _FLEET = text(
 )
 
 
+@retry_on_dead_connection
 async def refresh_fleet_gauges(engine: AsyncEngine) -> None:
     async with engine.connect() as connection:
         rows = (await connection.execute(_FLEET)).mappings().all()

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.schemas import Host, Vm, VmRequest
 from vmsched_common.db import vm_writes
+from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
 from vmsched_common.db.records import HOST_COLUMNS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
 from vmsched_common.lifecycle import VmStatus
@@ -86,9 +87,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
 
 
 class Repository:
+    """Every method is one unit of work, run again once if its pooled connection was dead."""
+
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
+    @retry_on_dead_connection
     async def create_vms(
         self, bodies: Sequence[VmRequest], idempotency_key: str | None = None
     ) -> tuple[list[VmRecord], bool]:
@@ -130,11 +134,13 @@ class Repository:
                 return [VmRecord.from_row(existing)], True
         return [VmRecord.from_row(row) for row in rows], False
 
+    @retry_on_dead_connection
     async def get_vm(self, vm_id: UUID) -> VmRecord | None:
         async with self.engine.connect() as connection:
             row = (await connection.execute(text(f"{_VM_SELECT} WHERE id = :id"), {"id": vm_id})).first()
         return VmRecord.from_row(row) if row else None
 
+    @retry_on_dead_connection
     async def list_vms(
         self, *, status: VmStatus | None, hypervisor_id: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Vm], str | None]:
@@ -157,6 +163,7 @@ class Repository:
         next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
         return items, next_cursor
 
+    @retry_on_dead_connection
     async def request_delete(self, vm_id: UUID) -> tuple[VmRecord, Change | None] | None:
         """The lifecycle's ``delete_requested``: a VM on a host goes ``deleting`` (its agent must act),
         one on none ``deleted`` at once. Returns the VM as it is now and the change, if any."""
@@ -170,11 +177,13 @@ class Repository:
                 return vm, None
         return change.after, change
 
+    @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
         return [HostRecord.from_row(row) for row in rows]
 
+    @retry_on_dead_connection
     async def get_host(self, host_id: str) -> HostRecord | None:
         async with self.engine.connect() as connection:
             row = (
@@ -182,6 +191,7 @@ class Repository:
             ).first()
         return HostRecord.from_row(row) if row else None
 
+    @retry_on_dead_connection
     async def set_paused(self, host_id: str, paused: bool) -> HostRecord | None:
         async with self.engine.begin() as connection:
             row = (
@@ -192,6 +202,7 @@ class Repository:
             ).first()
         return HostRecord.from_row(row) if row else None
 
+    @retry_on_dead_connection
     async def default_strategy(self) -> Strategy | None:
         async with self.engine.connect() as connection:
             value = (
@@ -199,6 +210,7 @@ class Repository:
             ).scalar()
         return Strategy(value) if value else None
 
+    @retry_on_dead_connection
     async def set_default_strategy(self, strategy: Strategy) -> None:
         statement = insert(SchedulerSettingRow).values(key="default_strategy", value=strategy.value)
         statement = statement.on_conflict_do_update(
@@ -207,6 +219,7 @@ class Repository:
         async with self.engine.begin() as connection:
             await connection.execute(statement)
 
+    @retry_on_dead_connection
     async def ping(self) -> None:
         async with self.engine.connect() as connection:
             await connection.execute(text("SELECT 1"))

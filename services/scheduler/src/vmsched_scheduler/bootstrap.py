@@ -61,7 +61,7 @@ def subscribe(broker: RabbitBroker, intake: PlacementIntake) -> None:
 
 def build_app(settings: Settings) -> SchedulerApp:
     broker = make_broker(settings, prefetch=settings.scheduler_prefetch)
-    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8, pre_ping=False)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     fleet = FleetCache(snapshot, full_refresh_every=settings.snapshot_full_refresh, min_refresh_interval=0.02)

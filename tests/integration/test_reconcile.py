@@ -76,9 +76,12 @@ async def test_a_flushed_snapshot_and_a_drifted_host_row_are_rebuilt_from_the_vm
         row = (await connection.execute(text("SELECT alloc_cpu, vm_count FROM hosts WHERE id = 'hv-r1'"))).one()
     assert tuple(row) == (4, 2)
 
-    # A second pass finds nothing to do.
+    # A second pass finds nothing to do, and says nothing to the schedulers: a host it leaves as it
+    # was is not in the change feed (each scheduler would read it again, every host every pass).
+    seq = await snapshot.current_seq()
     again = await reconcile(private_engine, snapshot)
     assert (again.restored_claims, again.dropped_claims, again.repaired_hosts) == (0, 0, 0)
+    assert await snapshot.changed_since(seq) == (seq, {})
 
 
 async def test_a_stale_claim_of_a_vm_postgresql_does_not_count_is_dropped(

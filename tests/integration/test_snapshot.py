@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Claim, Snapshot, SnapshotHost
+from vmsched_common.snapshot import Claim, OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.fleet_cache import FleetCache, demand_of
 
 pytestmark = pytest.mark.integration
@@ -119,9 +119,14 @@ class CountingSnapshot(Snapshot):
         self.hosts_read += len(host_ids)
         return await super().read_hosts(host_ids)
 
-    async def read_all(self) -> tuple[int, dict[str, SnapshotHost]]:
+    during_full_read: Callable[[], Awaitable[None]] | None = None
+
+    async def read_all(self, *, slice_size: int = 1000) -> tuple[int, dict[str, SnapshotHost]]:
         self.full_reads += 1
-        return await super().read_all()
+        read = await super().read_all(slice_size=slice_size)
+        if self.during_full_read is not None:  # something that lands after the read, before the swap
+            await self.during_full_read()
+        return read
 
     async def changed_since(self, seq: int) -> tuple[int, dict[str, int]]:
         self.change_reads += 1
@@ -130,13 +135,13 @@ class CountingSnapshot(Snapshot):
 
 async def test_a_refresh_skips_hosts_whose_last_change_is_a_claim_the_cache_booked_itself(snapshot: Snapshot) -> None:
     counting = CountingSnapshot(snapshot.redis, snapshot.prefix)
-    cache = FleetCache(counting, full_refresh_every=3600.0)
+    cache = FleetCache(counting)
     await cache.refresh()
     counting.hosts_read = 0  # the first refresh read the fleet whole
     vm = Resources(cpu=2, memory_mb=1024, disk_gb=10)
     claimed = await counting.claim_many([Claim(uuid.uuid4(), "hv-s1", vm)], time.time())
     cache.fleet.allocate("hv-s1", demand_of(vm))
-    cache.booked(claimed.changes)
+    cache.booked(claimed.changes, on=cache.fleet)
     await cache.refresh()
     assert counting.hosts_read == 0  # booked: nothing to read
     await counting.claim(uuid.uuid4(), "hv-s1", vm, time.time())  # another scheduler, behind its back
@@ -151,7 +156,7 @@ async def test_concurrent_refreshes_share_one_read_and_see_what_changed_before_t
     snapshot: Snapshot,
 ) -> None:
     counting = CountingSnapshot(snapshot.redis, snapshot.prefix)
-    cache = FleetCache(counting, full_refresh_every=3600.0)
+    cache = FleetCache(counting)
 
     # Fifty handlers at once: the first reads; those that asked while it ran cannot be sure it saw
     # what changed just before they asked, so one more read serves all of them. Two, not fifty.
@@ -168,3 +173,35 @@ async def test_concurrent_refreshes_share_one_read_and_see_what_changed_before_t
     host = cache.fleet.host("hv-s1")
     assert host is not None
     assert host.allocated.cpu == 3  # every caller asked after the claim: all see it
+
+
+@pytest.mark.parametrize("booked", ["before the swap", "after the swap"])
+async def test_a_full_read_beside_the_rounds_loses_no_claim_they_booked(snapshot: Snapshot, booked: str) -> None:
+    """A round decides on the copy it has, claims, and books the claim on that copy; meanwhile the
+    background read (older than the claim) replaces the copy. The claim is in the next refresh."""
+    counting = CountingSnapshot(snapshot.redis, snapshot.prefix)
+    cache = FleetCache(counting)
+    await cache.refresh()
+    vm = Resources(cpu=5, memory_mb=1024, disk_gb=10)
+    deciding_on = cache.fleet
+
+    async def a_round_claims() -> None:
+        claimed = await counting.claim_many([Claim(uuid.uuid4(), "hv-s1", vm)], time.time())
+        deciding_on.allocate("hv-s1", demand_of(vm))
+        if booked == "before the swap":
+            cache.booked(claimed.changes, on=deciding_on)
+        else:
+            self_swap.append(claimed.changes)
+
+    self_swap: list[Mapping[str, OwnChange]] = []
+    counting.during_full_read = a_round_claims
+    await cache.reload()
+    assert cache.fleet is not deciding_on
+    for changes in self_swap:
+        cache.booked(changes, on=deciding_on)
+
+    await cache.refresh()
+
+    host = cache.fleet.host("hv-s1")
+    assert host is not None
+    assert host.allocated.cpu == 5

@@ -120,7 +120,7 @@ class MemoryFleet:
     async def refresh(self, *, force_full: bool = False) -> None:
         self.fleet = Fleet.from_hosts(to_host_state(self.snapshot.record(h)) for h in self.snapshot.hosts.values())
 
-    def booked(self, changes: Mapping[str, OwnChange]) -> None:
+    def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
         """Nothing to skip: :meth:`refresh` reads every host anyway."""
 
     async def reread(self, host_ids: Iterable[str]) -> None:

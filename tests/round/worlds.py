@@ -48,8 +48,8 @@ class FreezableFleet:
     async def reread(self, host_ids: Iterable[str]) -> None:
         await self.inner.reread(host_ids)
 
-    def booked(self, changes: Mapping[str, OwnChange]) -> None:
-        self.inner.booked(changes)
+    def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
+        self.inner.booked(changes, on=on)
 
 
 class World(Protocol):
@@ -200,7 +200,7 @@ class ServersWorld:
     @classmethod
     def build(cls, engine: AsyncEngine, redis: Redis, prefix: str) -> ServersWorld:
         snapshot = Snapshot(redis, prefix)
-        view = FreezableFleet(FleetCache(snapshot, full_refresh_every=30.0))
+        view = FreezableFleet(FleetCache(snapshot))
         ledger = PostgresLedger(engine, default_strategy=Strategy.LEAST_LOADED)
         return cls(engine, snapshot, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
 

@@ -90,7 +90,8 @@ class Settings(BaseSettings):
     # message may have been dead-lettered by the delivery limit after broker restarts. A repeat is
     # harmless (every consumer is idempotent), so this only needs to exceed a normal queue wait.
     resend_stale_after: PositiveSeconds = 120.0
-    # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read.
+    # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read
+    # (in the background; rounds read only what changed).
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
     snapshot_full_refresh: PositiveSeconds = 30.0
     reconcile_interval: PositiveSeconds = 30.0

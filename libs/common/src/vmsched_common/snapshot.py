@@ -255,11 +255,16 @@ class Snapshot:
             raws: list[dict[str, str]] = await pipe.execute()
         return {host_id: parse_host(host_id, raw) for host_id, raw in zip(host_ids, raws, strict=True)}
 
-    async def read_all(self) -> tuple[int, dict[str, SnapshotHost]]:
-        """Every host, and the change number the read is at least as new as."""
+    async def read_all(self, *, slice_size: int = 1000) -> tuple[int, dict[str, SnapshotHost]]:
+        """Every host, and the change number the read is at least as new as. Read ``slice_size`` hosts
+        a round trip: between two, the caller's other tasks run (10,000 hashes parse in about 0.1 s)."""
         seq = await self.current_seq()
-        hosts = await self.read_hosts(await self.host_ids())
-        return seq, {host_id: record for host_id, record in hosts.items() if record is not None}
+        ids = await self.host_ids()
+        hosts: dict[str, SnapshotHost] = {}
+        for start in range(0, len(ids), slice_size):
+            read = await self.read_hosts(ids[start : start + slice_size])
+            hosts.update((host_id, record) for host_id, record in read.items() if record is not None)
+        return seq, hosts
 
     async def changed_since(self, seq: int) -> tuple[int, dict[str, int]]:
         """Hosts changed after change number ``seq`` with the number of their last change, and the

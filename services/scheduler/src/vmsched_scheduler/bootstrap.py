@@ -64,7 +64,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
-    fleet = FleetCache(snapshot, full_refresh_every=settings.snapshot_full_refresh, min_refresh_interval=0.02)
+    fleet = FleetCache(snapshot, min_refresh_interval=0.02)
     scheduling_round = SchedulingRound(
         fleet,
         snapshot,
@@ -83,6 +83,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         report = await reconcile(engine, snapshot)
         log.info("scheduler ready", hosts=report.hosts, restored_claims=report.restored_claims)
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
+        background.start(fleet.reload_forever(settings.snapshot_full_refresh))
 
     app = consumer_app(
         broker,

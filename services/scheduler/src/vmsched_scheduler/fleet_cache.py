@@ -2,11 +2,13 @@
 
 A full read of 10,000 host hashes costs hundreds of milliseconds; the change feed (``p:changed``
 scored by a global change number) lets each refresh read only the hosts touched since the last one.
+The full read, a safety net against a change the feed missed, runs beside the rounds
+(:meth:`FleetCache.reload_forever`), in slices that let them go on, and the copy it builds replaces
+the old one between two of a round's steps: no round waits for it.
 
 Refreshes are single-flight: a scheduler handles dozens of messages at once, and without the lock
-each of them would issue its own read of the same changes (and, every ``full_refresh_every``, its
-own full read of the fleet). A caller that waited while another refresh ran, started after it
-asked, takes that refresh's result.
+each of them would issue its own read of the same changes. A caller that waited while another
+refresh ran, started after it asked, takes that refresh's result.
 """
 
 from __future__ import annotations
@@ -47,11 +49,10 @@ def demand_of(resources: Resources) -> Demand:
 
 
 class FleetCache:
-    def __init__(self, snapshot: Snapshot, *, full_refresh_every: float, min_refresh_interval: float = 0.0) -> None:
+    def __init__(self, snapshot: Snapshot, *, min_refresh_interval: float = 0.0) -> None:
         self.snapshot = snapshot
         self.fleet = Fleet.from_hosts([])
         self._seq = -1
-        self._full_refresh_every = full_refresh_every
         self._min_refresh_interval = min_refresh_interval
         # Monotonic times at which the last full and the last refresh of any kind began.
         self._last_full = float("-inf")
@@ -59,21 +60,54 @@ class FleetCache:
         self._lock = asyncio.Lock()
         self._booked: dict[str, OwnChange] = {}
 
-    def booked(self, changes: Mapping[str, OwnChange]) -> None:
-        """The caller booked these claims on :attr:`fleet` as it made them: the next refresh skips
-        the hosts whose last change they are."""
-        self._booked.update(changes)
+    def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
+        """The caller booked these claims on ``on`` as it made them: if that is still :attr:`fleet`
+        (no full read replaced it meanwhile), the next refresh skips the hosts whose last change
+        they are."""
+        if on is self.fleet:
+            self._booked.update(changes)
 
     async def refresh(self, *, force_full: bool = False) -> None:
+        """What changed since the last refresh; the whole fleet the first time, when asked, or after
+        Redis lost its change counter (a flush)."""
         asked = time.monotonic()
         async with self._lock:
             if self._last_refresh >= asked and (not force_full or self._last_full >= asked):
                 return  # a refresh that began after this call was made has just finished
             now = time.monotonic()
-            if force_full or self._seq < 0 or now - self._last_full >= self._full_refresh_every:
-                await self._full(now)
+            if force_full or self._seq < 0:
+                self._replace(*await self._read_whole(), now)
             elif now - self._last_refresh >= self._min_refresh_interval:
                 await self._incremental(now)
+
+    async def reload(self) -> None:
+        """Read the whole fleet into a new copy while rounds go on with the old one, then swap."""
+        began = time.monotonic()
+        seq, fleet = await self._read_whole()
+        async with self._lock:
+            self._replace(seq, fleet, began)
+
+    async def reload_forever(self, every: float) -> None:
+        """:meth:`reload` every ``every`` seconds."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.reload()
+            except Exception as error:  # Redis away: the next period tries again; rounds go on incrementally
+                log.warning("full snapshot read failed", error=repr(error))
+
+    async def _read_whole(self) -> tuple[int, Fleet]:
+        seq, records = await self.snapshot.read_all()
+        return seq, Fleet.from_hosts(to_host_state(record) for record in records.values())
+
+    def _replace(self, seq: int, fleet: Fleet, began: float) -> None:
+        """Take ``fleet``, read whole at change number ``seq`` or later. What changed after ``seq`` is
+        read again at the next refresh, bookings made on the old copy included (forgotten here)."""
+        self.fleet = fleet
+        self._seq = seq
+        self._booked = {}
+        self._last_full = self._last_refresh = began
+        log.debug("snapshot reloaded", hosts=len(fleet), seq=seq)
 
     async def _incremental(self, began: float) -> None:
         seq, changed = await self.snapshot.changed_since(self._seq)
@@ -94,17 +128,10 @@ class FleetCache:
                     self.fleet.upsert(to_host_state(record))
         # A Redis flush resets the change counter: start over from a full read.
         if seq < self._seq or (not changed and await self.snapshot.current_seq() < self._seq):
-            await self._full(began)
+            self._replace(*await self._read_whole(), began)
             return
         self._seq = seq
         self._last_refresh = began
-
-    async def _full(self, began: float) -> None:
-        seq, records = await self.snapshot.read_all()
-        self.fleet = Fleet.from_hosts(to_host_state(record) for record in records.values())
-        self._seq = seq
-        self._last_full = self._last_refresh = began
-        log.debug("snapshot reloaded", hosts=len(records), seq=seq)
 
     async def reread(self, host_ids: Iterable[str]) -> None:
         """Read these hosts again, in one round trip: a claim proved the copy of them stale."""

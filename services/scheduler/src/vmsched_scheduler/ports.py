@@ -37,8 +37,9 @@ class FleetView(Protocol):
         """Read these hosts again: a claim proved the copy of them stale."""
         ...
 
-    def booked(self, changes: Mapping[str, OwnChange]) -> None:
-        """Claims the round booked on :attr:`fleet` as well: a refresh need not read those hosts."""
+    def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
+        """Claims the round booked on ``on`` (:attr:`fleet` when it decided) as well: a refresh need
+        not read those hosts, unless :attr:`fleet` was replaced meanwhile."""
         ...
 
 

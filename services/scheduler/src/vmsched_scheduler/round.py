@@ -42,6 +42,7 @@ from vmsched_scheduler.placement import (
     NO_AVAILABLE_AGENTS,
     Decision,
     DecisionContext,
+    Fleet,
     PlacementRequest,
     Weights,
     rejected_examples,
@@ -156,7 +157,7 @@ class SchedulingRound:
         return outcomes
 
     async def _pass(self, open_vms: list[_Open], outcomes: list[Outcome]) -> list[_Open]:
-        choices = await self._decide_all(open_vms)
+        choices, fleet = await self._decide_all(open_vms)
         placing = [c for c in choices if c.decision.host_id is not None]
         nowhere = [c for c in choices if c.decision.host_id is None]
         if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
@@ -166,13 +167,15 @@ class SchedulingRound:
             for choice in nowhere:
                 outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
             nowhere = []
-        again = await self._claim(placing)
+        again = await self._claim(placing, fleet)
         claimed = [c for c in placing if c.host_id]
         again += await self._settle(claimed, nowhere, outcomes)
         return again
 
     # -- 1. decide ------------------------------------------------------------------------------
-    async def _decide_all(self, open_vms: list[_Open]) -> list[_Choice]:
+    async def _decide_all(self, open_vms: list[_Open]) -> tuple[list[_Choice], Fleet]:
+        """Every VM decided on the current copy of the fleet, each booked on it before the next is
+        decided; the copy is returned with the choices (the claims' bookings belong to it)."""
         now = self.clock()
         context = DecisionContext(
             now=now, offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
@@ -189,7 +192,7 @@ class SchedulingRound:
             if choice.decision.host_id is not None:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
             choices.append(choice)
-        return choices
+        return choices, fleet
 
     def _decide(self, work: _Open, context: DecisionContext) -> _Choice:
         vm = work.item.vm
@@ -220,8 +223,9 @@ class SchedulingRound:
         return _Choice(work, decision, seconds, ignored)
 
     # -- 2. claim -------------------------------------------------------------------------------
-    async def _claim(self, placing: list[_Choice]) -> list[_Open]:
-        """Claim every chosen host; a refused VM is returned to be decided again."""
+    async def _claim(self, placing: list[_Choice], fleet: Fleet) -> list[_Open]:
+        """Claim every chosen host (booked on ``fleet`` when decided); a refused VM is returned to be
+        decided again."""
         if not placing:
             return []
         claims = [Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources) for c in placing]
@@ -231,7 +235,6 @@ class SchedulingRound:
         results = claimed.results
         again: list[_Open] = []
         stale: set[str] = set()
-        fleet = self.fleet.fleet
         for choice, result in zip(placing, results, strict=True):
             chosen = str(choice.decision.host_id)
             if result.outcome == "claimed":
@@ -252,7 +255,7 @@ class SchedulingRound:
             again.append(choice.work)
         # Booked on the fleet as decided: the claimed hosts are not read again at the next refresh,
         # unless another process changed them meanwhile.
-        self.fleet.booked({host: change for host, change in claimed.changes.items() if host not in stale})
+        self.fleet.booked({host: change for host, change in claimed.changes.items() if host not in stale}, on=fleet)
         await self.fleet.reread(stale)
         return again
 

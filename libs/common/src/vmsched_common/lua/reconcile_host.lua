@@ -57,15 +57,29 @@ for _, vm in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     end
   end
 end
-local write = {}
+local names, values = {}, {}
 for r = 1, R do
-  write[#write + 1] = 'a_' .. RESOURCE_FIELDS[r]
-  write[#write + 1] = tonumber(ARGV[4 + r]) + extra[r]
+  names[r] = 'a_' .. RESOURCE_FIELDS[r]
+  values[r] = tonumber(ARGV[4 + r]) + extra[r]
 end
-write[#write + 1] = 'vm_count'
-write[#write + 1] = tonumber(ARGV[5 + R]) + extra[R + 1]
-write[#write + 1] = 'synced'
-write[#write + 1] = '1'
-redis.call('HSET', KEYS[1], unpack(write))
-redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), host)
+names[R + 1] = 'vm_count'
+values[R + 1] = tonumber(ARGV[5 + R]) + extra[R + 1]
+-- Written, and put in the change feed, only when it differs: every scheduler reads again each host
+-- the feed names, and this runs over every host every VMSCHED_RECONCILE_INTERVAL.
+local current = redis.call('HMGET', KEYS[1], 'synced', unpack(names))
+local differs = current[1] ~= '1'
+for i = 1, R + 1 do
+  if tonumber(current[i + 1]) ~= values[i] then
+    differs = true
+  end
+end
+if differs then
+  local write = {'synced', '1'}
+  for i = 1, R + 1 do
+    write[#write + 1] = names[i]
+    write[#write + 1] = values[i]
+  end
+  redis.call('HSET', KEYS[1], unpack(write))
+  redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), host)
+end
 return {restored, dropped, extra[R + 1]}

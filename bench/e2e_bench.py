@@ -9,7 +9,8 @@ and the fleet in a process of its own (bench/e2e_fleet.py), all against an own R
 PostgreSQL database and own Redis key prefix, removed afterwards. For each fleet size, on one stack:
 
 - latency: single ``POST /v1/vms`` at a fixed offered rate (100/s): how long from the request to
-  ``scheduled`` (p99, the target) and to the agent;
+  ``scheduled`` (p99, the target) and to the agent (after 3 s of the same, not measured, once per
+  stack: the services' pools and caches fill);
 - sweep: ``POST /v1/vms/batch`` at rising offered rates, then as fast as the API takes them
   (saturation: the sustained placements/s, and CPU per placement per component);
 - messages: broker messages per VM, counted by a tap on the ``vmsched`` exchange while batches and
@@ -77,6 +78,7 @@ BASE_DB = os.environ.get("VMSCHED_DATABASE_URL", "postgresql+asyncpg://postgres@
 HEARTBEAT_INTERVAL = 30.0
 SCHEDULERS = 2
 LATENCY_RATE = 100.0
+WARM_UP_SECONDS = 3.0
 SATURATED = 0.8  # achieved below this share of offered: the sweep stops
 # A throughput VM is small: the fleets are overcommitted (cpu x4) so that every run fits in them.
 SMALL_VM = {"cpu": 1, "memory_mb": 512, "disk_gb": 1}
@@ -617,6 +619,11 @@ async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan, host_ids: Seq
     runs = []
     senders = Senders(stack.api_url)
     try:
+        # Not measured: the first seconds after the services start fill their connection pools and
+        # caches (the first second's p99 is two to three times the steady one).
+        warm_up = Phase("warm-up", LATENCY_RATE, 1)
+        await paced(senders, warm_up, LATENCY_RATE, WARM_UP_SECONDS, 1)
+        wait_received(fleets, warm_up.sent)
         for run in range(plan.runs):
             phases: list[dict[str, Any]] = []
             latency = Phase("latency", LATENCY_RATE, 1)

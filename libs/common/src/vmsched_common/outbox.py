@@ -29,16 +29,17 @@ log = get_logger(__name__)
 # The statuses that imply a message: vm.create for pending, the delete command for deleting.
 UNANSWERED = (VmStatus.PENDING.value, VmStatus.DELETING.value)
 
-# Rows are locked in id order, as every writer of several VMs does (see the scheduler's ledger).
+# Rows are locked in id order, as every writer of several VMs does (see the scheduler's ledger), and
+# found by id alone: the status is checked on the locked row (a status condition in the lookup can
+# lead the planner to walk every pending VM).
 _MARK_PUBLISHED = text(
     f"""
     WITH target AS (
-        SELECT id FROM vms
-         WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN {sql_in(UNANSWERED)}
-         ORDER BY id
-           FOR UPDATE
+        SELECT id, status FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE
     )
-    UPDATE vms SET published_at = now() FROM target WHERE vms.id = target.id
+    UPDATE vms SET published_at = now()
+      FROM target
+     WHERE vms.id = target.id AND target.status IN {sql_in(UNANSWERED)}
     """
 )
 _UNPUBLISHED = text(

@@ -25,20 +25,22 @@ _RUNNING = {t.target for t in transitions(Event.AGENT_RUNNING)}
 assert len(_RUNNING) == 1, "agent_running leads to one status"
 RUNNING = next(iter(_RUNNING)).value
 
-# Rows are locked in id order, so two batches (or a batch and the health check) cannot deadlock.
+# Rows are locked in id order, so two batches (or a batch and the health check) cannot deadlock; they
+# are found by id alone and the report checked against the locked row (a status or host condition in
+# the lookup can lead the planner to walk every VM of that status).
 _MARK_RUNNING = text(
     f"""
     WITH target AS (
-        SELECT v.id FROM vms v
-          JOIN unnest(CAST(:ids AS uuid[]), CAST(:agents AS text[])) AS r(id, agent_id)
-            ON v.id = r.id AND v.hypervisor_id = r.agent_id
-         WHERE v.status IN {sql_in(sources(Event.AGENT_RUNNING))}
+        SELECT v.id, v.status, v.hypervisor_id, r.agent_id FROM vms v
+          JOIN unnest(CAST(:ids AS uuid[]), CAST(:agents AS text[])) AS r(id, agent_id) ON v.id = r.id
          ORDER BY v.id
            FOR UPDATE OF v
     )
     UPDATE vms SET status = '{RUNNING}', status_reason = NULL, started_at = coalesce(started_at, now()),
                    updated_at = now()
-      FROM target WHERE vms.id = target.id
+      FROM target
+     WHERE vms.id = target.id AND target.hypervisor_id = target.agent_id
+       AND target.status IN {sql_in(sources(Event.AGENT_RUNNING))}
     RETURNING vms.id
     """
 )

@@ -1029,8 +1029,22 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def python_loop_seconds() -> float:
+    """This machine's speed as one number: seconds for 20 million additions in a Python loop, the
+    median of three. Figures from machines (or hours) whose loop differs are not comparable: the
+    same code measured 1.1 s here on a quiet day and 2.8 to 3.5 s on a slow one."""
+    timings = []
+    for _ in range(3):
+        began, total = time.perf_counter(), 0
+        for number in range(20_000_000):
+            total += number
+        timings.append(time.perf_counter() - began)
+    return round(sorted(timings)[1], 2)
+
+
 def machine() -> dict[str, Any]:
     return {
+        "python_loop_s": python_loop_seconds(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
@@ -1080,6 +1094,7 @@ def main() -> int:
     recorded_at = datetime.now(UTC).isoformat()
     started = time.monotonic()
     info = machine()
+    print(f"machine: python loop {info['python_loop_s']} s (docs/performance.md, 'Comparing runs')", flush=True)
     with tempfile.TemporaryDirectory(prefix="vmsched-bench-") as tmp:
         workdir = Path(tmp)
         sizes = []

@@ -1045,7 +1045,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def python_loop_seconds() -> float:
     """This machine's speed as one number: seconds for 20 million additions in a Python loop, the
     median of three. Figures from machines (or hours) whose loop differs are not comparable: the
-    same code measured 1.1 s here on a quiet day and 2.8 to 3.5 s on a slow one."""
+    same loop took 1.26 s here on a quiet moment and 2.8 to 3.5 s just after a benchmark run."""
     timings = []
     for _ in range(3):
         began, total = time.perf_counter(), 0

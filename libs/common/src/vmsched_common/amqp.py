@@ -4,7 +4,8 @@
   with the reason in a header and acked, so the consumer goes on with the rest.
 - A transient failure (a server unreachable) re-runs the handler with backoff for a while; handlers
   are idempotent, so running one twice is safe. If it keeps failing the message is nacked and comes
-  back; the quorum queue's delivery limit dead-letters it after ``VMSCHED_DELIVERY_LIMIT`` tries.
+  back; the quorum queue's delivery limit dead-letters it after ``topology.DEFAULT_DELIVERY_LIMIT`` (5)
+  deliveries.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from vmsched_scheduler.placement import (
     Demand,
     Fleet,
     HostState,
+    HostUsage,
     PlacementRequest,
     Weights,
     decide,
@@ -58,6 +59,8 @@ HOST_SHAPES = [  # (cpu, memory MiB, disk GB, gpu), with how common each is
 def build_hosts(count: int, rng: random.Random) -> list[HostState]:
     shapes, weights = zip(*HOST_SHAPES, strict=True)
     hosts = []
+    # Measured usage on 80 % of hosts, drawn apart so that the rest of the fleet stays what it was.
+    measuring = random.Random(f"usage:{count}")
     for n in range(count):
         cpu, memory_mb, disk_gb, gpu = rng.choices(shapes, weights)[0]
         fill = rng.random() * 0.85
@@ -76,9 +79,22 @@ def build_hosts(count: int, rng: random.Random) -> list[HostState]:
                 last_heartbeat=NOW - (rng.random() * 10 if rng.random() < 0.97 else 30 + rng.random() * 100),
                 cpu_ratio=rng.choice([1.0, 1.0, 2.0, 4.0]),
                 memory_ratio=rng.choice([1.0, 1.0, 1.5]),
+                usage=measured_usage(cpu, memory_mb, fill, measuring),
             )
         )
     return hosts
+
+
+def measured_usage(cpu: int, memory_mb: int, fill: float, rng: random.Random) -> HostUsage | None:
+    if rng.random() >= 0.8:
+        return None
+    busy = rng.uniform(0.2, 0.9)
+    return HostUsage(
+        cpu_used=cpu * fill * busy,
+        memory_used_mb=float(int(memory_mb * fill * busy)),
+        allocated_cpu=int(cpu * fill),
+        allocated_memory_mb=int(memory_mb * fill),
+    )
 
 
 def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.Random) -> list[PlacementRequest]:

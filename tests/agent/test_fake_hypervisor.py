@@ -84,3 +84,23 @@ async def test_the_fail_rate_fails_that_share_of_creates_reproducibly() -> None:
     first = await failures(3)
     assert first == await failures(3)
     assert 10 < sum(first) < 30
+
+
+async def test_measured_usage_is_the_hypervisors_own_plus_a_busy_share_of_what_its_vms_were_given() -> None:
+    hypervisor = FakeHypervisor(HOST, busy=0.5)
+    idle = hypervisor.usage()
+    assert idle is not None
+    assert (idle.cpu_used, idle.memory_used_mb) == (0.5, 1024)
+
+    await hypervisor.create_vm(create(cpu=2, memory_mb=4096))
+
+    busy = hypervisor.usage()
+    assert busy is not None
+    assert (busy.cpu_used, busy.memory_used_mb) == (0.5 + 0.5 * 2, 1024 + 2048)
+
+
+async def test_hosts_differ_in_how_busy_their_vms_are_and_a_host_measures_nothing_when_told() -> None:
+    busy = {FakeHypervisor(HostSpec(id=f"h{n}", capacity=HOST.capacity)).busy for n in range(20)}
+    assert len(busy) == 20
+    assert all(0.2 <= share <= 0.9 for share in busy)
+    assert FakeHypervisor(HOST, measure_usage=False).usage() is None

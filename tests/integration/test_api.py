@@ -25,7 +25,7 @@ GOOD = {"name": "api-test", "cpu": 1, "memory_mb": 512, "disk_gb": 1, "labels": 
         ({**GOOD, "strategy": "fastest"}, "strategy"),
         ({**GOOD, "restart_policy": "always"}, "restart_policy"),
         ({**GOOD, "colour": "blue"}, "colour"),
-        ({k: v for k, v in GOOD.items() if k != "cpu"}, "cpu"),
+        ({k: v for k, v in GOOD.items() if k != "disk_gb"}, "disk_gb"),
     ],
 )
 def test_bad_input_is_a_422_naming_the_field_and_changes_nothing(
@@ -43,7 +43,7 @@ def test_bad_input_is_a_422_naming_the_field_and_changes_nothing(
 def test_an_unknown_strategy_lists_the_valid_ones(api: httpx.Client) -> None:
     response = api.post("/v1/vms", json={**GOOD, "strategy": "fastest"})
     message = response.json()["detail"][0]["msg"]
-    for valid in ("least_loaded", "best_fit", "round_robin", "random"):
+    for valid in ("least_loaded", "best_fit", "round_robin", "random", "least_utilized"):
         assert valid in message
 
 
@@ -82,6 +82,23 @@ def test_an_idempotency_key_reused_for_another_body_is_a_conflict(api: httpx.Cli
     response = api.post("/v1/vms", json={**GOOD, "cpu": 2}, headers={"Idempotency-Key": key})
     assert response.status_code == 409
     assert key in response.json()["detail"]
+
+
+def test_a_vm_without_cpu_and_memory_is_stored_with_the_default_amounts(api: httpx.Client) -> None:
+    plain = {k: v for k, v in GOOD.items() if k not in ("cpu", "memory_mb")}
+    key = f"key-{uuid.uuid4()}"
+    created = api.post("/v1/vms", json=plain, headers={"Idempotency-Key": key})
+    assert created.status_code == 202, created.text
+    stored = api.get(f"/v1/vms/{created.json()['id']}").json()
+    assert (stored["cpu"], stored["memory_mb"], stored["disk_gb"]) == (4, 8192, 1)
+    # The same body again is the same request, though it named no amounts.
+    again = api.post("/v1/vms", json=plain, headers={"Idempotency-Key": key})
+    assert (again.json()["id"], again.headers.get("Idempotent-Replayed")) == (created.json()["id"], "true")
+
+    batch = api.post("/v1/vms/batch", json={"vms": [{**plain, "name": "d-1"}, {**plain, "name": "d-2", "cpu": 2}]})
+    assert batch.status_code == 202, batch.text
+    for vm, cpu in zip(batch.json()["items"], (4, 2), strict=True):
+        assert (api.get(f"/v1/vms/{vm['id']}").json()["cpu"], vm["memory_mb"]) == (cpu, 8192)
 
 
 def test_unknown_ids_are_404(api: httpx.Client) -> None:

@@ -10,12 +10,14 @@ from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.repository import Repository
-from vmsched_api.schemas import VmRequest
+from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_common.db.engine import create_engine, failed_on_dead_connection
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.outbox import published_marks
 
 pytestmark = pytest.mark.integration
+
+DEFAULTS = VmDefaults(cpu=4, memory_mb=8192)
 
 
 async def _kill_pooled_connections(engine: AsyncEngine) -> int:
@@ -36,10 +38,14 @@ async def _kill_pooled_connections(engine: AsyncEngine) -> int:
 
 async def test_the_api_survives_connections_postgresql_closed(private_engine: AsyncEngine) -> None:
     repository = Repository(private_engine)
-    (vm,), _ = await repository.create_vms([VmRequest(name="before", cpu=1, memory_mb=512, disk_gb=1)])
+    (vm,), _ = await repository.create_vms(
+        [VmRequest(name="before", cpu=1, memory_mb=512, disk_gb=1)], defaults=DEFAULTS
+    )
     assert await _kill_pooled_connections(private_engine) >= 1
 
-    (created,), replayed = await repository.create_vms([VmRequest(name="after", cpu=1, memory_mb=512, disk_gb=1)])
+    (created,), replayed = await repository.create_vms(
+        [VmRequest(name="after", cpu=1, memory_mb=512, disk_gb=1)], defaults=DEFAULTS
+    )
 
     assert not replayed
     assert created.status is VmStatus.PENDING

@@ -3,7 +3,8 @@ is refused with 422 naming the field and the reason before anything is touched."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -11,6 +12,10 @@ import pytest
 
 from vmsched_api.app import build_app
 from vmsched_api.deps import Services
+from vmsched_api.schemas import VmDefaults, VmRequest
+from vmsched_common.db.records import VmRecord
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import RestartPolicy, VmToPlace
 from vmsched_common.settings import Settings
 
 
@@ -50,7 +55,8 @@ def problems(body: dict[str, Any]) -> list[tuple[str, str]]:
         ({"name": "has space", "cpu": 1, "memory_mb": 1, "disk_gb": 1}, "body.name", "string_pattern_mismatch"),
         ({"name": "x", "cpu": 1, "memory_mb": 1, "disk_gb": 1, "strategy": "fastest"}, "body.strategy", "enum"),
         ({"name": "x", "cpu": 1, "memory_mb": 1, "disk_gb": 1, "colour": "red"}, "body.colour", "extra_forbidden"),
-        ({"name": "x", "cpu": 1, "disk_gb": 1}, "body.memory_mb", "missing"),
+        ({"name": "x", "cpu": 1, "memory_mb": 1}, "body.disk_gb", "missing"),
+        ({"name": "x", "memory_mb": 0, "disk_gb": 1}, "body.memory_mb", "greater_than_equal"),
     ],
 )
 async def test_a_bad_vm_is_refused_naming_the_field(
@@ -74,3 +80,103 @@ async def test_a_vm_id_that_is_not_a_uuid_is_refused(api: httpx.AsyncClient) -> 
 
 async def test_liveness_answers_without_servers(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
+
+
+class Accepting:
+    """The repository, publisher and published marks of an API that accepts VMs, in memory: what the
+    routes hand them is recorded."""
+
+    def __init__(self) -> None:
+        self.defaults: list[VmDefaults] = []
+        self.sent: list[VmToPlace] = []
+
+    async def create_vms(
+        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None, *, defaults: VmDefaults
+    ) -> tuple[list[VmRecord], bool]:
+        self.defaults.append(defaults)
+        return [self._record(body, defaults) for body in bodies], False
+
+    @staticmethod
+    def _record(body: VmRequest, defaults: VmDefaults) -> VmRecord:
+        return VmRecord(
+            id=uuid.uuid4(),
+            name=body.name,
+            status=VmStatus.PENDING,
+            status_reason=None,
+            hypervisor_id=None,
+            resources=body.resources(defaults),
+            labels=body.labels,
+            strategy=body.strategy,
+            restart_policy=RestartPolicy.NEVER,
+            restart_count=0,
+            attempt=1,
+            failures=0,
+            exclusions={},
+            attempts=[],
+            placement=None,
+            created_at=None,
+            scheduled_at=None,
+            started_at=None,
+            failed_at=None,
+        )
+
+    async def vm_create(self, vms: Sequence[VmToPlace]) -> None:
+        self.sent.extend(vms)
+
+    async def submit(self, ids: list[str]) -> None:
+        pass
+
+
+@pytest.fixture
+async def accepting() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
+    settings = Settings(default_vm_cpu=2, default_vm_memory_mb=3072)
+    stores = Accepting()
+    untouchable: Any = Untouchable()
+    recording: Any = stores
+    services = Services(
+        settings=settings,
+        engine=untouchable,
+        repository=recording,
+        snapshot=untouchable,
+        broker=untouchable,
+        publisher=recording,
+        published=recording,
+    )
+    app = build_app(settings, migrate=False, services=services)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+        yield client, stores
+
+
+async def test_a_vm_that_omits_cpu_and_memory_gets_the_default_amounts(
+    accepting: tuple[httpx.AsyncClient, Accepting],
+) -> None:
+    api, stores = accepting
+    response = await api.post("/v1/vms", json={"name": "plain", "disk_gb": 10})
+    assert response.status_code == 202, response.text
+    assert (response.json()["cpu"], response.json()["memory_mb"]) == (2, 3072)  # this API's settings
+    assert stores.defaults == [VmDefaults(cpu=2, memory_mb=3072)]
+    (sent,) = stores.sent
+    assert (sent.resources.cpu, sent.resources.memory_mb, sent.resources.disk_gb) == (2, 3072, 10)
+
+
+async def test_a_vm_keeps_what_it_asks_for_and_takes_the_default_only_for_what_it_omits(
+    accepting: tuple[httpx.AsyncClient, Accepting],
+) -> None:
+    api, _ = accepting
+    only_cpu = (await api.post("/v1/vms", json={"name": "a", "cpu": 8, "disk_gb": 1})).json()
+    only_memory = (await api.post("/v1/vms", json={"name": "b", "memory_mb": 512, "disk_gb": 1})).json()
+    assert (only_cpu["cpu"], only_cpu["memory_mb"]) == (8, 3072)
+    assert (only_memory["cpu"], only_memory["memory_mb"]) == (2, 512)
+
+
+async def test_a_batch_takes_the_defaults_per_vm(accepting: tuple[httpx.AsyncClient, Accepting]) -> None:
+    api, stores = accepting
+    vms = [{"name": "d1", "disk_gb": 1}, {"name": "d2", "cpu": 1, "memory_mb": 256, "disk_gb": 1}]
+    response = await api.post("/v1/vms/batch", json={"vms": vms})
+    assert response.status_code == 202, response.text
+    assert [(vm["cpu"], vm["memory_mb"]) for vm in response.json()["items"]] == [(2, 3072), (1, 256)]
+    assert [(vm.resources.cpu, vm.resources.memory_mb) for vm in stores.sent] == [(2, 3072), (1, 256)]
+
+
+def test_the_default_amounts_are_orchards_unless_set() -> None:
+    assert VmDefaults.of(Settings()) == VmDefaults(cpu=4, memory_mb=8192)

@@ -17,6 +17,8 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
         "VMSCHED_DATABASE_URL",
         "VMSCHED_SCHEDULING_STRATEGY",
         "VMSCHED_AGENT_OFFLINE_TIMEOUT",
+        "VMSCHED_DEFAULT_VM_CPU",
+        "VMSCHED_DEFAULT_VM_MEMORY_MB",
     ):
         monkeypatch.delenv(name, raising=False)
     settings = Settings()
@@ -26,6 +28,7 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.scheduling_strategy is Strategy.LEAST_LOADED
     assert settings.agent_offline_timeout == 15.0
     assert (settings.api_host, settings.api_port) == ("127.0.0.1", 8000)
+    assert (settings.default_vm_cpu, settings.default_vm_memory_mb) == (4, 8192)  # Orchard's (seed 002)
 
 
 def test_unknown_strategy_stops_with_the_list_of_valid_ones(
@@ -38,7 +41,7 @@ def test_unknown_strategy_stops_with_the_list_of_valid_ones(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "VMSCHED_SCHEDULING_STRATEGY" in err
-    assert "least_loaded, best_fit, round_robin, random" in err
+    assert "least_loaded, best_fit, round_robin, random, least_utilized" in err
 
 
 def test_each_bad_value_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,5 +67,5 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
-        "valid strategies: least_loaded, best_fit, round_robin, random"
+        "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized"
     ]

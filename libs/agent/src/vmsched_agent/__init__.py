@@ -6,7 +6,7 @@ See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake
 from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObserver
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
-from vmsched_agent.hypervisor import Hypervisor
+from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
 from vmsched_agent.simulator import FakeHypervisor, HostFull, Receipt, SimulatedFailure, SimulatedFleet
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "HostFull",
     "HostSpec",
     "Hypervisor",
+    "MeasuresUsage",
     "Profile",
     "Receipt",
     "ReceiveObserver",

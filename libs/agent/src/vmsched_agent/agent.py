@@ -25,7 +25,7 @@ from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
 from vmsched_agent.connection import AgentConnection, Consumer
-from vmsched_agent.hypervisor import Hypervisor
+from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
 from vmsched_common import topology
 from vmsched_common.amqp import poison_reason
 from vmsched_common.logs import bound, get_logger
@@ -37,6 +37,7 @@ from vmsched_common.messages import (
     Overcommit,
     ReportedStatus,
     Resources,
+    Usage,
     VmStatusReport,
 )
 from vmsched_common.settings import default_settings
@@ -109,6 +110,8 @@ class Agent:
         self._on_receive = on_receive
         self._vm_ids: set[UUID] = set(vm_ids)
         self._draining = False
+        self._usage: Usage | None = None
+        self._usage_failing = False
         self._vm_locks = _KeyedLocks()
         self._started = False
         self._accepting = False  # commands are carried out (not handed back) while set
@@ -152,6 +155,29 @@ class Agent:
             self._draining = draining
             self.connection.heartbeats.send_soon(self.agent_id)
 
+    def report_usage(self, usage: Usage | None) -> None:
+        """What the host measurably uses now (cores busy, memory in use): every heartbeat from now on
+        carries it, until the next call. None: back to the hypervisor's own :meth:`MeasuresUsage.usage`
+        if it has one, else no usage. Does not send a heartbeat of its own: usage changes all the
+        time, and the next heartbeat (within ``heartbeat_interval``) takes it."""
+        self._usage = usage
+
+    def usage(self) -> Usage | None:
+        """The usage the next heartbeat carries: the last :meth:`report_usage`, else the hypervisor's
+        measurement (when it implements :class:`MeasuresUsage`), else None."""
+        if self._usage is not None or not isinstance(self.hypervisor, MeasuresUsage):
+            return self._usage
+        try:
+            measured = self.hypervisor.usage()
+        except Exception as error:
+            # A failing measurement must not stop the heartbeats (the host would go offline).
+            if not self._usage_failing:
+                log.warning("usage not measured", host=self.agent_id, error=_text(error))
+            self._usage_failing = True
+            return None
+        self._usage_failing = False
+        return measured
+
     def heartbeat(self, status: HostStatus | None = None) -> AgentHeartbeat:
         """The heartbeat this agent would send now."""
         if status is None:
@@ -163,6 +189,7 @@ class Agent:
             status=status,
             vm_ids=list(self._vm_ids),
             overcommit=self.overcommit,
+            usage=self.usage(),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

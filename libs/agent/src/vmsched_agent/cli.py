@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="accept every create, even one the host has no room for",
     )
+    behaviour.add_argument(
+        "--no-usage",
+        dest="measure_usage",
+        action="store_false",
+        help="send no measured usage in heartbeats (least_utilized then ranks the hosts by allocation)",
+    )
     behaviour.add_argument("--seed", type=int, default=0, help="for --profile mixed and --fail-rate (default: 0)")
     behaviour.add_argument("--stop-after", type=_positive(float), help="seconds; default: until SIGINT/SIGTERM")
     behaviour.add_argument(
@@ -145,6 +151,7 @@ async def simulate(options: argparse.Namespace, settings: Settings, hosts: Seque
         queue_wait_timeout=options.queue_wait_timeout,
         max_concurrent_commands=options.max_concurrent_commands,
         record_commands=False,
+        measure_usage=options.measure_usage,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

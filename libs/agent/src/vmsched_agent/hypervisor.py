@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from vmsched_common.messages import AgentCommand
+from vmsched_common.messages import AgentCommand, Usage
 
 
 @runtime_checkable
@@ -22,3 +22,15 @@ class Hypervisor(Protocol):
     async def create_vm(self, command: AgentCommand) -> None: ...
 
     async def delete_vm(self, command: AgentCommand) -> None: ...
+
+
+@runtime_checkable
+class MeasuresUsage(Protocol):
+    """A hypervisor that can also say how busy its host is. Optional: the agent asks for it each time
+    it builds a heartbeat (``usage`` of ``agent.heartbeat``), unless a measurement was handed to
+    :meth:`~vmsched_agent.Agent.report_usage`. Keep it cheap (it runs on the heartbeat task): return
+    the last measurement your own sampling took. None: nothing measured (the host is then ranked by
+    allocation by the ``least_utilized`` strategy).
+    """
+
+    def usage(self) -> Usage | None: ...

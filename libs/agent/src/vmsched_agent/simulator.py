@@ -30,6 +30,7 @@ from vmsched_common.messages import (
     CommandAction,
     Overcommit,
     Resources,
+    Usage,
     VmStatusReport,
 )
 from vmsched_common.settings import Settings, default_settings
@@ -51,9 +52,21 @@ def shortfall(requested: Resources, used: Resources, capacity: Resources, overco
     return [missing.reason for missing in shortfalls(requested, capacity, ZERO, overcommit, used)]
 
 
+# What a simulated hypervisor uses itself, busy or idle: cores and MiB (never more than the host has).
+HYPERVISOR_CPU = 0.5
+HYPERVISOR_MEMORY_MB = 1024
+# The share of what they were given that a simulated host's VMs use, drawn once per host.
+BUSY_RANGE = (0.2, 0.9)
+
+
 class FakeHypervisor:
     """Creates VMs in memory, instantly or after ``create_delay`` seconds. Refuses a VM that does not
-    fit in what is left (with ``check_capacity``), and any create with probability ``fail_rate``."""
+    fit in what is left (with ``check_capacity``), and any create with probability ``fail_rate``.
+
+    Measures usage (``measure_usage``): the hypervisor's own share plus ``busy`` x what its VMs were
+    given (``busy`` drawn per host from :data:`BUSY_RANGE` unless given), so hosts with the same
+    allocation differ in load as real ones do.
+    """
 
     def __init__(
         self,
@@ -63,9 +76,13 @@ class FakeHypervisor:
         fail_rate: float = 0.0,
         check_capacity: bool = True,
         rng: random.Random | None = None,
+        measure_usage: bool = True,
+        busy: float | None = None,
     ) -> None:
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be between 0 and 1, got {fail_rate}")
+        if busy is not None and not 0.0 <= busy <= 1.0:
+            raise ValueError(f"busy must be between 0 and 1, got {busy}")
         self.host = host
         self.create_delay = create_delay
         self.fail_rate = fail_rate
@@ -73,11 +90,25 @@ class FakeHypervisor:
         self.vms: dict[UUID, Resources] = {}  # read it; change it through _hold and _drop
         self._used = ZERO
         self._rng = rng or random.Random(host.id)
+        self.measure_usage = measure_usage
+        # Its own generator: drawing it must not change the seeded failures of ``rng``.
+        self.busy = busy if busy is not None else random.Random(f"busy:{host.id}").uniform(*BUSY_RANGE)
 
     @property
     def used(self) -> Resources:
         """What its VMs hold: kept as VMs come and go, so a create costs the same on a full host."""
         return self._used
+
+    def usage(self) -> Usage | None:
+        """What the host uses now (:class:`vmsched_agent.hypervisor.MeasuresUsage`); None when it
+        does not ``measure_usage``."""
+        if not self.measure_usage:
+            return None
+        capacity = self.host.capacity
+        return Usage(
+            cpu_used=round(min(float(capacity.cpu), HYPERVISOR_CPU + self.busy * self._used.cpu), 3),
+            memory_used_mb=min(capacity.memory_mb, HYPERVISOR_MEMORY_MB + round(self.busy * self._used.memory_mb)),
+        )
 
     def _hold(self, vm_id: UUID, resources: Resources) -> None:
         self.vms[vm_id] = resources
@@ -123,7 +154,8 @@ class Receipt:
 
 
 class SimulatedFleet:
-    """``hosts`` as fake hypervisors sharing one broker connection.
+    """``hosts`` as fake hypervisors sharing one broker connection, each reporting a measured usage
+    in its heartbeats unless ``measure_usage`` is off (:class:`FakeHypervisor`).
 
     ``record_commands`` keeps every command and report, for tests (:meth:`received`,
     :meth:`wait_for_report`); a long benchmark turns it off and reads :attr:`commands_received`.
@@ -146,6 +178,7 @@ class SimulatedFleet:
         lanes: int | None = None,
         record_commands: bool = True,
         record_receipts: bool = False,
+        measure_usage: bool = True,
     ) -> None:
         if amqp_url is not None and broker is not None:
             raise ValueError("give amqp_url or broker, not both")
@@ -173,6 +206,7 @@ class SimulatedFleet:
                 fail_rate=fail_rate,
                 check_capacity=check_capacity,
                 rng=random.Random(f"{seed}:{host.id}"),
+                measure_usage=measure_usage,
             )
             self.hypervisors[host.id] = hypervisor
             self.agents[host.id] = Agent(

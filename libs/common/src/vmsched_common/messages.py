@@ -159,6 +159,16 @@ class Overcommit(BaseModel):
     disk: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
 
 
+class Usage(BaseModel):
+    """What a host measurably uses now, as its agent measures it: the whole host (its VMs and the
+    hypervisor itself), not what was allocated on it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cpu_used: Annotated[float, Field(ge=0.0, le=100_000.0, description="cores busy, e.g. 12.5 of 64")]
+    memory_used_mb: Annotated[int, Field(ge=0, le=1 << 40, description="memory in use, MiB")]
+
+
 class AgentHeartbeat(Message):
     """``agent.heartbeat``: an agent says it is alive and what it offers."""
 
@@ -169,6 +179,9 @@ class AgentHeartbeat(Message):
     status: Literal[HostStatus.ONLINE, HostStatus.DRAINING] = HostStatus.ONLINE
     vm_ids: list[UUID] = Field(default_factory=list)
     overcommit: Overcommit = Field(default_factory=Overcommit)
+    usage: Usage | None = Field(
+        default=None, description="measured load, for the least_utilized strategy; absent: ranked by allocation"
+    )
     sent_at: datetime = Field(default_factory=utc_now)
 
 

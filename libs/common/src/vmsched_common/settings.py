@@ -23,6 +23,7 @@ class Strategy(StrEnum):
     BEST_FIT = "best_fit"
     ROUND_ROBIN = "round_robin"
     RANDOM = "random"
+    LEAST_UTILIZED = "least_utilized"
 
 
 class OrphanPolicy(StrEnum):
@@ -64,6 +65,11 @@ class Settings(BaseSettings):
     weight_cpu: Weight = 0.4
     weight_memory: Weight = 0.4
     weight_disk: Weight = 0.2
+
+    # What a VM request that omits cpu or memory_mb gets (Orchard's defaults, seed 002); the stored
+    # VM shows the amounts it got.
+    default_vm_cpu: Annotated[int, Field(ge=1, le=1024)] = 4
+    default_vm_memory_mb: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = 8192
 
     # A host silent this long is offline and its VMs "unknown" (presumed running: nothing is failed
     # or deleted); silent for AGENT_LOST_TIMEOUT, its VMs fail and their restart policy applies.

@@ -5,7 +5,9 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 - ``p:host:<id>``: per resource of the fit rule its capacity (``cpu``, ``memory_mb``, ...), what is
   reserved for the hypervisor (``r_cpu``, ...), its allocation ratio where it has one
   (``cpu_ratio``, ...) and, once ``synced`` is set, what is allocated (``a_cpu``, ..., ``vm_count``);
-  then labels, status, pause flag and last heartbeat;
+  then labels, status, pause flag and last heartbeat; for a host whose agent measures its load, the
+  last measurement (``u_cpu``, ``u_memory_mb``) and what was allocated when it was folded in
+  (``u_a_cpu``, ``u_a_memory_mb``);
 - ``p:host:<id>:vms``: ids of VMs holding a claim on the host;
 - ``p:claim:<vm id>``: the host and resources one VM holds;
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
@@ -29,7 +31,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
-from vmsched_common.messages import HostStatus, Overcommit, Resources
+from vmsched_common.messages import HostStatus, Overcommit, Resources, Usage
 
 ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient"]
 
@@ -40,6 +42,29 @@ def allocated_field(field: str) -> str:
 
 def reserved_field(field: str) -> str:
     return f"r_{field}"
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredUsage:
+    """A host's last measured usage, and what was allocated on it when the measurement was folded in:
+    what was allocated since is not in the measurement yet."""
+
+    cpu_used: float
+    memory_used_mb: int
+    allocated_cpu: int
+    allocated_memory_mb: int
+
+
+# Per measured resource: the measurement's field, the field of the allocation at the time it was
+# folded in, and the allocation field that is copied there. The measurement is a *soft* field: written
+# with every heartbeat, never a reason to announce the host on the change feed (it moves all the
+# time; announcing it would make every scheduler re-read every host every few seconds). Readers see it
+# when they read the host for any other reason: the periodic announcement of an unchanged host
+# (``bump_interval``), a claim, a release, a state change, or a full read.
+USAGE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("u_cpu", "u_a_cpu", allocated_field("cpu")),
+    ("u_memory_mb", "u_a_memory_mb", allocated_field("memory_mb")),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +82,7 @@ class SnapshotHost:
     scheduling_paused: bool
     last_heartbeat: float
     synced: bool
+    usage: MeasuredUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +134,7 @@ class HostWrite:
     # PostgreSQL's allocations, used only when the hash has none yet.
     allocated: Resources
     vm_count: int
+    usage: Usage | None = None  # the agent's measurement, if it sent one
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
@@ -127,6 +154,12 @@ class HostWrite:
     def allocations(self) -> list[str]:
         """The values of :data:`ALLOCATION_FIELDS`, in order."""
         return [*_amounts(self.allocated), str(self.vm_count)]
+
+    def measured(self) -> list[str]:
+        """The measurements of :data:`USAGE_FIELDS`, in order; empty strings when none was sent."""
+        if self.usage is None:
+            return [""] * len(USAGE_FIELDS)
+        return [repr(float(self.usage.cpu_used)), str(self.usage.memory_used_mb)]
 
 
 def _state_fields() -> list[str]:
@@ -178,6 +211,19 @@ def _amounts(resources: Resources) -> list[str]:
     return [str(getattr(resources, rule.field)) for rule in RESOURCES]
 
 
+def parse_usage(raw: Mapping[str, str | None]) -> MeasuredUsage | None:
+    """The measurement in a host's hash (fields of :data:`USAGE_FIELDS`), None when it has none."""
+    (cpu, cpu_then, _), (memory, memory_then, _) = USAGE_FIELDS
+    if not raw.get(cpu):
+        return None
+    return MeasuredUsage(
+        cpu_used=float(raw.get(cpu) or 0.0),
+        memory_used_mb=int(raw.get(memory) or 0),
+        allocated_cpu=int(raw.get(cpu_then) or 0),
+        allocated_memory_mb=int(raw.get(memory_then) or 0),
+    )
+
+
 def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
     """A host record from its hash, or None for a hash without capacity (half-written, flushed)."""
     if "cpu" not in raw:
@@ -196,6 +242,7 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         scheduling_paused=raw.get("paused") == "1",
         last_heartbeat=float(raw.get("hb") or 0.0),
         synced=raw.get("synced") == "1",
+        usage=parse_usage(raw),
     )
 
 
@@ -277,6 +324,18 @@ class Snapshot:
         changed = {host_id: int(score) for host_id, score in rows}
         return max(changed.values()), changed
 
+    async def read_usage(self, host_ids: Sequence[str]) -> dict[str, MeasuredUsage | None]:
+        """The named hosts' last measured usage in one round trip (None: not reported, or no hash)."""
+        fields = [name for triple in USAGE_FIELDS for name in triple[:2]]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for host_id in host_ids:
+                pipe.hmget(self.host_key(host_id), fields)
+            replies: list[list[str | None]] = await pipe.execute()
+        return {
+            host_id: parse_usage(dict(zip(fields, values, strict=True)))
+            for host_id, values in zip(host_ids, replies, strict=True)
+        }
+
     async def claim_of(self, vm_id: UUID) -> str | None:
         host: str | None = await self.redis.hget(self.claim_key(vm_id), "host")  # type: ignore[assignment]
         return host
@@ -324,13 +383,22 @@ class Snapshot:
         return host
 
     async def record_heartbeats(self, writes: Sequence[HostWrite], bump_interval: float) -> None:
-        """Fold heartbeats into the hosts' hashes, in one script run."""
+        """Fold heartbeats into the hosts' hashes, in one script run. A host is announced on the
+        change feed when its state changed, or every ``bump_interval`` seconds when it did not (its
+        measured usage is never a change: see :data:`USAGE_FIELDS`)."""
         if not writes:
             return
-        args: list[str] = [repr(bump_interval), str(len(STATE_FIELDS)), str(len(ALLOCATION_FIELDS))]
+        args: list[str] = [
+            repr(bump_interval),
+            str(len(STATE_FIELDS)),
+            str(len(ALLOCATION_FIELDS)),
+            str(len(USAGE_FIELDS)),
+        ]
         args += [*STATE_FIELDS, *ALLOCATION_FIELDS]
+        for measured, then, allocation in USAGE_FIELDS:
+            args += [measured, then, str(ALLOCATION_FIELDS.index(allocation) + 1)]
         for write in writes:
-            args += [write.host_id, repr(write.heartbeat_at), *write.state(), *write.allocations()]
+            args += [write.host_id, repr(write.heartbeat_at), *write.state(), *write.allocations(), *write.measured()]
         await self._heartbeat(
             keys=[self.hosts_key, self.changed_key, self.seq_key, *(self.host_key(w.host_id) for w in writes)],
             args=args,

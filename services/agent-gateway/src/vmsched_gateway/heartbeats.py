@@ -90,4 +90,5 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         paused=host.paused,
         allocated=host.allocated,
         vm_count=host.vm_count,
+        usage=beat.usage,
     )

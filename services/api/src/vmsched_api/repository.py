@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_api.schemas import Host, Vm, VmRequest
+from vmsched_api.schemas import Host, HostUsage, Vm, VmDefaults, VmRequest
 from vmsched_common.db import vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
@@ -22,6 +22,7 @@ from vmsched_common.db.records import HOST_COLUMNS, VM_COLUMNS, VM_FIELDS, HostR
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
+from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
@@ -58,7 +59,7 @@ def to_vm(vm: VmRecord) -> Vm:
     )
 
 
-def to_host(host: HostRecord) -> Host:
+def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
     return Host(
         id=host.id,
         status=HostStatus(host.status),
@@ -70,6 +71,14 @@ def to_host(host: HostRecord) -> Host:
         vm_count=host.vm_count,
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
+        usage=None
+        if usage is None
+        else HostUsage(
+            cpu_used=usage.cpu_used,
+            memory_used_mb=usage.memory_used_mb,
+            allocated_cpu=usage.allocated_cpu,
+            allocated_memory_mb=usage.allocated_memory_mb,
+        ),
     )
 
 
@@ -94,16 +103,18 @@ class Repository:
 
     @retry_on_dead_connection
     async def create_vms(
-        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None
+        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None, *, defaults: VmDefaults
     ) -> tuple[list[VmRecord], bool]:
-        """Insert pending VMs in one statement. Returns (the VMs, replayed: an earlier request's)."""
+        """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
+        (the row holds what the VM got). Returns (the VMs, replayed: an earlier request's); the
+        idempotency hash is the body's, so a replay matches whatever the defaults are by then."""
         values = [
             {
                 "id": uuid.uuid4(),
                 "name": body.name,
                 "status": VmStatus.PENDING.value,
-                "cpu": body.cpu,
-                "memory_mb": body.memory_mb,
+                "cpu": body.resources(defaults).cpu,
+                "memory_mb": body.resources(defaults).memory_mb,
                 "disk_gb": body.disk_gb,
                 "gpu": body.gpu,
                 "labels": body.labels,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy
-from vmsched_common.settings import Strategy
+from vmsched_common.settings import Settings, Strategy
 
 VmName = Annotated[
     str,
@@ -20,23 +21,43 @@ VmName = Annotated[
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class VmDefaults:
+    """What a VM request that omits ``cpu`` or ``memory_mb`` gets."""
+
+    cpu: int
+    memory_mb: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> VmDefaults:
+        """``VMSCHED_DEFAULT_VM_CPU`` and ``VMSCHED_DEFAULT_VM_MEMORY_MB``."""
+        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb)
+
+
 class VmRequest(BaseModel):
     """What a client asks for."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: VmName
-    cpu: Annotated[int, Field(ge=1, le=1024, description="vCPUs")]
-    memory_mb: Annotated[int, Field(ge=1, le=64 * 1024 * 1024, description="memory in MiB")]
+    cpu: int | None = Field(default=None, ge=1, le=1024, description="vCPUs; omitted: VMSCHED_DEFAULT_VM_CPU")
+    memory_mb: int | None = Field(
+        default=None, ge=1, le=64 * 1024 * 1024, description="memory in MiB; omitted: VMSCHED_DEFAULT_VM_MEMORY_MB"
+    )
     disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
 
-    @property
-    def resources(self) -> Resources:
-        return Resources(cpu=self.cpu, memory_mb=self.memory_mb, disk_gb=self.disk_gb, gpu=self.gpu)
+    def resources(self, defaults: VmDefaults) -> Resources:
+        """What the VM gets: what it asks for, ``defaults`` for what it leaves out."""
+        return Resources(
+            cpu=defaults.cpu if self.cpu is None else self.cpu,
+            memory_mb=defaults.memory_mb if self.memory_mb is None else self.memory_mb,
+            disk_gb=self.disk_gb,
+            gpu=self.gpu,
+        )
 
 
 class VmBatchRequest(BaseModel):
@@ -81,6 +102,15 @@ class Placement(BaseModel):
     decision: PlacementRecord | None = Field(description="null until a scheduler has decided")
 
 
+class HostUsage(BaseModel):
+    """A host's last measured usage (its agent's heartbeat), from the capacity snapshot."""
+
+    cpu_used: float = Field(description="cores busy")
+    memory_used_mb: int = Field(description="memory in use, MiB")
+    allocated_cpu: int = Field(description="vCPUs allocated on the host when it was measured")
+    allocated_memory_mb: int = Field(description="memory allocated on the host when it was measured, MiB")
+
+
 class Host(BaseModel):
     id: str
     status: HostStatus
@@ -92,6 +122,11 @@ class Host(BaseModel):
     vm_count: int
     last_heartbeat: datetime | None
     scheduling_paused: bool
+    usage: HostUsage | None = Field(
+        default=None,
+        description="measured by its agent, as of its last heartbeat; null when it reports none "
+        "(or the snapshot is unreachable)",
+    )
 
 
 class HostPatch(BaseModel):

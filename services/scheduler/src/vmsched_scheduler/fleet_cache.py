@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
-from vmsched_common.snapshot import OwnChange, Snapshot, SnapshotHost
-from vmsched_scheduler.placement import Demand, Fleet, HostState
+from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
+from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
 
 log = get_logger(__name__)
 
@@ -41,6 +41,18 @@ def to_host_state(record: SnapshotHost) -> HostState:
         cpu_ratio=record.overcommit.cpu,
         memory_ratio=record.overcommit.memory,
         disk_ratio=record.overcommit.disk,
+        usage=usage_of(record.usage),
+    )
+
+
+def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
+    if measured is None:
+        return None
+    return HostUsage(
+        cpu_used=measured.cpu_used,
+        memory_used_mb=float(measured.memory_used_mb),
+        allocated_cpu=measured.allocated_cpu,
+        allocated_memory_mb=measured.allocated_memory_mb,
     )
 
 

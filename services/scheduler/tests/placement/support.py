@@ -15,6 +15,7 @@ from vmsched_scheduler.placement import (
     Demand,
     Fleet,
     HostState,
+    HostUsage,
     PlacementRequest,
     Weights,
 )
@@ -44,6 +45,7 @@ def host(
     memory_ratio: float = 1.0,
     disk_ratio: float = 1.0,
     reserved: Demand = NO_DEMAND,
+    usage: HostUsage | None = None,
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -58,6 +60,7 @@ def host(
         memory_ratio=memory_ratio,
         disk_ratio=disk_ratio,
         reserved=reserved,
+        usage=usage,
     )
 
 
@@ -149,6 +152,21 @@ def reference_least_loaded(h: HostState, weights: Weights) -> float:
     return weights.cpu * shares[0] + weights.memory * shares[1] + weights.disk * shares[2]
 
 
+def reference_least_utilized(h: HostState, weights: Weights) -> float:
+    """Measured cpu and memory (plus what was allocated since the measurement) of the physical
+    capacity, and allocated disk; a host without usage is scored as ``least_loaded`` scores it."""
+    if h.usage is None:
+        return reference_least_loaded(h, weights)
+    cpu = h.usage.cpu_used + max(0, h.allocated.cpu - h.usage.allocated_cpu)
+    memory = h.usage.memory_used_mb + max(0, h.allocated.memory_mb - h.usage.allocated_memory_mb)
+    disk = float(h.allocated.disk_gb) / float(max(reference_effective(h)[2], 1))
+    return (
+        weights.cpu * (cpu / float(max(h.capacity.cpu, 1)))
+        + weights.memory * (memory / float(max(h.capacity.memory_mb, 1)))
+        + weights.disk * disk
+    )
+
+
 def reference_best_fit(h: HostState, req: PlacementRequest, weights: Weights) -> float:
     effective = reference_effective(h)
     left = [
@@ -211,6 +229,21 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         memory_ratio=memory_ratio,
         disk_ratio=disk_ratio,
         reserved=reserved,
+        usage=draw(host_usages(used_cpu, used_memory)),
+    )
+
+
+@st.composite
+def host_usages(draw: st.DrawFn, allocated_cpu: int, allocated_memory_mb: int) -> HostUsage | None:
+    """None (an agent that measures nothing) now and then, else a measurement below, at or above
+    the allocation, taken before some of it was allocated (or before some was released)."""
+    if draw(st.sampled_from([True, False, False])):
+        return None
+    return HostUsage(
+        cpu_used=draw(st.sampled_from([0.0, 0.5, 1.0, 2.25, 7.0, 12.5, 40.0])),
+        memory_used_mb=float(draw(st.sampled_from([0, 512, 1000, 4096, 9000]))),
+        allocated_cpu=max(0, allocated_cpu + draw(st.sampled_from([0, 0, -1, -4, 2]))),
+        allocated_memory_mb=max(0, allocated_memory_mb + draw(st.sampled_from([0, 0, -1024, 512]))),
     )
 
 

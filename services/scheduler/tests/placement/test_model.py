@@ -16,7 +16,9 @@ def test_weights_refuse_negative_or_non_finite_values() -> None:
 
 def test_strategy_for_accepts_the_setting_strings() -> None:
     assert strategy_for("best_fit") is STRATEGIES[Strategy.BEST_FIT]
-    with pytest.raises(UnknownStrategyError, match="valid: best_fit, least_loaded, random, round_robin"):
+    with pytest.raises(
+        UnknownStrategyError, match="valid: best_fit, least_loaded, least_utilized, random, round_robin"
+    ):
         strategy_for("worst_fit")
 
 

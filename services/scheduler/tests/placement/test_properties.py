@@ -22,6 +22,7 @@ from services.scheduler.tests.placement.support import (
     reference_eligible,
     reference_first_failure,
     reference_least_loaded,
+    reference_least_utilized,
     reference_online,
     reference_reason,
     request,
@@ -81,6 +82,54 @@ def test_least_loaded_ranks_by_lowest_utilisation_then_lowest_id(
     assert decision.ranked == tuple(host_id for _, host_id in expected[:5])
     if expected:
         assert decision.score == expected[0][0]
+
+
+@settings(deadline=None)
+@given(host_lists, placement_requests(Strategy.LEAST_UTILIZED), contexts())
+def test_least_utilized_ranks_by_lowest_measured_load_then_lowest_id(
+    hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
+) -> None:
+    decision = decide(Fleet.from_hosts(hosts), req, ctx)
+    expected = sorted((reference_least_utilized(h, ctx.weights), h.id) for h in reference_eligible(hosts, req, ctx))
+    assert decision.ranked == tuple(host_id for _, host_id in expected[:5])
+    if expected:
+        assert decision.score == expected[0][0]
+
+
+@settings(deadline=None)
+@given(host_lists, placement_requests(Strategy.LEAST_UTILIZED), contexts())
+def test_least_utilized_without_measurements_is_least_loaded(
+    hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
+) -> None:
+    unmeasured = [replace(h, usage=None) for h in hosts]
+    utilized = decide(Fleet.from_hosts(unmeasured), req, ctx)
+    loaded = decide(Fleet.from_hosts(unmeasured), replace(req, strategy=Strategy.LEAST_LOADED), ctx)
+    assert (utilized.ranked, utilized.scores) == (loaded.ranked, loaded.scores)
+
+
+@settings(deadline=None)
+@given(host_lists, placement_requests(Strategy.LEAST_UTILIZED), contexts(), st.data())
+def test_least_utilized_scores_stay_current_as_vms_are_booked_and_released(
+    hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext, data: st.DataObject
+) -> None:
+    """A round books each decision on its fleet before the next: the columns the strategy reads must
+    then equal a fleet built afresh from the booked hosts (allocation since the measurement counted)."""
+    fleet = Fleet.from_hosts(hosts)
+    for _ in range(data.draw(st.integers(1, 6))):
+        decision = decide(fleet, req, ctx)
+        if decision.host_id is None:
+            break
+        if data.draw(st.booleans()):
+            fleet.allocate(decision.host_id, req.demand)
+        else:
+            fleet.release(decision.host_id, req.demand)
+        afresh = decide(Fleet.from_hosts(list(fleet)), req, ctx)
+        again = decide(fleet, req, ctx)
+        assert (again.ranked, again.scores) == (afresh.ranked, afresh.scores)
+        expected = sorted(
+            (reference_least_utilized(h, ctx.weights), h.id) for h in reference_eligible(list(fleet), req, ctx)
+        )
+        assert again.ranked == tuple(host_id for _, host_id in expected[:5])
 
 
 @settings(deadline=None)
@@ -155,7 +204,7 @@ def test_explain_agrees_with_decide(hosts: list[HostState], req: PlacementReques
         if verdict.reason is not None:
             assert verdict.reason.startswith(f"{verdict.filter}: ")
     passed = [v for v in verdicts if v.passed]
-    if req.strategy in (Strategy.LEAST_LOADED, Strategy.BEST_FIT) and passed:
+    if req.strategy in (Strategy.LEAST_LOADED, Strategy.BEST_FIT, Strategy.LEAST_UTILIZED) and passed:
         best = min(passed, key=lambda v: (v.score, v.host_id))
         assert (best.host_id, best.score) == (decision.host_id, decision.score)
     if decision.host_id is not None:

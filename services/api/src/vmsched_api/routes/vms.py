@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmPage, VmRequest
+from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
@@ -41,7 +41,9 @@ async def create_vm(
     body: VmRequest, services: ServicesDep, response: Response, idempotency_key: IdempotencyKey = None
 ) -> Vm:
     try:
-        vms, replayed = await services.repository.create_vms([body], idempotency_key)
+        vms, replayed = await services.repository.create_vms(
+            [body], idempotency_key, defaults=VmDefaults.of(services.settings)
+        )
     except IdempotencyConflict as error:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
@@ -56,7 +58,7 @@ async def create_vm(
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
 async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
-    vms, _ = await services.repository.create_vms(body.vms)
+    vms, _ = await services.repository.create_vms(body.vms, defaults=VmDefaults.of(services.settings))
     await _publish(services, vms)
     return VmBatch(items=[to_vm(vm) for vm in vms])
 

@@ -40,7 +40,9 @@ class FleetColumns:
     times faster than int64 ones in numpy) of shape (4, n), rows ``CPU, MEMORY, DISK, GPU``:
     ``effective`` (capacity after overcommit), ``allocated``, ``free`` (effective - allocated),
     ``divisor`` (effective as float, at least 1: what shares are computed against) and
-    ``utilisation`` (allocated / divisor).
+    ``utilisation`` (allocated / divisor). ``load`` (2, n), rows ``CPU, MEMORY``: what is in use as a
+    share of the host, measured (:attr:`HostState.measured_load`) where the agent reports usage, else
+    the ``utilisation`` row.
     """
 
     __slots__ = (
@@ -53,6 +55,7 @@ class FleetColumns:
         "label_codes",
         "label_values",
         "last_heartbeat",
+        "load",
         "online",
         "paused",
         "scratch",
@@ -71,6 +74,7 @@ class FleetColumns:
         self.free: FloatArray = block.free
         self.divisor: FloatArray = block.divisor
         self.utilisation: FloatArray = block.utilisation
+        self.load: FloatArray = block.load
         # Per label key asked about: each host's value as a small integer code (interned in
         # ``label_values``), so "carries key=value" is one vectorised comparison.
         self.label_codes: dict[str, CodeArray] = {}
@@ -128,6 +132,8 @@ class FleetColumns:
         self.free[:, index] = tuple(e - a for e, a in zip(effective, allocated, strict=True))
         self.divisor[:, index] = divisor
         self.utilisation[:, index] = tuple(float(a) / d for a, d in zip(allocated, divisor, strict=True))
+        measured = host.measured_load
+        self.load[:, index] = self.utilisation[:2, index] if measured is None else measured
         for key, codes in self.label_codes.items():
             codes[index] = self._code(key, host.labels.get(key))
 
@@ -146,6 +152,7 @@ class FleetColumns:
         self.free = np.insert(self.free, positions, block.free, axis=1)
         self.divisor = np.insert(self.divisor, positions, block.divisor, axis=1)
         self.utilisation = np.insert(self.utilisation, positions, block.utilisation, axis=1)
+        self.load = np.insert(self.load, positions, block.load, axis=1)
         for key, codes in self.label_codes.items():
             carried = [self._code(key, host.labels.get(key)) for host in new_hosts]
             self.label_codes[key] = np.insert(codes, positions, carried)
@@ -162,6 +169,7 @@ class FleetColumns:
         self.free = np.delete(self.free, index, axis=1)
         self.divisor = np.delete(self.divisor, index, axis=1)
         self.utilisation = np.delete(self.utilisation, index, axis=1)
+        self.load = np.delete(self.load, index, axis=1)
         for key, codes in self.label_codes.items():
             self.label_codes[key] = np.delete(codes, index)
         self.scratch = Scratch(len(self.ids))
@@ -186,7 +194,17 @@ class Scratch:
 class _Block:
     """Columns for a run of hosts, built in one pass (fleet construction and batch inserts)."""
 
-    __slots__ = ("allocated", "divisor", "effective", "free", "last_heartbeat", "online", "paused", "utilisation")
+    __slots__ = (
+        "allocated",
+        "divisor",
+        "effective",
+        "free",
+        "last_heartbeat",
+        "load",
+        "online",
+        "paused",
+        "utilisation",
+    )
 
     def __init__(self, hosts: Sequence[HostState]) -> None:
         count = len(hosts)
@@ -198,6 +216,11 @@ class _Block:
         self.free: FloatArray = self.effective - self.allocated
         self.divisor: FloatArray = np.maximum(self.effective, 1.0)
         self.utilisation: FloatArray = self.allocated / self.divisor
+        self.load: FloatArray = self.utilisation[:2].copy()
+        measured = [(index, host.measured_load) for index, host in enumerate(hosts) if host.usage is not None]
+        if measured:
+            rows = np.fromiter((index for index, _ in measured), np.intp, len(measured))
+            self.load[:, rows] = np.array([load for _, load in measured], dtype=np.float64).T
 
 
 def _resource_rows(amounts: Sequence[Demand]) -> FloatArray:

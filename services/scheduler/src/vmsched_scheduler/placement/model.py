@@ -63,6 +63,35 @@ class Ratios:
 
 
 @dataclass(frozen=True, slots=True)
+class HostUsage:
+    """A host's last measured usage (its agent's heartbeat), and what was allocated on it when the
+    measurement was folded into the snapshot."""
+
+    cpu_used: float  # cores busy
+    memory_used_mb: float
+    allocated_cpu: int = 0  # the host's allocation at the time of the measurement
+    allocated_memory_mb: int = 0
+
+    def in_use(self, allocated: Demand) -> tuple[float, float]:
+        """cpu and memory in use as best known now, given what is ``allocated`` now.
+
+        The measurement plus everything allocated since it was taken: a VM placed after the
+        measurement is not in it yet, so it is counted at the full amount it asked for until the
+        next measurement shows what it really uses. Without this, every VM of a round (and of the
+        seconds until the next heartbeat) would pile onto the host that looked idle. A VM released
+        since is not subtracted: the next measurement shows it gone; until then the host looks a
+        little busier than it is, which errs on the side of spreading.
+
+        Not ``max(measured, allocated)``: that would rank every host whose VMs are idle by their
+        allocation, which is what ``least_loaded`` does already, and measuring would change nothing.
+        """
+        return (
+            self.cpu_used + max(0, allocated.cpu - self.allocated_cpu),
+            self.memory_used_mb + max(0, allocated.memory_mb - self.allocated_memory_mb),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class HostState:
     """One host as the capacity snapshot knows it."""
 
@@ -78,6 +107,7 @@ class HostState:
     memory_ratio: float = 1.0  # overcommit (allocation ratio) for memory
     disk_ratio: float = 1.0  # overcommit (allocation ratio) for disk
     reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
+    usage: HostUsage | None = None  # measured by its agent; None when it reports none
 
     @property
     def ratios(self) -> Ratios:
@@ -96,6 +126,15 @@ class HostState:
                 for rule in RESOURCES
             )
         )
+
+    @property
+    def measured_load(self) -> tuple[float, float] | None:
+        """cpu and memory in use (:meth:`HostUsage.in_use`) as shares of the host's physical
+        capacity (at least 1 of each); None when its agent reports no usage."""
+        if self.usage is None:
+            return None
+        cpu, memory = self.usage.in_use(self.allocated)
+        return cpu / float(max(self.capacity.cpu, 1)), memory / float(max(self.capacity.memory_mb, 1))
 
     @property
     def free(self) -> Demand:
@@ -123,7 +162,7 @@ class PlacementRequest:
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """How much each resource's share counts in ``least_loaded`` and ``best_fit`` scores."""
+    """How much each resource's share counts in ``least_loaded``, ``least_utilized`` and ``best_fit`` scores."""
 
     cpu: float = 0.4
     memory: float = 0.4

@@ -9,11 +9,12 @@ from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement.strategies.base import PlacementStrategy, Ranking
 from vmsched_scheduler.placement.strategies.best_fit import BestFit
 from vmsched_scheduler.placement.strategies.least_loaded import LeastLoaded
+from vmsched_scheduler.placement.strategies.least_utilized import LeastUtilized
 from vmsched_scheduler.placement.strategies.random_choice import RandomChoice
 from vmsched_scheduler.placement.strategies.round_robin import RoundRobin
 
 STRATEGIES: Mapping[Strategy, PlacementStrategy] = MappingProxyType(
-    {s.NAME: s for s in (LeastLoaded(), BestFit(), RoundRobin(), RandomChoice())}
+    {s.NAME: s for s in (LeastLoaded(), BestFit(), RoundRobin(), RandomChoice(), LeastUtilized())}
 )
 VALID_STRATEGIES: frozenset[str] = frozenset(strategy.value for strategy in STRATEGIES)
 DEFAULT_STRATEGY = Strategy.LEAST_LOADED
@@ -37,6 +38,7 @@ __all__ = [
     "VALID_STRATEGIES",
     "BestFit",
     "LeastLoaded",
+    "LeastUtilized",
     "PlacementStrategy",
     "RandomChoice",
     "Ranking",

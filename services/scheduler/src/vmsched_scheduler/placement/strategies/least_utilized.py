@@ -1,0 +1,37 @@
+"""``least_utilized``: the host with the lowest weighted *measured* load, to spread real work.
+
+Score = w_cpu x cpu in use + w_memory x memory in use + w_disk x disk share, the weights of
+``least_loaded``. cpu and memory in use are what the host's agent last measured plus what was
+allocated on the host since (:meth:`HostUsage.in_use`), as shares of its physical capacity; disk is
+not measured, so it is the allocated share, as in ``least_loaded``. A host whose agent reports no
+usage is ranked by its allocated shares, exactly as ``least_loaded`` ranks it.
+"""
+
+from __future__ import annotations
+
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
+from vmsched_scheduler.placement.strategies.base import Ranking
+from vmsched_scheduler.placement.strategies.scoring import rank_lowest, weighted_sum
+
+
+class LeastUtilized:
+    NAME = Strategy.LEAST_UTILIZED
+
+    def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
+        load, used, floats = columns.load, columns.utilisation, columns.scratch.floats
+        return weighted_sum(context.weights, load[CPU], load[MEMORY], used[DISK], out=floats[0], work=floats[1])
+
+    def rank(
+        self,
+        columns: FleetColumns,
+        request: RequestVector,
+        eligible: BoolArray,
+        eligible_count: int,
+        context: DecisionContext,
+        limit: int,
+    ) -> Ranking:
+        scores = self.scores(columns, request, context)
+        assert scores is not None
+        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

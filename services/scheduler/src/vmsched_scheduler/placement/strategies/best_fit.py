@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+from vmsched_scheduler.placement.fleet import FleetColumns, FloatArray
 from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
-from vmsched_scheduler.placement.strategies.base import Ranking
-from vmsched_scheduler.placement.strategies.scoring import rank_lowest, weighted_sum
+from vmsched_scheduler.placement.strategies.scoring import LowestScoreWins, weighted_sum
 
 
-class BestFit:
+class BestFit(LowestScoreWins):
     NAME = Strategy.BEST_FIT
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
@@ -27,16 +26,3 @@ class BestFit:
             left.append(np.divide(share, divisor[resource], out=share))
         # Summed into the cpu share's array, which is read first.
         return weighted_sum(context.weights, *left, out=floats[0], work=floats[3])
-
-    def rank(
-        self,
-        columns: FleetColumns,
-        request: RequestVector,
-        eligible: BoolArray,
-        eligible_count: int,
-        context: DecisionContext,
-        limit: int,
-    ) -> Ranking:
-        scores = self.scores(columns, request, context)
-        assert scores is not None
-        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

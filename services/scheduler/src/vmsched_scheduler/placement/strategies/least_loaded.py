@@ -8,28 +8,14 @@ agent; it does not depend on the VM, so a decision ranks hosts by how busy they 
 from __future__ import annotations
 
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+from vmsched_scheduler.placement.fleet import FleetColumns, FloatArray
 from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
-from vmsched_scheduler.placement.strategies.base import Ranking
-from vmsched_scheduler.placement.strategies.scoring import rank_lowest, weighted_sum
+from vmsched_scheduler.placement.strategies.scoring import LowestScoreWins, weighted_sum
 
 
-class LeastLoaded:
+class LeastLoaded(LowestScoreWins):
     NAME = Strategy.LEAST_LOADED
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         used, floats = columns.utilisation, columns.scratch.floats
         return weighted_sum(context.weights, used[CPU], used[MEMORY], used[DISK], out=floats[0], work=floats[1])
-
-    def rank(
-        self,
-        columns: FleetColumns,
-        request: RequestVector,
-        eligible: BoolArray,
-        eligible_count: int,
-        context: DecisionContext,
-        limit: int,
-    ) -> Ranking:
-        scores = self.scores(columns, request, context)
-        assert scores is not None
-        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

@@ -10,28 +10,14 @@ usage is ranked by its allocated shares, exactly as ``least_loaded`` ranks it.
 from __future__ import annotations
 
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray
+from vmsched_scheduler.placement.fleet import FleetColumns, FloatArray
 from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
-from vmsched_scheduler.placement.strategies.base import Ranking
-from vmsched_scheduler.placement.strategies.scoring import rank_lowest, weighted_sum
+from vmsched_scheduler.placement.strategies.scoring import LowestScoreWins, weighted_sum
 
 
-class LeastUtilized:
+class LeastUtilized(LowestScoreWins):
     NAME = Strategy.LEAST_UTILIZED
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         load, used, floats = columns.load, columns.utilisation, columns.scratch.floats
         return weighted_sum(context.weights, load[CPU], load[MEMORY], used[DISK], out=floats[0], work=floats[1])
-
-    def rank(
-        self,
-        columns: FleetColumns,
-        request: RequestVector,
-        eligible: BoolArray,
-        eligible_count: int,
-        context: DecisionContext,
-        limit: int,
-    ) -> Ranking:
-        scores = self.scores(columns, request, context)
-        assert scores is not None
-        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_scheduler.placement.fleet import BoolArray, FloatArray, Scratch
-from vmsched_scheduler.placement.model import Weights
+from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray, Scratch
+from vmsched_scheduler.placement.model import DecisionContext, RequestVector, Weights
 from vmsched_scheduler.placement.strategies.base import Ranking
 
 # Added to the scores of hosts that failed a filter: above any real score (shares are finite and
@@ -49,3 +49,23 @@ def rank_lowest(
         picked_scores.append(float(masked[index]))
         masked[index] = np.inf
     return Ranking(tuple(picks), tuple(picked_scores))
+
+
+class LowestScoreWins:
+    """``rank`` for a strategy whose ``scores`` give every host a number, lowest preferred."""
+
+    def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
+        raise NotImplementedError
+
+    def rank(
+        self,
+        columns: FleetColumns,
+        request: RequestVector,
+        eligible: BoolArray,
+        eligible_count: int,
+        context: DecisionContext,
+        limit: int,
+    ) -> Ranking:
+        scores = self.scores(columns, request, context)
+        assert scores is not None
+        return rank_lowest(scores, eligible, eligible_count, limit, scratch=columns.scratch)

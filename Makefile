@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-fast lint format bench bench-placement servers clean asyncapi docs
+.PHONY: run test test-cluster test-fast lint format bench bench-placement servers clean asyncapi docs
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -20,8 +20,11 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
-test: .venv/.synced servers ## the whole suite on the real servers
-	$(PY) -m pytest
+test: .venv/.synced servers ## the whole suite on the real servers (but the broker cluster's test)
+	$(PY) -m pytest -m "not cluster"
+
+test-cluster: .venv/.synced servers ## a three-node RabbitMQ cluster loses a node mid-run (CI runs it after make test)
+	$(PY) -m pytest -m cluster -s -p no:logging tests/faults/test_cluster.py
 
 test-fast: .venv/.synced ## unit and property tests only (no servers)
 	$(PY) -m pytest -m "not integration" services/scheduler/tests tests/unit

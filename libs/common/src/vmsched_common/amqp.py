@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from vmsched_common import topology
+from vmsched_common.amqp_nodes import NodeRotatingConnection, node_urls
 from vmsched_common.logs import MessageLogContext, get_logger
 from vmsched_common.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
 from vmsched_common.settings import Settings
@@ -138,8 +140,9 @@ def make_broker(settings: Settings, *, prefetch: int = 32, middlewares: tuple[An
     from faststream.rabbit.opentelemetry import RabbitTelemetryMiddleware
 
     holder: list[RabbitBroker] = []
+    nodes = node_urls(settings.amqp_url)
     broker = RabbitBroker(
-        str(settings.amqp_url),
+        nodes[0],
         default_channel=Channel(prefetch_count=prefetch, publisher_confirms=True),
         # The first is outermost: one consume span covers every transient retry, and the log
         # context sees that span. The tracer provider is looked up when a span starts, so a
@@ -157,6 +160,11 @@ def make_broker(settings: Settings, *, prefetch: int = 32, middlewares: tuple[An
         # so without trace_id; at thousands of messages a second it is debugging detail.
         log_level=logging.DEBUG,
     )
+    if len(nodes) > 1:
+        # FastStream passes these to aio_pika.connect_robust, which takes the connection's class.
+        broker._connection_kwargs["connection_class"] = functools.partial(NodeRotatingConnection, nodes=nodes)
+        # Fail fast would give up when the first node tried is down; with several, try the others.
+        broker._connection_kwargs["fail_fast"] = False
     holder.append(broker)
     return broker
 

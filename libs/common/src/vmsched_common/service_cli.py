@@ -55,8 +55,19 @@ async def _reach(server: Server, settings: Settings, *, database_must_exist: boo
     if server is Server.BROKER:
         import aio_pika
 
-        broker = await aio_pika.connect(str(settings.amqp_url), timeout=CONNECT_TIMEOUT)
-        await broker.close()
+        from vmsched_common.amqp_nodes import node_urls
+
+        # Reachable when any node of the cluster answers: that is all the services need.
+        failures: list[BaseException] = []
+        for node in node_urls(settings.amqp_url):
+            try:
+                broker = await aio_pika.connect(node, timeout=CONNECT_TIMEOUT)
+            except Exception as error:  # reported if every node fails
+                failures.append(error)
+                continue
+            await broker.close()
+            return
+        raise failures[-1]
     elif server is Server.REDIS:
         from redis.asyncio import Redis
 

@@ -12,7 +12,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import AmqpDsn, Field, PostgresDsn, RedisDsn, ValidationError, field_validator, model_validator
+from pydantic import Field, PostgresDsn, RedisDsn, UrlConstraints, ValidationError, field_validator, model_validator
+from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,6 +42,8 @@ def valid_strategies() -> str:
 ENV_PREFIX = "VMSCHED_"
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
+# One RabbitMQ node, or several of one cluster (vmsched_common.amqp_nodes), amqp or amqps.
+AmqpUrl = Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["amqp", "amqps"], host_required=True)]
 Weight = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -51,7 +54,8 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, case_sensitive=False, extra="ignore", frozen=True, populate_by_name=True
     )
 
-    amqp_url: AmqpDsn = AmqpDsn("amqp://guest:guest@127.0.0.1:5672/")
+    # One node, or every node of a cluster: amqp://user:pass@node-a:5672,node-b:5672,node-c:5672/vhost
+    amqp_url: AmqpUrl = MultiHostUrl("amqp://guest:guest@127.0.0.1:5672/")
     redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
     database_url: PostgresDsn = PostgresDsn("postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched")
     # PostgreSQL connections each process keeps (plus half as many in bursts); unset: the

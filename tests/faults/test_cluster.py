@@ -1,0 +1,154 @@
+"""A three-node RabbitMQ cluster that loses a node mid-run (kill -9) and gets it back.
+
+The stack and the agents are given all three nodes in ``VMSCHED_AMQP_URL``. They connect to the
+first node, the one killed: every connection must find another node, the quorum queues elect new
+leaders there, and nothing accepted is lost, placed twice or overcommitted. The restarted node
+rejoins and every quorum queue is back to three replicas in its Raft group.
+
+The cluster is this module's own (devtools.broker_cluster), beside the local broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from devtools.broker_cluster import BrokerCluster, broker_cluster
+from devtools.stack import Stack
+from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
+from tests.faults.invariants import check
+from tests.integration.waiting import eventually
+from tests.servers import Servers
+from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.messages import Resources
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(900)]
+
+SUITE = "cluster"
+HOSTS = 40
+SCHEDULERS = 2
+# 5,000 VMs in three phases: before the kill, while a node is dead, after it rejoined.
+PHASES = {"before": 1500, "during": 2000, "after": 1500}
+
+
+@pytest.fixture(scope="module")
+def cluster(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    if servers.private_broker:
+        pytest.fail("the cluster test runs its own RabbitMQ nodes; it needs the local RabbitMQ packages")
+    with broker_cluster(f"vmsched-test-{servers.run_id}", tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def cluster_servers(servers: Servers, cluster: BrokerCluster) -> Servers:
+    return dataclasses.replace(servers, amqp_url=cluster.amqp_url, rabbitmqctl=cluster.nodes[1].rabbitmqctl)
+
+
+@pytest.fixture(scope="module")
+def cluster_stack(cluster_servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # Heartbeats go through a classic queue on the killed node; hosts must not be declared offline
+    # in the seconds it takes to come back (docs/deploy.md, "A broker cluster").
+    with fault_stack(
+        cluster_servers,
+        Path(tmp_path_factory.mktemp("cluster-logs")),
+        schedulers=SCHEDULERS,
+        VMSCHED_AGENT_OFFLINE_TIMEOUT="90",
+        VMSCHED_RESEND_STALE_AFTER="10",
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+async def cluster_fleet(cluster_stack: Stack, cluster_servers: Servers) -> AsyncIterator[SimulatedFleet]:
+    async with online_fleet(
+        cluster_stack,
+        cluster_servers,
+        SUITE,
+        HOSTS,
+        Resources(cpu=256, memory_mb=256 * 1024, disk_gb=8000),
+        heartbeat_interval=1.0,
+    ) as fleet:
+        yield fleet
+
+
+async def placed(servers: Servers, vm_ids: list[str]) -> int:
+    """VMs of ``vm_ids`` a scheduler has decided (a host chosen, or unschedulable)."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM vms WHERE id = ANY($1::uuid[]) AND status <> 'pending'", vm_ids
+        )
+        return count
+    finally:
+        await conn.close()
+
+
+async def place_phase(
+    api: httpx.AsyncClient, servers: Servers, rng: random.Random, phase: str, count: int
+) -> tuple[list[str], float]:
+    """Submit ``count`` VMs and wait until every one is decided; the ids and placements a second."""
+    bodies = [mixed_vm(rng, i, f"{SUITE}-{phase}") | {"labels": {"suite": SUITE}} for i in range(count)]
+    started = time.monotonic()
+    vm_ids = await submit(api, bodies, batch=250)
+    await eventually(
+        lambda: placed(servers, vm_ids),
+        lambda n: n == len(vm_ids),
+        timeout=240,
+        what=f"the {phase} phase's {count} VMs decided",
+        interval=0.25,
+    )
+    return vm_ids, count / (time.monotonic() - started)
+
+
+async def test_a_node_killed_and_restarted_loses_no_vm_and_every_quorum_queue_regains_three_replicas(
+    cluster: BrokerCluster, cluster_stack: Stack, cluster_fleet: SimulatedFleet, cluster_servers: Servers
+) -> None:
+    servers = cluster_servers
+    rng = random.Random(17)
+    victim = cluster.nodes[0]  # the node every client tried first: all their connections die with it
+    rates: dict[str, float] = {}
+    vm_ids: list[str] = []
+    async with httpx.AsyncClient(base_url=cluster_stack.api_url, timeout=120) as api:
+        ids, rates["before"] = await place_phase(api, servers, rng, "before", PHASES["before"])
+        vm_ids += ids
+
+        victim.kill()
+        await eventually(
+            lambda: asyncio.to_thread(cluster.running_nodes),
+            lambda n: n == 2,
+            timeout=60,
+            what="the cluster seeing one node gone",
+        )
+        ids, rates["during"] = await place_phase(api, servers, rng, "during", PHASES["during"])
+        vm_ids += ids
+
+        await asyncio.to_thread(victim.start)
+        await eventually(
+            lambda: asyncio.to_thread(cluster.quorum_queues),
+            lambda queues: bool(queues) and all(q.members == 3 and q.online == 3 for q in queues),
+            timeout=120,
+            what="every quorum queue back to three replicas online",
+            interval=1.0,
+        )
+        ids, rates["after"] = await place_phase(api, servers, rng, "after", PHASES["after"])
+        vm_ids += ids
+
+        await wait_settled(servers, vm_ids, timeout=300)
+        report = await check(servers.asyncpg_dsn, vm_ids, cluster_fleet)
+    queues = await asyncio.to_thread(cluster.quorum_queues)
+    print(
+        f"\nbroker cluster, node {victim.node} killed -9 and restarted: {len(vm_ids)} VMs -> {report.by_status}; "
+        + ", ".join(f"{phase} {rate:.0f} placements/s" for phase, rate in rates.items())
+        + f"; quorum queues: {[(q.name, q.members, q.online) for q in queues]}"
+    )
+    assert report.problems == []
+    assert report.by_status.get("running", 0) == len(vm_ids)
+    assert len(vm_ids) == sum(PHASES.values())

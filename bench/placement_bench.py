@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement import (
     DecisionContext,
@@ -37,6 +38,7 @@ from vmsched_scheduler.placement import (
     HostState,
     HostUsage,
     PlacementRequest,
+    SelectorTerm,
     Weights,
     decide,
     explain,
@@ -111,6 +113,13 @@ def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.
         if rng.random() < 0.05:
             gpu = 1
             labels["gpu"] = "a100"
+        selector: tuple[SelectorTerm, ...] = ()
+        if gpu == 0 and rng.random() < 0.20:
+            # Node affinity as people write it: one of some zones, and off the GPU hosts.
+            selector = (
+                SelectorTerm("zone", SelectorOperator.IN, tuple(rng.sample(ZONES, 2))),
+                SelectorTerm("gpu", SelectorOperator.DOES_NOT_EXIST),
+            )
         exclude = frozenset(f"hv-{rng.randrange(host_count):05d}" for _ in range(rng.randint(1, 2)))
         requests.append(
             PlacementRequest(
@@ -120,6 +129,7 @@ def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.
                 labels=labels,
                 strategy=strategy,
                 exclude_hosts=exclude if rng.random() < 0.05 else frozenset(),
+                host_selector=selector,
             )
         )
     return requests

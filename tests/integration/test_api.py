@@ -26,6 +26,15 @@ GOOD = {"name": "api-test", "cpu": 1, "memory_mb": 512, "disk_gb": 1, "labels": 
         ({**GOOD, "restart_policy": "always"}, "restart_policy"),
         ({**GOOD, "colour": "blue"}, "colour"),
         ({k: v for k, v in GOOD.items() if k != "disk_gb"}, "disk_gb"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "In"}]}, "values"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "NotIn", "values": []}]}, "values"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "Exists", "values": ["z1"]}]}, "values"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "DoesNotExist", "values": ["z1"]}]}, "values"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "Near", "values": ["z1"]}]}, "operator"),
+        ({**GOOD, "host_selector": [{"key": "", "operator": "Exists"}]}, "key"),
+        ({**GOOD, "host_selector": [{"operator": "Exists"}]}, "key"),
+        ({**GOOD, "host_selector": [{"key": "zone", "operator": "Exists", "value": "z1"}]}, "value"),
+        ({**GOOD, "host_selector": {"zone": "z1"}}, "host_selector"),
     ],
 )
 def test_bad_input_is_a_422_naming_the_field_and_changes_nothing(
@@ -99,6 +108,30 @@ def test_a_vm_without_cpu_and_memory_is_stored_with_the_default_amounts(api: htt
     assert batch.status_code == 202, batch.text
     for vm, cpu in zip(batch.json()["items"], (4, 2), strict=True):
         assert (api.get(f"/v1/vms/{vm['id']}").json()["cpu"], vm["memory_mb"]) == (cpu, 8192)
+
+
+def test_a_host_selector_is_stored_and_shown_as_asked(api: httpx.Client) -> None:
+    selector = [
+        {"key": "zone", "operator": "In", "values": ["z1", "z2"]},
+        {"key": "gpu-model", "operator": "DoesNotExist", "values": []},
+    ]
+    created = api.post("/v1/vms", json={**GOOD, "host_selector": selector})
+    assert created.status_code == 202, created.text
+    assert created.json()["host_selector"] == selector
+    assert api.get(f"/v1/vms/{created.json()['id']}").json()["host_selector"] == selector
+    batch = api.post("/v1/vms/batch", json={"vms": [{**GOOD, "name": "s-1", "host_selector": selector}, GOOD]})
+    assert batch.status_code == 202, batch.text
+    stored = [api.get(f"/v1/vms/{vm['id']}").json()["host_selector"] for vm in batch.json()["items"]]
+    assert stored == [selector, []]
+
+
+def test_a_bad_host_selector_term_names_its_place_and_the_operator(api: httpx.Client) -> None:
+    terms = [{"key": "zone", "operator": "Exists"}, {"key": "zone", "operator": "In", "values": []}]
+    response = api.post("/v1/vms/batch", json={"vms": [GOOD, {**GOOD, "host_selector": terms}]})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "vms", 1, "host_selector", 1, "values"]
+    assert "operator In needs at least one value" in error["msg"]
 
 
 def test_unknown_ids_are_404(api: httpx.Client) -> None:

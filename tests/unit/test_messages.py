@@ -10,7 +10,9 @@ from pydantic import ValidationError
 from vmsched_common.messages import (
     MAX_VMS_PER_MESSAGE,
     AgentHeartbeat,
+    HostSelectorTerm,
     Resources,
+    SelectorOperator,
     VmCreate,
     VmToPlace,
     batch_message_id,
@@ -31,6 +33,33 @@ def test_vm_create_carries_the_vms_of_one_request_and_round_trips_through_json()
     message = VmCreate(vms=[vm(labels={"zone": "eu-1"}, exclude_hosts=["hv-3"], attempt=2), vm(name="web-2")])
     assert VmCreate.model_validate_json(message.model_dump_json()) == message
     assert message.schema_version == 2
+
+
+def test_a_vm_create_carries_the_host_selector_and_one_without_it_selects_every_host() -> None:
+    selector = [HostSelectorTerm(key="zone", operator=SelectorOperator.IN, values=["z1", "z2"])]
+    message = VmCreate(vms=[vm(host_selector=selector)])
+    assert VmCreate.model_validate_json(message.model_dump_json()).vms[0].host_selector == selector
+    # What a producer of before host selectors sends (same schema version) still parses.
+    body = (
+        '{"schema_version": 2, "vms": [{"vm_id": "6f1c1a34-8a4e-4a8e-9b59-1e1f1d1b1a10", "name": "a", '
+        '"resources": {"cpu": 1, "memory_mb": 1, "disk_gb": 1}}]}'
+    )
+    assert VmCreate.model_validate_json(body).vms[0].host_selector == []
+
+
+@pytest.mark.parametrize(
+    ("term", "message"),
+    [
+        ({"key": "zone", "operator": "In"}, "operator In needs at least one value"),
+        ({"key": "zone", "operator": "NotIn", "values": []}, "operator NotIn needs at least one value"),
+        ({"key": "zone", "operator": "Exists", "values": ["z1"]}, "operator Exists takes no values"),
+        ({"key": "zone", "operator": "DoesNotExist", "values": ["z1"]}, "operator DoesNotExist takes no values"),
+    ],
+)
+def test_a_selector_term_s_values_must_suit_its_operator(term: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message) as refused:
+        HostSelectorTerm.model_validate(term)
+    assert refused.value.errors()[0]["loc"] == ("values",)
 
 
 def test_a_vm_create_of_no_vm_or_too_many_is_refused() -> None:

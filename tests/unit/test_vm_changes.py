@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import Resources, RestartPolicy
+from vmsched_common.messages import HostSelectorTerm, Resources, RestartPolicy, SelectorOperator
 from vmsched_common.vm_changes import (
     agent_delete_failed,
     agent_deleted,
@@ -56,6 +56,19 @@ def test_a_refused_create_is_retried_elsewhere_with_the_host_excluded_for_a_whil
     assert after.to_place(NOW + 599).exclude_hosts == ["hv-1"]
     assert after.to_place(NOW + 601).exclude_hosts == []  # the exclusion expired
     assert change.released_from == "hv-1"
+
+
+def test_a_vm_placed_again_keeps_its_host_selector() -> None:
+    selector = (HostSelectorTerm(key="zone", operator=SelectorOperator.IN, values=["z1"]),)
+    failed = agent_failed(vm(host_selector=selector), "hv-1", "no room", NOW, max_attempts=3, exclude_for=600)
+    assert failed is not None
+    assert failed.after.to_place(NOW).host_selector == list(selector)
+    silent = vm(host_selector=selector, status=VmStatus.UNKNOWN, started_at=datetime.fromtimestamp(NOW - 5, UTC))
+    lost = host_lost(silent, NOW, exclude_for=600)
+    assert lost is not None
+    restarted = restart(lost.after)
+    assert restarted is not None
+    assert restarted.after.to_place(NOW + 60).host_selector == list(selector)
 
 
 def test_the_last_attempt_fails_the_vm_listing_every_host_tried() -> None:

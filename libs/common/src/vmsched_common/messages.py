@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from vmsched_common.settings import Strategy
 
@@ -68,6 +68,57 @@ class UnschedulableReason(StrEnum):
     INVALID_STRATEGY = "invalid_strategy"  # a strategy no scheduler implements (seed 001's invalidStrategy)
 
 
+class SelectorOperator(StrEnum):
+    """How a host selector term tests a host's label (Kubernetes' node affinity operators)."""
+
+    IN = "In"  # the host has the key, with one of the values
+    NOT_IN = "NotIn"  # the host lacks the key, or has it with none of the values
+    EXISTS = "Exists"  # the host has the key, whatever its value
+    DOES_NOT_EXIST = "DoesNotExist"  # the host lacks the key
+
+
+# The operators that test values, and so need at least one; the others take none.
+VALUE_OPERATORS = frozenset({SelectorOperator.IN, SelectorOperator.NOT_IN})
+MAX_SELECTOR_TERMS = 32
+MAX_SELECTOR_VALUES = 64
+
+
+class HostSelectorTerm(BaseModel):
+    """One term of a VM's ``host_selector``; a host must satisfy every term."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: LabelKey = Field(description="a host label key, e.g. zone")
+    operator: SelectorOperator = Field(
+        description="In (one of values), NotIn (none of values, or no such label), Exists, DoesNotExist"
+    )
+    values: Annotated[list[LabelValue], Field(max_length=MAX_SELECTOR_VALUES)] = Field(
+        default_factory=list,
+        validate_default=True,
+        description="at least one for In and NotIn; none for Exists and DoesNotExist",
+    )
+
+    @field_validator("values")
+    @classmethod
+    def _values_suit_the_operator(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        operator = info.data.get("operator")  # absent when the operator itself was invalid
+        if operator in VALUE_OPERATORS and not values:
+            raise ValueError(f"operator {operator.value} needs at least one value")
+        if operator is not None and operator not in VALUE_OPERATORS and values:
+            raise ValueError(f"operator {operator.value} takes no values")
+        return values
+
+
+HostSelector = Annotated[
+    list[HostSelectorTerm],
+    Field(
+        max_length=MAX_SELECTOR_TERMS,
+        description="terms a host's labels must all satisfy (Kubernetes' node affinity); "
+        'e.g. [{"key": "zone", "operator": "In", "values": ["z1", "z2"]}]',
+    ),
+]
+
+
 # Most VMs of a POST /v1/vms/batch travel in one vm.create; a message never carries more.
 MAX_VMS_PER_MESSAGE = 1000
 
@@ -81,6 +132,8 @@ class VmToPlace(BaseModel):
     name: str
     resources: Resources
     labels: Labels = Field(default_factory=dict)
+    # Added in schema version 2 without a new version: a message without it selects every host.
+    host_selector: HostSelector = Field(default_factory=list)
     strategy: Strategy | None = None
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
@@ -126,7 +179,7 @@ class Unplaced(BaseModel):
     attempt: int
     reason: str = Field(
         description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
-        "(cpu, memory, disk, gpu, labels, paused, offline, excluded, ...)"
+        "(cpu, memory, disk, gpu, host_selector, labels, paused, offline, excluded, ...)"
     )
     detail: str
     rejections: dict[str, int] = Field(

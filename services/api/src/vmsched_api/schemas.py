@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy
+from vmsched_common.messages import (
+    HostSelector,
+    HostSelectorTerm,
+    HostStatus,
+    Labels,
+    Overcommit,
+    Resources,
+    RestartPolicy,
+)
 from vmsched_common.settings import Settings, Strategy
 
 VmName = Annotated[
@@ -47,6 +55,7 @@ class VmRequest(BaseModel):
     disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
+    host_selector: HostSelector = Field(default_factory=list)
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
 
@@ -77,6 +86,7 @@ class Vm(BaseModel):
     disk_gb: int
     gpu: int
     labels: dict[str, str]
+    host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int

@@ -44,6 +44,7 @@ from vmsched_scheduler.placement import (
     DecisionContext,
     Fleet,
     PlacementRequest,
+    SelectorTerm,
     Weights,
     rejected_examples,
     scheduling_line,
@@ -196,14 +197,7 @@ class SchedulingRound:
 
     def _decide(self, work: _Open, context: DecisionContext) -> _Choice:
         vm = work.item.vm
-        request = PlacementRequest(
-            vm_id=str(vm.vm_id),
-            name=vm.name,
-            demand=demand_of(vm.resources),
-            labels=vm.labels,
-            strategy=work.strategy,
-            exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
-        )
+        request = _placement_request(work)
         started = time.perf_counter()
         decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
         ignored = False
@@ -355,14 +349,7 @@ class SchedulingRound:
         reason = decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered:
-            request = PlacementRequest(
-                vm_id=str(vm.vm_id),
-                name=vm.name,
-                demand=demand_of(vm.resources),
-                labels=vm.labels,
-                strategy=choice.work.strategy,
-                exclude_hosts=frozenset(vm.exclude_hosts) | choice.work.avoid,
-            )
+            request = _placement_request(choice.work)
             context = DecisionContext(
                 now=self.clock(),
                 offline_timeout=self.settings.offline_timeout,
@@ -415,6 +402,21 @@ def _detail(decision: Decision) -> str:
         return f"no online host among {decision.considered} known"
     counts = ", ".join(f"{rule}: {count}" for rule, count in decision.rejections.items())
     return f"none of {decision.considered} hosts fits ({counts})"
+
+
+def _placement_request(work: _Open) -> PlacementRequest:
+    """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
+    this round or its earlier deliveries left out for it."""
+    vm = work.item.vm
+    return PlacementRequest(
+        vm_id=str(vm.vm_id),
+        name=vm.name,
+        demand=demand_of(vm.resources),
+        labels=vm.labels,
+        strategy=work.strategy,
+        exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
+        host_selector=tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in vm.host_selector),
+    )
 
 
 def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> Assignment:

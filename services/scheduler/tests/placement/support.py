@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement import (
     DecisionContext,
@@ -17,6 +18,7 @@ from vmsched_scheduler.placement import (
     HostState,
     HostUsage,
     PlacementRequest,
+    SelectorTerm,
     Weights,
 )
 from vmsched_scheduler.placement.model import NO_DEMAND
@@ -74,6 +76,7 @@ def request(
     strategy: Strategy = Strategy.LEAST_LOADED,
     exclude: Sequence[str] = (),
     name: str = "web-1",
+    host_selector: Sequence[SelectorTerm] = (),
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -82,7 +85,13 @@ def request(
         labels=dict(labels or {}),
         strategy=strategy,
         exclude_hosts=frozenset(exclude),
+        host_selector=tuple(host_selector),
     )
+
+
+def term(key: str, operator: str, *values: str) -> SelectorTerm:
+    """``term("zone", "In", "z1", "z2")``: a host selector term as a user writes it."""
+    return SelectorTerm(key, SelectorOperator(operator), values)
 
 
 def context(*, cursor: int = 0, seed: int = 0, weights: Weights | None = None, now: float = NOW) -> DecisionContext:
@@ -122,6 +131,8 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "paused"
     if any(h.labels.get(key) != value for key, value in req.labels.items()):
         return "labels"
+    if not all(reference_term_holds(t, h.labels) for t in req.host_selector):
+        return "host_selector"
     effective = reference_effective(h)
     allocated = h.allocated.as_tuple()
     demand = req.demand.as_tuple()
@@ -131,7 +142,19 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
     return None
 
 
-FILTER_ORDER = ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
+def reference_term_holds(t: SelectorTerm, labels: Mapping[str, str]) -> bool:
+    """Kubernetes' match expressions, one host at a time."""
+    if t.operator == "In":
+        return t.key in labels and labels[t.key] in t.values
+    if t.operator == "NotIn":
+        return t.key not in labels or labels[t.key] not in t.values
+    if t.operator == "Exists":
+        return t.key in labels
+    assert t.operator == "DoesNotExist"
+    return t.key not in labels
+
+
+FILTER_ORDER = ("excluded", "offline", "paused", "labels", "host_selector", "cpu", "memory", "disk", "gpu")
 
 
 def reference_reason(rejections: Mapping[str | None, int], online: bool) -> str:
@@ -273,8 +296,21 @@ host_lists = st.lists(st.one_of(healthy_host_states(), host_states()), max_size=
 
 
 @st.composite
+def selector_terms(draw: st.DrawFn) -> SelectorTerm:
+    """Any operator on a known key (or one no host has), values known and unknown ("d")."""
+    operator = draw(st.sampled_from(list(SelectorOperator)))
+    values: tuple[str, ...] = ()
+    if operator in (SelectorOperator.IN, SelectorOperator.NOT_IN):
+        values = tuple(draw(st.lists(st.sampled_from([*LABEL_VALUES, "d"]), min_size=1, max_size=6)))
+    return SelectorTerm(draw(st.sampled_from([*LABEL_KEYS, "ssd"])), operator, values)
+
+
+host_selectors = st.lists(selector_terms(), max_size=3).map(tuple)
+
+
+@st.composite
 def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> PlacementRequest:
-    """Mostly modest requests; labels, GPUs and exclusions now and then."""
+    """Mostly modest requests; labels, host selectors, GPUs and exclusions now and then."""
     labels = draw(
         st.one_of(
             st.just({}),
@@ -293,6 +329,7 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         labels=labels,
         strategy=strategy if strategy is not None else draw(st.sampled_from(list(Strategy))),
         exclude_hosts=frozenset(draw(st.lists(st.sampled_from(HOST_IDS), max_size=2))),
+        host_selector=draw(st.one_of(st.just(()), host_selectors)),
     )
 
 

@@ -35,6 +35,8 @@ class VmRow(Base):
     disk_gb: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # [{key, operator, values}]: terms the host's labels must all satisfy (messages.HostSelectorTerm).
+    host_selector: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     strategy: Mapped[str | None] = mapped_column(String(32))
     restart_policy: Mapped[str] = mapped_column(String(16), server_default="never")
     restart_count: Mapped[int] = mapped_column(Integer, server_default="0")

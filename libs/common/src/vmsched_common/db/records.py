@@ -16,9 +16,11 @@ from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
     CommandAction,
+    HostSelectorTerm,
     Overcommit,
     Resources,
     RestartPolicy,
+    SelectorOperator,
     VmToPlace,
 )
 from vmsched_common.settings import Strategy
@@ -34,6 +36,7 @@ VM_FIELDS = (
     "disk_gb",
     "gpu",
     "labels",
+    "host_selector",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -81,6 +84,17 @@ def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int) -> Resources:
     return Resources.model_construct(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
 
 
+def trusted_selector(terms: list[dict[str, Any]] | None) -> tuple[HostSelectorTerm, ...]:
+    """A host selector read back from its column (only validated terms reach it), built as ``trusted``
+    builds amounts."""
+    return tuple(
+        HostSelectorTerm.model_construct(
+            key=term["key"], operator=SelectorOperator(term["operator"]), values=list(term.get("values", []))
+        )
+        for term in terms or ()
+    )
+
+
 def columns(fields: tuple[str, ...], table: str) -> str:
     """``t.a, t.b, ...``: the columns qualified by a table name or alias (for joins)."""
     return ", ".join(f"{table}.{name}" for name in fields)
@@ -107,6 +121,7 @@ class VmRecord:
     scheduled_at: datetime | None
     started_at: datetime | None
     failed_at: datetime | None
+    host_selector: tuple[HostSelectorTerm, ...] = ()  # terms a host's labels must all satisfy
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -118,6 +133,7 @@ class VmRecord:
             hypervisor_id=row.hypervisor_id,
             resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
             labels=dict(row.labels or {}),
+            host_selector=trusted_selector(row.host_selector),
             strategy=Strategy(row.strategy) if row.strategy else None,
             restart_policy=RestartPolicy(row.restart_policy),
             restart_count=row.restart_count,
@@ -143,6 +159,7 @@ class VmRecord:
             name=self.name,
             resources=self.resources,
             labels=dict(self.labels),
+            host_selector=list(self.host_selector),
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,

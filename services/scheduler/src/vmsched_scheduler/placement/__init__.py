@@ -25,6 +25,7 @@ from vmsched_scheduler.placement.model import (
     HostUsage,
     PlacementRequest,
     RequestVector,
+    SelectorTerm,
     Weights,
 )
 from vmsched_scheduler.placement.strategies import (
@@ -58,6 +59,7 @@ __all__ = [
     "PlacementStrategy",
     "Ranking",
     "RequestVector",
+    "SelectorTerm",
     "UnknownStrategyError",
     "Weights",
     "decide",

@@ -28,6 +28,8 @@ CodeArray = npt.NDArray[np.int32]
 MAX_INDEXED_LABEL_KEYS = 64
 # The code of "this host has no such label" in a label key's column.
 NO_LABEL = -1
+# Up to this many values, "one of these values" is a few comparisons; beyond, one np.isin.
+SMALL_VALUE_SET = 4
 
 # Adding more hosts than this share of the fleet in one batch rebuilds the columns instead.
 REBUILD_SHARE = 0.125
@@ -97,6 +99,37 @@ class FleetColumns:
         The first question about a key reads every host's labels once; after that the key's value
         column is kept current by every fleet update.
         """
+        codes = self._label_column(key)
+        code = self.label_values.get(key, {}).get(value)
+        if code is None:
+            return np.zeros(len(self.hosts), dtype=np.bool_)
+        mask: BoolArray = np.equal(codes, code)
+        return mask
+
+    def label_in_mask(self, key: str, values: Iterable[str]) -> BoolArray:
+        """Which hosts carry the label ``key`` with one of ``values`` (a fresh array)."""
+        codes = self._label_column(key)
+        interned = self.label_values.get(key, {})
+        wanted = [interned[value] for value in set(values) if value in interned]
+        if not wanted:
+            return np.zeros(len(self.hosts), dtype=np.bool_)
+        mask: BoolArray
+        if len(wanted) <= SMALL_VALUE_SET:
+            mask = np.equal(codes, wanted[0])
+            for code in wanted[1:]:
+                np.logical_or(mask, np.equal(codes, code), out=mask)
+        else:
+            mask = np.isin(codes, wanted)
+        return mask
+
+    def label_key_mask(self, key: str) -> BoolArray:
+        """Which hosts carry the label ``key``, whatever its value (a fresh array)."""
+        mask: BoolArray = np.not_equal(self._label_column(key), NO_LABEL)
+        return mask
+
+    def _label_column(self, key: str) -> CodeArray:
+        """The key's value codes, one per host: read from every host's labels the first time a key
+        is asked about, then kept current by every fleet update."""
         codes = self.label_codes.get(key)
         if codes is None:
             codes = np.fromiter((self._code(key, h.labels.get(key)) for h in self.hosts), np.int32, len(self.hosts))
@@ -105,11 +138,7 @@ class FleetColumns:
                 del self.label_codes[oldest]
                 self.label_values.pop(oldest, None)
             self.label_codes[key] = codes
-        code = self.label_values.get(key, {}).get(value)
-        if code is None:
-            return np.zeros(len(self.hosts), dtype=np.bool_)
-        mask: BoolArray = np.equal(codes, code)
-        return mask
+        return codes
 
     def _code(self, key: str, value: str | None) -> int:
         if value is None:

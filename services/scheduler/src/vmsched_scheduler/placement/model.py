@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
+from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
@@ -149,6 +150,16 @@ class HostState:
 
 
 @dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One term of a host selector: the host's label ``key`` tested by ``operator`` against ``values``
+    (``vmsched_common.messages.HostSelectorTerm``, validated)."""
+
+    key: str
+    operator: SelectorOperator
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """One VM to place."""
 
@@ -158,6 +169,7 @@ class PlacementRequest:
     labels: Mapping[str, str]
     strategy: Strategy
     exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
+    host_selector: tuple[SelectorTerm, ...] = ()  # every term must hold (Kubernetes' node affinity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +210,7 @@ class RequestVector:
     exclude_hosts: frozenset[str]
     now: float
     offline_timeout: float
+    host_selector: tuple[SelectorTerm, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -211,6 +224,7 @@ class RequestVector:
             exclude_hosts=request.exclude_hosts,
             now=context.now,
             offline_timeout=context.offline_timeout,
+            host_selector=request.host_selector,
         )
 
     def demanded(self, resource: int) -> int:

@@ -10,13 +10,14 @@ from vmsched_scheduler.placement.filters.cpu import CpuFilter
 from vmsched_scheduler.placement.filters.disk import DiskFilter
 from vmsched_scheduler.placement.filters.excluded import ExcludedFilter
 from vmsched_scheduler.placement.filters.gpu import GpuFilter
+from vmsched_scheduler.placement.filters.host_selector import HostSelectorFilter
 from vmsched_scheduler.placement.filters.labels import LabelsFilter
 from vmsched_scheduler.placement.filters.memory import MemoryFilter
 from vmsched_scheduler.placement.filters.offline import OfflineFilter
 from vmsched_scheduler.placement.filters.paused import PausedFilter
 
 # The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels
-# before the amounts of resources (as Kubernetes runs NodeAffinity before NodeResourcesFit): a
+# and host selector before the amounts of resources (as Kubernetes runs NodeAffinity before NodeResourcesFit): a
 # host that could never take this VM is counted as such, not as "full". The order is also the
 # order of rejection keys, and the last rule that rejected a host is an unschedulable VM's reason.
 FILTERS: tuple[HostFilter, ...] = (
@@ -24,6 +25,7 @@ FILTERS: tuple[HostFilter, ...] = (
     OfflineFilter(),
     PausedFilter(),
     LabelsFilter(),
+    HostSelectorFilter(),
     CpuFilter(),
     MemoryFilter(),
     DiskFilter(),
@@ -43,6 +45,7 @@ __all__ = [
     "ExcludedFilter",
     "GpuFilter",
     "HostFilter",
+    "HostSelectorFilter",
     "LabelsFilter",
     "MemoryFilter",
     "OfflineFilter",

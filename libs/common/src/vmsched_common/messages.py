@@ -147,16 +147,42 @@ class HostStatus(StrEnum):
     OFFLINE = "offline"
 
 
+# Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
+AllocationRatio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+
+
 class Overcommit(BaseModel):
     """Allocation ratios, as Nova's cpu_allocation_ratio / ram_allocation_ratio / disk_allocation_ratio
     (GPUs are never overcommitted; see vmsched_common.fit)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
-    cpu: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
-    memory: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
-    disk: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
+    cpu: AllocationRatio = 1.0
+    memory: AllocationRatio = 1.0
+    disk: AllocationRatio = 1.0
+
+
+class TaintEffect(StrEnum):
+    """What a taint does to VMs that do not tolerate it (Kubernetes' effects, without NoExecute)."""
+
+    NO_SCHEDULE = "NoSchedule"  # a hard rule: no VM lands there unless it tolerates the taint
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"  # a preference: other hosts first, while one fits
+
+
+class Taint(BaseModel):
+    """A mark on a host that keeps VMs off it unless they tolerate it: ``gpu=true:NoSchedule``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: LabelKey
+    value: LabelValue = ""
+    effect: TaintEffect
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect.value}" if self.value else f"{self.key}:{self.effect.value}"
+
+
+Taints = Annotated[list[Taint], Field(max_length=64)]
 
 
 class Usage(BaseModel):
@@ -176,6 +202,10 @@ class AgentHeartbeat(Message):
     agent_id: HostId
     capacity: Resources
     labels: Labels = Field(default_factory=dict)
+    taints: Taints = Field(
+        default_factory=list,
+        description="the host's own taints; an operator's list (PATCH /v1/hosts/{id}) replaces them",
+    )
     status: Literal[HostStatus.ONLINE, HostStatus.DRAINING] = HostStatus.ONLINE
     vm_ids: list[UUID] = Field(default_factory=list)
     overcommit: Overcommit = Field(default_factory=Overcommit)

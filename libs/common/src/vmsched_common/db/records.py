@@ -7,11 +7,12 @@ a :class:`VmRecord` or :class:`HostRecord` with ``from_row``; nothing else reads
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from vmsched_common.db.inventory import RatioOverrides, taints_of
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
@@ -19,6 +20,7 @@ from vmsched_common.messages import (
     Overcommit,
     Resources,
     RestartPolicy,
+    Taint,
     VmToPlace,
 )
 from vmsched_common.settings import Strategy
@@ -71,6 +73,12 @@ HOST_FIELDS = (
     "vm_count",
     "scheduling_paused",
     "last_heartbeat",
+    "taints",
+    "operator_labels",
+    "operator_taints",
+    "operator_cpu_ratio",
+    "operator_memory_ratio",
+    "operator_disk_ratio",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -166,6 +174,11 @@ class HostRecord:
     vm_count: int
     scheduling_paused: bool
     last_heartbeat: datetime | None
+    taints: tuple[Taint, ...] = ()
+    # What the operator set (labels, taints and overcommit above are the effective values).
+    operator_labels: Mapping[str, str] = field(default_factory=dict)
+    operator_taints: tuple[Taint, ...] | None = None
+    operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
 
     @classmethod
     def from_row(cls, row: Any) -> HostRecord:
@@ -180,4 +193,8 @@ class HostRecord:
             vm_count=row.vm_count,
             scheduling_paused=row.scheduling_paused,
             last_heartbeat=row.last_heartbeat,
+            taints=taints_of(row.taints) or (),
+            operator_labels=dict(row.operator_labels or {}),
+            operator_taints=taints_of(row.operator_taints),
+            operator_overcommit=RatioOverrides.of_row(row),
         )

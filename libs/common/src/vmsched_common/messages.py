@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from vmsched_common.settings import Strategy
 
@@ -20,6 +20,58 @@ HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
 LabelValue = Annotated[str, StringConstraints(max_length=255)]
 Labels = dict[LabelKey, LabelValue]
+
+
+class TaintEffect(StrEnum):
+    """What a taint does to VMs that do not tolerate it (Kubernetes' effects, without NoExecute)."""
+
+    NO_SCHEDULE = "NoSchedule"  # a hard rule: no VM lands there unless it tolerates the taint
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"  # a preference: other hosts first, while one fits
+
+
+class Taint(BaseModel):
+    """A mark on a host that keeps VMs off it unless they tolerate it: ``gpu=true:NoSchedule``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: LabelKey
+    value: LabelValue = ""
+    effect: TaintEffect
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect.value}" if self.value else f"{self.key}:{self.effect.value}"
+
+
+Taints = Annotated[list[Taint], Field(max_length=64)]
+
+
+class TolerationOperator(StrEnum):
+    EQUAL = "Equal"  # the taint's key and value are the toleration's
+    EXISTS = "Exists"  # any value of the key (any key at all when the key is empty)
+
+
+class Toleration(BaseModel):
+    """What taints a VM accepts, as Kubernetes' tolerations: a taint is tolerated when the keys match
+    (an empty key with ``Exists`` matches every key), the values match (``Equal``; ``Exists`` takes
+    any) and the effects match (an empty effect takes every effect)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: Annotated[str, StringConstraints(max_length=63)] = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: LabelValue = ""
+    effect: TaintEffect | None = Field(default=None, description="null: every effect")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Toleration:
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError("operator Exists takes no value")
+        if self.operator is TolerationOperator.EQUAL and not self.key:
+            raise ValueError("operator Equal needs a key (an empty key tolerates everything only with Exists)")
+        return self
+
+
+Tolerations = Annotated[list[Toleration], Field(max_length=64)]
 
 
 def utc_now() -> datetime:
@@ -81,6 +133,7 @@ class VmToPlace(BaseModel):
     name: str
     resources: Resources
     labels: Labels = Field(default_factory=dict)
+    tolerations: Tolerations = Field(default_factory=list, description="the host taints this VM accepts")
     strategy: Strategy | None = None
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
@@ -160,29 +213,6 @@ class Overcommit(BaseModel):
     cpu: AllocationRatio = 1.0
     memory: AllocationRatio = 1.0
     disk: AllocationRatio = 1.0
-
-
-class TaintEffect(StrEnum):
-    """What a taint does to VMs that do not tolerate it (Kubernetes' effects, without NoExecute)."""
-
-    NO_SCHEDULE = "NoSchedule"  # a hard rule: no VM lands there unless it tolerates the taint
-    PREFER_NO_SCHEDULE = "PreferNoSchedule"  # a preference: other hosts first, while one fits
-
-
-class Taint(BaseModel):
-    """A mark on a host that keeps VMs off it unless they tolerate it: ``gpu=true:NoSchedule``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: LabelKey
-    value: LabelValue = ""
-    effect: TaintEffect
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect.value}" if self.value else f"{self.key}:{self.effect.value}"
-
-
-Taints = Annotated[list[Taint], Field(max_length=64)]
 
 
 class Usage(BaseModel):

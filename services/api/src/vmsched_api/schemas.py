@@ -22,6 +22,8 @@ from vmsched_common.messages import (
     RestartPolicy,
     Taint,
     Taints,
+    Toleration,
+    Tolerations,
 )
 from vmsched_common.settings import Settings, Strategy
 
@@ -58,6 +60,11 @@ class VmRequest(BaseModel):
     disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
+    tolerations: Tolerations = Field(
+        default_factory=list,
+        description="host taints this VM accepts (Kubernetes' tolerations: {key, operator Equal|Exists, value, "
+        "effect}; Exists with an empty key tolerates every taint, an empty effect every effect)",
+    )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
 
@@ -88,6 +95,7 @@ class Vm(BaseModel):
     disk_gb: int
     gpu: int
     labels: dict[str, str]
+    tolerations: list[Toleration] = Field(default_factory=list)
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int

@@ -36,7 +36,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmToPlace
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim
-from vmsched_scheduler.fleet_cache import demand_of
+from vmsched_scheduler.fleet_cache import demand_of, tolerations_of
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.placement import (
     NO_AVAILABLE_AGENTS,
@@ -203,6 +203,7 @@ class SchedulingRound:
             labels=vm.labels,
             strategy=work.strategy,
             exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
+            tolerations=tolerations_of(vm.tolerations),
         )
         started = time.perf_counter()
         decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
@@ -362,6 +363,7 @@ class SchedulingRound:
                 labels=vm.labels,
                 strategy=choice.work.strategy,
                 exclude_hosts=frozenset(vm.exclude_hosts) | choice.work.avoid,
+                tolerations=tolerations_of(vm.tolerations),
             )
             context = DecisionContext(
                 now=self.clock(),
@@ -399,6 +401,8 @@ def _record(
         considered=decision.considered,
         eligible=decision.eligible,
         rejections=dict(decision.rejections),
+        preferences=dict(decision.preferences),
+        preferred=decision.preferred if decision.preferences else None,
         reason=reason,
         detail=detail,
         examples=examples or {},

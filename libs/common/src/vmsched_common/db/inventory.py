@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmsched_common.fit import RESOURCES
-from vmsched_common.messages import Taint, TaintEffect
+from vmsched_common.messages import Taint, TaintEffect, Toleration, TolerationOperator
 
 # The ratio columns (``cpu_ratio``, ...) and the overcommit field each one is (``cpu``, ...).
 RATIOS: tuple[tuple[str, str], ...] = tuple(
@@ -79,3 +79,16 @@ def taints_json(taints: Sequence[Taint] | None) -> str | None:
 def labels_json(labels: Mapping[str, str]) -> str:
     """The JSON a labels column (and the snapshot) stores: keys sorted, compact."""
     return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))
+
+
+def tolerations_of(raw: Iterable[Mapping[str, str | None]] | None) -> tuple[Toleration, ...]:
+    """A VM's tolerations read back from its JSONB column (validated when the VM was accepted)."""
+    return tuple(
+        Toleration.model_construct(
+            key=t.get("key") or "",
+            operator=TolerationOperator(t.get("operator") or TolerationOperator.EQUAL.value),
+            value=t.get("value") or "",
+            effect=TaintEffect(effect) if (effect := t.get("effect")) else None,
+        )
+        for t in raw or ()
+    )

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from vmsched_common.db.inventory import RatioOverrides, taints_of
+from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
@@ -21,6 +21,7 @@ from vmsched_common.messages import (
     Resources,
     RestartPolicy,
     Taint,
+    Toleration,
     VmToPlace,
 )
 from vmsched_common.settings import Strategy
@@ -36,6 +37,7 @@ VM_FIELDS = (
     "disk_gb",
     "gpu",
     "labels",
+    "tolerations",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -115,6 +117,7 @@ class VmRecord:
     scheduled_at: datetime | None
     started_at: datetime | None
     failed_at: datetime | None
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -126,6 +129,7 @@ class VmRecord:
             hypervisor_id=row.hypervisor_id,
             resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
             labels=dict(row.labels or {}),
+            tolerations=tolerations_of(row.tolerations),
             strategy=Strategy(row.strategy) if row.strategy else None,
             restart_policy=RestartPolicy(row.restart_policy),
             restart_count=row.restart_count,
@@ -151,6 +155,7 @@ class VmRecord:
             name=self.name,
             resources=self.resources,
             labels=dict(self.labels),
+            tolerations=list(self.tolerations),
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,

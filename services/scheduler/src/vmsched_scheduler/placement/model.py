@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
 from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.taint_rules import Taint, Toleration
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
 CPU, MEMORY, DISK, GPU = 0, 1, 2, 3
@@ -108,6 +109,7 @@ class HostState:
     disk_ratio: float = 1.0  # overcommit (allocation ratio) for disk
     reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
     usage: HostUsage | None = None  # measured by its agent; None when it reports none
+    taints: tuple[Taint, ...] = ()
 
     @property
     def ratios(self) -> Ratios:
@@ -158,6 +160,7 @@ class PlacementRequest:
     labels: Mapping[str, str]
     strategy: Strategy
     exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,7 @@ class RequestVector:
     exclude_hosts: frozenset[str]
     now: float
     offline_timeout: float
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -211,6 +215,7 @@ class RequestVector:
             exclude_hosts=request.exclude_hosts,
             now=context.now,
             offline_timeout=context.offline_timeout,
+            tolerations=request.tolerations,
         )
 
     def demanded(self, resource: int) -> int:

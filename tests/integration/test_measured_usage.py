@@ -44,7 +44,7 @@ async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
 
 
 class DeclaredQueues:
-    async def ensure(self, host_id: str) -> None:
+    async def ensure(self, host_id: str, *, again: bool = False) -> None:
         pass
 
 

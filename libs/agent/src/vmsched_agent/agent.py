@@ -13,7 +13,7 @@ import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -37,6 +37,7 @@ from vmsched_common.messages import (
     Overcommit,
     ReportedStatus,
     Resources,
+    Taint,
     Usage,
     VmStatusReport,
 )
@@ -86,6 +87,7 @@ class Agent:
         broker: RabbitBroker | None = None,
         connection: AgentConnection | None = None,
         labels: Mapping[str, str] | None = None,
+        taints: Sequence[Taint] = (),
         overcommit: Overcommit | None = None,
         vm_ids: Iterable[UUID] = (),
         heartbeat_interval: float | None = None,
@@ -101,6 +103,7 @@ class Agent:
         self.capacity = capacity
         self.hypervisor = hypervisor
         self.labels = dict(labels or {})
+        self.taints = list(taints)
         self.overcommit = overcommit or Overcommit()
         self.heartbeat_interval = heartbeat_interval or default_settings().agent_heartbeat_interval
         self.queue_wait_timeout = queue_wait_timeout
@@ -186,6 +189,7 @@ class Agent:
             agent_id=self.agent_id,
             capacity=self.capacity,
             labels=self.labels,
+            taints=self.taints,
             status=status,
             vm_ids=list(self._vm_ids),
             overcommit=self.overcommit,

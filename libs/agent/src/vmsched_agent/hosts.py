@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from vmsched_common.messages import HostId, Labels, Overcommit, Resources
+from vmsched_common.messages import HostId, Labels, Overcommit, Resources, Taint
 
 
 class HostSpec(BaseModel):
@@ -22,6 +22,7 @@ class HostSpec(BaseModel):
     id: HostId
     capacity: Resources
     labels: Labels = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
     overcommit: Overcommit = Field(default_factory=Overcommit)
 
 

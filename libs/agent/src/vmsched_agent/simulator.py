@@ -215,6 +215,7 @@ class SimulatedFleet:
                 hypervisor,
                 connection=self.connection,
                 labels=host.labels,
+                taints=host.taints,
                 overcommit=host.overcommit,
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,

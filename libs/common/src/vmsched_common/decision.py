@@ -57,6 +57,14 @@ class PlacementRecord(BaseModel):
     rejections: dict[str, int] = Field(
         default_factory=dict, description="hosts rejected, counted under the first rule each failed"
     )
+    preferences: dict[str, int] = Field(
+        default_factory=dict,
+        description="eligible hosts each soft rule (weigher: taints for PreferNoSchedule, gpu_affinity) would "
+        "rather not use; the strategy ranked only the eligible hosts of the lowest penalty",
+    )
+    preferred: int | None = Field(
+        default=None, description="eligible hosts of the lowest penalty, that the strategy ranked; null: no preference"
+    )
     reason: str | None = Field(
         default=None,
         description="why no host: no_available_agents, or the rule that rejected the most hosts; null when placed",

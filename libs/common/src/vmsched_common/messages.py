@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from vmsched_common.settings import Strategy
 
@@ -20,6 +20,58 @@ HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
 LabelValue = Annotated[str, StringConstraints(max_length=255)]
 Labels = dict[LabelKey, LabelValue]
+
+
+class TaintEffect(StrEnum):
+    """What a taint does to VMs that do not tolerate it (Kubernetes' effects, without NoExecute)."""
+
+    NO_SCHEDULE = "NoSchedule"  # a hard rule: no VM lands there unless it tolerates the taint
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"  # a preference: other hosts first, while one fits
+
+
+class Taint(BaseModel):
+    """A mark on a host that keeps VMs off it unless they tolerate it: ``gpu=true:NoSchedule``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: LabelKey
+    value: LabelValue = ""
+    effect: TaintEffect
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect.value}" if self.value else f"{self.key}:{self.effect.value}"
+
+
+Taints = Annotated[list[Taint], Field(max_length=64)]
+
+
+class TolerationOperator(StrEnum):
+    EQUAL = "Equal"  # the taint's key and value are the toleration's
+    EXISTS = "Exists"  # any value of the key (any key at all when the key is empty)
+
+
+class Toleration(BaseModel):
+    """What taints a VM accepts, as Kubernetes' tolerations: a taint is tolerated when the keys match
+    (an empty key with ``Exists`` matches every key), the values match (``Equal``; ``Exists`` takes
+    any) and the effects match (an empty effect takes every effect)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: Annotated[str, StringConstraints(max_length=63)] = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: LabelValue = ""
+    effect: TaintEffect | None = Field(default=None, description="null: every effect")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Toleration:
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError("operator Exists takes no value")
+        if self.operator is TolerationOperator.EQUAL and not self.key:
+            raise ValueError("operator Equal needs a key (an empty key tolerates everything only with Exists)")
+        return self
+
+
+Tolerations = Annotated[list[Toleration], Field(max_length=64)]
 
 
 def utc_now() -> datetime:
@@ -134,6 +186,7 @@ class VmToPlace(BaseModel):
     labels: Labels = Field(default_factory=dict)
     # Added in schema version 2 without a new version: a message without it selects every host.
     host_selector: HostSelector = Field(default_factory=list)
+    tolerations: Tolerations = Field(default_factory=list, description="the host taints this VM accepts")
     strategy: Strategy | None = None
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
@@ -200,16 +253,19 @@ class HostStatus(StrEnum):
     OFFLINE = "offline"
 
 
+# Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
+AllocationRatio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+
+
 class Overcommit(BaseModel):
     """Allocation ratios, as Nova's cpu_allocation_ratio / ram_allocation_ratio / disk_allocation_ratio
     (GPUs are never overcommitted; see vmsched_common.fit)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
-    cpu: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
-    memory: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
-    disk: Annotated[float, Field(gt=0.0, le=64.0)] = 1.0
+    cpu: AllocationRatio = 1.0
+    memory: AllocationRatio = 1.0
+    disk: AllocationRatio = 1.0
 
 
 class Usage(BaseModel):
@@ -229,6 +285,10 @@ class AgentHeartbeat(Message):
     agent_id: HostId
     capacity: Resources
     labels: Labels = Field(default_factory=dict)
+    taints: Taints = Field(
+        default_factory=list,
+        description="the host's own taints; an operator's list (PATCH /v1/hosts/{id}) replaces them",
+    )
     status: Literal[HostStatus.ONLINE, HostStatus.DRAINING] = HostStatus.ONLINE
     vm_ids: list[UUID] = Field(default_factory=list)
     overcommit: Overcommit = Field(default_factory=Overcommit)

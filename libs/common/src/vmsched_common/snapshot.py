@@ -5,9 +5,10 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 - ``p:host:<id>``: per resource of the fit rule its capacity (``cpu``, ``memory_mb``, ...), what is
   reserved for the hypervisor (``r_cpu``, ...), its allocation ratio where it has one
   (``cpu_ratio``, ...) and, once ``synced`` is set, what is allocated (``a_cpu``, ..., ``vm_count``);
-  then labels, status, pause flag and last heartbeat; for a host whose agent measures its load, the
-  last measurement (``u_cpu``, ``u_memory_mb``) and what was allocated when it was folded in
-  (``u_a_cpu``, ``u_a_memory_mb``);
+  then labels, taints, status, pause flag and last heartbeat (labels, taints, ratios and reserved
+  as PostgreSQL has them: the agent's overlaid by the operator's, ``vmsched_common.db.inventory``);
+  for a host whose agent measures its load, the last measurement (``u_cpu``, ``u_memory_mb``) and
+  what was allocated when it was folded in (``u_a_cpu``, ``u_a_memory_mb``);
 - ``p:host:<id>:vms``: ids of VMs holding a claim on the host;
 - ``p:claim:<vm id>``: the host and resources one VM holds;
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
@@ -30,8 +31,9 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from vmsched_common.db.inventory import labels_json, taints_json, taints_of
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
-from vmsched_common.messages import HostStatus, Overcommit, Resources, Usage
+from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Usage
 
 ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient"]
 
@@ -83,6 +85,7 @@ class SnapshotHost:
     last_heartbeat: float
     synced: bool
     usage: MeasuredUsage | None = None
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,8 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class HostWrite:
-    """A host's state as a heartbeat (and PostgreSQL's operator fields) say it is."""
+    """A host's state as a heartbeat says it is, with PostgreSQL's effective inventory (labels, taints,
+    ratios, reserved: the agent's overlaid by the operator's) and pause flag."""
 
     host_id: str
     capacity: Resources
@@ -135,21 +139,14 @@ class HostWrite:
     allocated: Resources
     vm_count: int
     usage: Usage | None = None  # the agent's measurement, if it sent one
+    taints: Sequence[Taint] = ()
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
-        values: list[str] = []
-        for rule in RESOURCES:
-            values.append(str(getattr(self.capacity, rule.field)))
-            values.append(str(getattr(self.reserved, rule.field)))
-            if rule.ratio_field is not None:
-                values.append(repr(float(getattr(self.overcommit, rule.name))))
-        values += [
-            json.dumps(dict(self.labels), sort_keys=True, separators=(",", ":")),
-            self.status,
-            "1" if self.paused else "0",
-        ]
-        return values
+        values = {rule.field: str(getattr(self.capacity, rule.field)) for rule in RESOURCES}
+        values["status"] = self.status
+        values.update(inventory_fields(self.labels, self.taints, self.overcommit, self.reserved, self.paused))
+        return [values[name] for name in STATE_FIELDS]
 
     def allocations(self) -> list[str]:
         """The values of :data:`ALLOCATION_FIELDS`, in order."""
@@ -168,7 +165,22 @@ def _state_fields() -> list[str]:
         names += [rule.field, reserved_field(rule.field)]
         if rule.ratio_field is not None:
             names.append(rule.ratio_field)
-    return [*names, "labels", "status", "paused"]
+    return [*names, "labels", "taints", "status", "paused"]
+
+
+def inventory_fields(
+    labels: Mapping[str, str], taints: Sequence[Taint], overcommit: Overcommit, reserved: Resources, paused: bool
+) -> dict[str, str]:
+    """The hash fields of what the operator may set (the effective values): written by every
+    heartbeat, and by ``PATCH /v1/hosts/{id}`` at once."""
+    fields = {reserved_field(rule.field): str(getattr(reserved, rule.field)) for rule in RESOURCES}
+    for rule in RESOURCES:
+        if rule.ratio_field is not None:
+            fields[rule.ratio_field] = repr(float(getattr(overcommit, rule.name)))
+    fields["labels"] = labels_json(labels)
+    fields["taints"] = taints_json(taints) or "[]"
+    fields["paused"] = "1" if paused else "0"
+    return fields
 
 
 # What a heartbeat writes every time, and what only a hash without allocations gets.
@@ -243,6 +255,7 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         last_heartbeat=float(raw.get("hb") or 0.0),
         synced=raw.get("synced") == "1",
         usage=parse_usage(raw),
+        taints=taints_of(json.loads(raw.get("taints") or "[]")) or (),
     )
 
 
@@ -257,6 +270,7 @@ class Snapshot:
         self._heartbeat: AsyncScript = redis.register_script(render_script("heartbeat"))
         self._set_fields: AsyncScript = redis.register_script(render_script("set_host_fields"))
         self._reconcile: AsyncScript = redis.register_script(render_script("reconcile_host"))
+        self._forget: AsyncScript = redis.register_script(render_script("forget_host"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -430,8 +444,9 @@ class Snapshot:
         return int(restored), int(dropped), int(in_flight)
 
     async def forget_host(self, host_id: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.host_key(host_id))
-            pipe.srem(self.hosts_key, host_id)
-            pipe.zrem(self.changed_key, host_id)
-            await pipe.execute()
+        """Remove a host (deleted from PostgreSQL) from the snapshot. It stays named on the change
+        feed, so that every scheduler's next refresh reads it, finds no hash and drops it."""
+        await self._forget(
+            keys=[self.host_key(host_id), self.host_vms_key(host_id), self.hosts_key, self.changed_key, self.seq_key],
+            args=[host_id],
+        )

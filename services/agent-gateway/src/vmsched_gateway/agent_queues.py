@@ -13,10 +13,14 @@ class AgentQueues:
         self.broker = broker
         self._declared: set[str] = set()
 
-    async def ensure(self, host_id: str) -> None:
-        """Declare ``agent.<host_id>`` the first time this process needs it (idempotent on the broker)."""
-        if host_id in self._declared:
+    async def ensure(self, host_id: str, *, again: bool = False) -> None:
+        """Declare ``agent.<host_id>`` the first time this process needs it (idempotent on the broker),
+        or ``again``: the queue may have been deleted since (``DELETE /v1/hosts/{id}``)."""
+        known = host_id in self._declared
+        if known and not again:
             return
         queue = await self.broker.declare_queue(topology.agent_queue(host_id))
+        if known:
+            await queue.declare()  # FastStream hands back the queue it declared before, without asking the broker
         await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=host_id)
         self._declared.add(host_id)

@@ -55,7 +55,10 @@ class HeartbeatFold:
         for host in folded.hosts:
             if host.inserted:
                 log.info("new host", host=host.host_id)
-            await self.queues.ensure(host.host_id)
+                # Perhaps a host an operator deleted, whose queue went with it: declared again.
+                await self.queues.ensure(host.host_id, again=True)
+            else:
+                await self.queues.ensure(host.host_id)
         await self.snapshot.record_heartbeats(
             [_host_write(newest[host.host_id], host) for host in folded.hosts],
             bump_interval=self.offline_timeout / 3,
@@ -79,12 +82,14 @@ class HeartbeatFold:
 
 
 def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
+    # Labels, taints and ratios as PostgreSQL made them of the beat: the operator's word wins.
     return HostWrite(
         host_id=beat.agent_id,
         capacity=beat.capacity,
-        overcommit=beat.overcommit,
+        overcommit=host.overcommit,
         reserved=host.reserved,
-        labels=beat.labels,
+        labels=host.labels,
+        taints=host.taints,
         status=beat.status.value,
         heartbeat_at=time.time(),
         paused=host.paused,

@@ -7,42 +7,48 @@ schedulers' settlements), so that they queue instead of deadlocking.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db import vm_writes
+from vmsched_common.db.inventory import labels_json, overlay, taints_json, taints_of
 from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, Event, VmStatus, sources, sql_in
-from vmsched_common.messages import AgentHeartbeat, HostStatus, Resources
+from vmsched_common.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
 from vmsched_common.vm_changes import Change, host_lost, host_returned
 
 _FIELDS = [rule.field for rule in RESOURCES]
 
+# The agent's values go to agent_* (and, for a new host, straight to the effective columns); a known
+# host's effective columns are the agent's new values overlaid by what the operator set.
 _UPSERT_HOSTS = text(
-    """
-    INSERT INTO hosts (id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio,
+    f"""
+    INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu,
+                       cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
                        last_heartbeat)
-    SELECT t.id, t.status, CAST(t.labels AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, t.cpu_ratio,
-           t.memory_ratio, t.disk_ratio, now()
-      FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]),
+    SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
+           CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, t.cpu_ratio, t.memory_ratio, t.disk_ratio,
+           t.cpu_ratio, t.memory_ratio, t.disk_ratio, now()
+      FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:cpu_ratios AS float8[]), CAST(:memory_ratios AS float8[]),
                   CAST(:disk_ratios AS float8[]))
-           AS t(id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio)
+           AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio)
     ON CONFLICT (id) DO UPDATE
-       SET status = excluded.status, labels = excluded.labels, cpu = excluded.cpu,
-           memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
-           cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio, disk_ratio = excluded.disk_ratio,
+       SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
+           cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
+           agent_cpu_ratio = excluded.agent_cpu_ratio, agent_memory_ratio = excluded.agent_memory_ratio,
+           agent_disk_ratio = excluded.agent_disk_ratio, {overlay(agent="excluded", operator="hosts")},
            last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count, scheduling_paused,
-              reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, (xmax = 0) AS inserted
+              reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
+              memory_ratio, disk_ratio, (xmax = 0) AS inserted
     """
 )
 
@@ -102,8 +108,8 @@ _ORPHANS = text(
 
 @dataclass(frozen=True, slots=True)
 class HostFacts:
-    """What PostgreSQL adds to a heartbeat: the operator's fields and the allocations (for a
-    snapshot hash that has none yet)."""
+    """What PostgreSQL makes of a heartbeat: the effective inventory (the agent's overlaid by the
+    operator's), the operator's own fields and the allocations (for a snapshot hash that has none yet)."""
 
     host_id: str
     allocated: Resources
@@ -111,6 +117,9 @@ class HostFacts:
     paused: bool
     reserved: Resources
     inserted: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    overcommit: Overcommit = field(default_factory=Overcommit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +139,8 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[object]]
     return {
         "ids": [b.agent_id for b in beats],
         "statuses": [b.status.value for b in beats],
-        "labels": [json.dumps(b.labels, sort_keys=True) for b in beats],
+        "labels": [labels_json(b.labels) for b in beats],
+        "taints": [taints_json(b.taints) for b in beats],
         "cpus": [b.capacity.cpu for b in beats],
         "memories": [b.capacity.memory_mb for b in beats],
         "disks": [b.capacity.disk_gb for b in beats],
@@ -178,6 +188,9 @@ class HostStore:
                     gpu=row.reserved_gpu,
                 ),
                 inserted=row.inserted,
+                labels=dict(row.labels),
+                taints=taints_of(row.taints) or (),
+                overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
             )
             for row in rows
         ]

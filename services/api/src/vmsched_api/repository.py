@@ -7,6 +7,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -14,18 +15,51 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_api.schemas import Host, HostUsage, Vm, VmDefaults, VmRequest
+from vmsched_api.inventory import OperatorFields, patched
+from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
+from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
-from vmsched_common.db.records import HOST_COLUMNS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.fit import RESOURCES
+from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
+
+_LOCK_HOST = text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id FOR UPDATE")
+# What a PATCH writes (the operator's fields), with each one's SQL type.
+_PATCH_COLUMNS: dict[str, str] = {
+    "operator_labels": "jsonb",
+    "operator_taints": "jsonb",
+    **{f"operator_{column}": "float8" for column, _ in RATIOS},
+    **{f"reserved_{rule.field}": "bigint" for rule in RESOURCES},
+    "scheduling_paused": "boolean",
+}
+# The operator's fields, and the effective columns overlaid from them and the agent's.
+_PATCH_HOST = text(
+    f"""
+    UPDATE hosts h SET {", ".join(f"{name} = n.{name}" for name in _PATCH_COLUMNS)}, {overlay(agent="h", operator="n")}
+      FROM (SELECT {", ".join(f"CAST(:{name} AS {kind}) AS {name}" for name, kind in _PATCH_COLUMNS.items())}) n
+     WHERE h.id = :id
+    RETURNING {", ".join(f"h.{name}" for name in HOST_FIELDS)}
+    """
+)
+# VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
+# restart is placed anew, and a placement on a deleted host is refused).
+_OCCUPANTS = text(
+    f"SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)} ORDER BY id LIMIT 10"
+)
+
+
+class HostRemoval(StrEnum):
+    DELETED = "deleted"
+    UNKNOWN = "unknown"
+    OCCUPIED = "occupied"
 
 
 class IdempotencyConflict(Exception):
@@ -49,6 +83,7 @@ def to_vm(vm: VmRecord) -> Vm:
         gpu=vm.resources.gpu,
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
+        tolerations=list(vm.tolerations),
         strategy=vm.strategy,
         restart_policy=vm.restart_policy,
         restart_count=vm.restart_count,
@@ -65,9 +100,15 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
         id=host.id,
         status=HostStatus(host.status),
         labels=dict(host.labels),
+        operator_labels=dict(host.operator_labels),
+        taints=list(host.taints),
+        operator_taints=None if host.operator_taints is None else list(host.operator_taints),
         capacity=host.capacity,
         allocated=host.allocated,
         overcommit=host.overcommit,
+        operator_overcommit=RatioOverrides(
+            cpu=host.operator_overcommit.cpu, memory=host.operator_overcommit.memory, disk=host.operator_overcommit.disk
+        ),
         reserved=host.reserved,
         vm_count=host.vm_count,
         last_heartbeat=host.last_heartbeat,
@@ -120,6 +161,7 @@ class Repository:
                 "gpu": body.gpu,
                 "labels": body.labels,
                 "host_selector": [term.model_dump(mode="json") for term in body.host_selector],
+                "tolerations": [toleration.model_dump(mode="json") for toleration in body.tolerations],
                 "strategy": body.strategy.value if body.strategy else None,
                 "restart_policy": body.restart_policy.value,
                 "idempotency_key": idempotency_key,
@@ -205,15 +247,30 @@ class Repository:
         return HostRecord.from_row(row) if row else None
 
     @retry_on_dead_connection
-    async def set_paused(self, host_id: str, paused: bool) -> HostRecord | None:
+    async def patch_host(self, host_id: str, patch: HostPatch) -> HostRecord | None:
+        """Apply an operator's patch under the host's row lock (a heartbeat's upsert waits for it, and
+        then overlays the agent's values with these); the host as it is now, None if unknown."""
         async with self.engine.begin() as connection:
-            row = (
-                await connection.execute(
-                    text(f"UPDATE hosts SET scheduling_paused = :paused WHERE id = :id RETURNING {HOST_COLUMNS}"),
-                    {"id": host_id, "paused": paused},
-                )
-            ).first()
-        return HostRecord.from_row(row) if row else None
+            row = (await connection.execute(_LOCK_HOST, {"id": host_id})).first()
+            if row is None:
+                return None
+            fields = patched(OperatorFields.of(HostRecord.from_row(row)), patch)
+            row = (await connection.execute(_PATCH_HOST, {"id": host_id, **fields.params()})).one()
+        return HostRecord.from_row(row)
+
+    @retry_on_dead_connection
+    async def delete_host(self, host_id: str) -> tuple[HostRemoval, list[UUID]]:
+        """Delete a host that no VM occupies. Under the host's row lock: a scheduler settling a VM on
+        it waits for this, then finds no host and is refused (its VM is decided again); one that
+        settled first is seen here."""
+        async with self.engine.begin() as connection:
+            if (await connection.execute(_LOCK_HOST, {"id": host_id})).first() is None:
+                return HostRemoval.UNKNOWN, []
+            occupants = [row.id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
+            if occupants:
+                return HostRemoval.OCCUPIED, occupants
+            await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})
+        return HostRemoval.DELETED, []
 
     @retry_on_dead_connection
     async def default_strategy(self) -> Strategy | None:

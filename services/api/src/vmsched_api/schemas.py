@@ -7,18 +7,25 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
+    AllocationRatio,
     HostSelector,
     HostSelectorTerm,
     HostStatus,
+    LabelKey,
     Labels,
+    LabelValue,
     Overcommit,
     Resources,
     RestartPolicy,
+    Taint,
+    Taints,
+    Toleration,
+    Tolerations,
 )
 from vmsched_common.settings import Settings, Strategy
 
@@ -56,6 +63,11 @@ class VmRequest(BaseModel):
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
     host_selector: HostSelector = Field(default_factory=list)
+    tolerations: Tolerations = Field(
+        default_factory=list,
+        description="host taints this VM accepts (Kubernetes' tolerations: {key, operator Equal|Exists, value, "
+        "effect}; Exists with an empty key tolerates every taint, an empty effect every effect)",
+    )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
 
@@ -87,6 +99,7 @@ class Vm(BaseModel):
     gpu: int
     labels: dict[str, str]
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
+    tolerations: list[Toleration] = Field(default_factory=list)
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int
@@ -121,14 +134,34 @@ class HostUsage(BaseModel):
     allocated_memory_mb: int = Field(description="memory allocated on the host when it was measured, MiB")
 
 
+class RatioOverrides(BaseModel):
+    """Allocation ratios an operator set; null where the agent's ratio applies."""
+
+    cpu: float | None = None
+    memory: float | None = None
+    disk: float | None = None
+
+
 class Host(BaseModel):
     id: str
     status: HostStatus
-    labels: dict[str, str]
+    labels: dict[str, str] = Field(description="effective: the agent's labels overlaid by the operator's")
+    operator_labels: dict[str, str] = Field(
+        default_factory=dict, description="the labels the operator set (PATCH); they win over the agent's"
+    )
+    taints: list[Taint] = Field(
+        default_factory=list, description="effective: the operator's list when set, else the agent's"
+    )
+    operator_taints: list[Taint] | None = Field(
+        default=None, description="the taints the operator set (PATCH); null when the agent's apply"
+    )
     capacity: Resources
     allocated: Resources
-    overcommit: Overcommit
-    reserved: Resources = Field(description="held back for the hypervisor itself")
+    overcommit: Overcommit = Field(
+        description="effective allocation ratios: the operator's where set, else the agent's"
+    )
+    operator_overcommit: RatioOverrides = Field(default_factory=RatioOverrides)
+    reserved: Resources = Field(description="held back for the hypervisor itself (set by the operator)")
     vm_count: int
     last_heartbeat: datetime | None
     scheduling_paused: bool
@@ -139,10 +172,68 @@ class Host(BaseModel):
     )
 
 
-class HostPatch(BaseModel):
+class OvercommitPatch(BaseModel):
+    """Allocation ratios to set; a null withdraws the operator's ratio (the agent's applies again)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    scheduling_paused: bool
+    cpu: AllocationRatio | None = None
+    memory: AllocationRatio | None = None
+    disk: AllocationRatio | None = None
+
+
+ReservedAmount = Annotated[int, Field(ge=0)]
+
+
+class ReservedPatch(BaseModel):
+    """Amounts held back for the hypervisor itself; those not given stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: Annotated[ReservedAmount, Field(le=100_000)] | None = None
+    memory_mb: Annotated[ReservedAmount, Field(le=1 << 40)] | None = None
+    disk_gb: Annotated[ReservedAmount, Field(le=1 << 30)] | None = None
+    gpu: Annotated[ReservedAmount, Field(le=1024)] | None = None
+
+    @field_validator("cpu", "memory_mb", "disk_gb", "gpu")
+    @classmethod
+    def _not_null(cls, value: int | None) -> int | None:
+        if value is None:
+            raise ValueError("may not be null (0 holds nothing back)")
+        return value
+
+
+class HostPatch(BaseModel):
+    """What an operator changes on a host; at least one field. Fields left out stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scheduling_paused: bool | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
+    labels: dict[LabelKey, LabelValue | None] | None = Field(
+        default=None,
+        description="operator labels, merged over what the agent reports; a null value removes the "
+        "operator's label (an agent's label of that key then applies again)",
+    )
+    taints: Taints | None = Field(
+        default=None,
+        description="replaces the operator's taints (the agent's no longer apply); null withdraws them "
+        "(the agent's apply again)",
+    )
+    overcommit: OvercommitPatch | None = Field(default=None, description="allocation ratios (as Nova's)")
+    reserved: ReservedPatch | None = Field(default=None, description="held back for the hypervisor itself")
+
+    @field_validator("scheduling_paused", "labels", "overcommit", "reserved")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("may not be null (leave it out to keep it as it is)")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> HostPatch:
+        if not self.model_fields_set:
+            raise ValueError(f"nothing to change: give at least one of {', '.join(HostPatch.model_fields)}")
+        return self
 
 
 class SchedulerSettings(BaseModel):

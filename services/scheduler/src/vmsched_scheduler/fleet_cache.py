@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
+from vmsched_common import messages
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
+from vmsched_scheduler.placement.taint_rules import Taint, Toleration
 
 log = get_logger(__name__)
 
@@ -42,6 +44,7 @@ def to_host_state(record: SnapshotHost) -> HostState:
         memory_ratio=record.overcommit.memory,
         disk_ratio=record.overcommit.disk,
         usage=usage_of(record.usage),
+        taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
     )
 
 
@@ -53,6 +56,13 @@ def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
         memory_used_mb=float(measured.memory_used_mb),
         allocated_cpu=measured.allocated_cpu,
         allocated_memory_mb=measured.allocated_memory_mb,
+    )
+
+
+def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Toleration, ...]:
+    """A VM's tolerations as the engine reads them."""
+    return tuple(
+        Toleration(t.key, t.operator.value, t.value, None if t.effect is None else t.effect.value) for t in tolerations
     )
 
 

@@ -36,7 +36,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmToPlace
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim
-from vmsched_scheduler.fleet_cache import demand_of
+from vmsched_scheduler.fleet_cache import demand_of, tolerations_of
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.placement import (
     NO_AVAILABLE_AGENTS,
@@ -386,6 +386,8 @@ def _record(
         considered=decision.considered,
         eligible=decision.eligible,
         rejections=dict(decision.rejections),
+        preferences=dict(decision.preferences),
+        preferred=decision.preferred if decision.preferences else None,
         reason=reason,
         detail=detail,
         examples=examples or {},
@@ -416,6 +418,7 @@ def _placement_request(work: _Open) -> PlacementRequest:
         strategy=work.strategy,
         exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
         host_selector=tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in vm.host_selector),
+        tolerations=tolerations_of(vm.tolerations),
     )
 
 

@@ -19,6 +19,8 @@ from vmsched_scheduler.placement import (
     HostUsage,
     PlacementRequest,
     SelectorTerm,
+    Taint,
+    Toleration,
     Weights,
 )
 from vmsched_scheduler.placement.model import NO_DEMAND
@@ -48,6 +50,7 @@ def host(
     disk_ratio: float = 1.0,
     reserved: Demand = NO_DEMAND,
     usage: HostUsage | None = None,
+    taints: Sequence[Taint] = (),
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -63,6 +66,7 @@ def host(
         disk_ratio=disk_ratio,
         reserved=reserved,
         usage=usage,
+        taints=tuple(taints),
     )
 
 
@@ -77,6 +81,7 @@ def request(
     exclude: Sequence[str] = (),
     name: str = "web-1",
     host_selector: Sequence[SelectorTerm] = (),
+    tolerations: Sequence[Toleration] = (),
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -86,6 +91,7 @@ def request(
         strategy=strategy,
         exclude_hosts=frozenset(exclude),
         host_selector=tuple(host_selector),
+        tolerations=tuple(tolerations),
     )
 
 
@@ -133,6 +139,8 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "labels"
     if not all(reference_term_holds(t, h.labels) for t in req.host_selector):
         return "host_selector"
+    if any(t.effect == "NoSchedule" and not reference_tolerated(t, req) for t in h.taints):
+        return "taints"
     effective = reference_effective(h)
     allocated = h.allocated.as_tuple()
     demand = req.demand.as_tuple()
@@ -154,7 +162,36 @@ def reference_term_holds(t: SelectorTerm, labels: Mapping[str, str]) -> bool:
     return t.key not in labels
 
 
-FILTER_ORDER = ("excluded", "offline", "paused", "labels", "host_selector", "cpu", "memory", "disk", "gpu")
+FILTER_ORDER = ("excluded", "offline", "paused", "labels", "host_selector", "taints", "cpu", "memory", "disk", "gpu")
+
+
+def reference_tolerated(taint: Taint, req: PlacementRequest) -> bool:
+    """Kubernetes' rule, spelled out: some toleration whose effect is empty or the taint's, whose key
+    is empty (only with Exists) or the taint's, and which is Exists or has the taint's value."""
+    for toleration in req.tolerations:
+        effect_matches = toleration.effect is None or toleration.effect == taint.effect
+        key_matches = toleration.key == "" or toleration.key == taint.key
+        value_matches = toleration.operator == "Exists" or toleration.value == taint.value
+        if effect_matches and key_matches and value_matches:
+            return True
+    return False
+
+
+def reference_penalty(h: HostState, req: PlacementRequest) -> int:
+    """How many soft rules would rather not use ``h``: an untolerated PreferNoSchedule taint, and GPUs
+    (to give) for a VM that asks for none."""
+    prefer = any(t.effect == "PreferNoSchedule" and not reference_tolerated(t, req) for t in h.taints)
+    gpus = req.demand.gpu == 0 and reference_effective(h)[3] > 0
+    return int(prefer) + int(gpus)
+
+
+def reference_preferred(hosts: Sequence[HostState], req: PlacementRequest, ctx: DecisionContext) -> list[HostState]:
+    """The eligible hosts no soft rule penalises more than the least penalised one, in id order."""
+    eligible = reference_eligible(hosts, req, ctx)
+    if not eligible:
+        return []
+    lowest = min(reference_penalty(h, req) for h in eligible)
+    return [h for h in eligible if reference_penalty(h, req) == lowest]
 
 
 def reference_reason(rejections: Mapping[str | None, int], online: bool) -> str:
@@ -213,6 +250,29 @@ LABEL_VALUES = ["a", "b", "c"]
 
 label_maps = st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=3)
 
+TAINT_KEYS = ["gpu", "dedicated", "spot"]
+EFFECTS = ["NoSchedule", "PreferNoSchedule"]
+taints = st.builds(Taint, st.sampled_from(TAINT_KEYS), st.sampled_from(["", "true", "ml"]), st.sampled_from(EFFECTS))
+# Most hosts have no taints.
+taint_lists = st.one_of(st.just(()), st.just(()), st.lists(taints, max_size=3).map(tuple))
+tolerations = st.one_of(
+    st.builds(
+        Toleration,
+        key=st.sampled_from(TAINT_KEYS),
+        operator=st.just("Equal"),
+        value=st.sampled_from(["", "true", "ml"]),
+        effect=st.sampled_from([None, *EFFECTS]),
+    ),
+    st.builds(
+        Toleration,
+        key=st.sampled_from(["", *TAINT_KEYS]),
+        operator=st.just("Exists"),
+        value=st.just(""),
+        effect=st.sampled_from([None, *EFFECTS]),
+    ),
+)
+toleration_lists = st.one_of(st.just(()), st.just(()), st.lists(tolerations, max_size=2).map(tuple))
+
 
 @st.composite
 def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
@@ -253,6 +313,7 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         disk_ratio=disk_ratio,
         reserved=reserved,
         usage=draw(host_usages(used_cpu, used_memory)),
+        taints=draw(taint_lists),
     )
 
 
@@ -330,6 +391,7 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         strategy=strategy if strategy is not None else draw(st.sampled_from(list(Strategy))),
         exclude_hosts=frozenset(draw(st.lists(st.sampled_from(HOST_IDS), max_size=2))),
         host_selector=draw(st.one_of(st.just(()), host_selectors)),
+        tolerations=draw(toleration_lists),
     )
 
 

@@ -1,4 +1,4 @@
-"""Every registered filter and strategy satisfies its extension point's protocol."""
+"""Every registered filter, weigher and strategy satisfies its extension point's protocol."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ from vmsched_scheduler.placement import (
     FILTERS_BY_NAME,
     STRATEGIES,
     VALID_STRATEGIES,
+    WEIGHER_NAMES,
+    WEIGHERS,
     HostFilter,
+    HostWeigher,
     PlacementStrategy,
 )
 from vmsched_scheduler.placement.filters.resources import ResourceFilter
+from vmsched_scheduler.placement.weighers import WEIGHERS_BY_NAME
 
 
 @pytest.mark.parametrize("host_filter", FILTERS, ids=lambda f: f.NAME)
@@ -25,7 +29,28 @@ def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> 
 
 
 def test_filters_run_in_the_documented_order() -> None:
-    assert FILTER_NAMES == ("excluded", "offline", "paused", "labels", "host_selector", "cpu", "memory", "disk", "gpu")
+    assert FILTER_NAMES == (
+        "excluded",
+        "offline",
+        "paused",
+        "labels",
+        "host_selector",
+        "taints",
+        "cpu",
+        "memory",
+        "disk",
+        "gpu",
+    )
+
+
+@pytest.mark.parametrize("weigher", WEIGHERS, ids=lambda w: w.NAME)
+def test_every_weigher_satisfies_the_weigher_protocol(weigher: HostWeigher) -> None:
+    assert isinstance(weigher, HostWeigher)
+    assert WEIGHERS_BY_NAME[weigher.NAME] is weigher
+
+
+def test_weighers_are_the_documented_ones() -> None:
+    assert WEIGHER_NAMES == ("taints", "gpu_affinity")
 
 
 def test_the_resource_filters_are_the_fit_rules_resources_in_its_order() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -24,7 +26,10 @@ from services.scheduler.tests.placement.support import (
     reference_least_loaded,
     reference_least_utilized,
     reference_online,
+    reference_penalty,
+    reference_preferred,
     reference_reason,
+    reference_tolerated,
     request,
 )
 from vmsched_common.settings import Strategy
@@ -34,6 +39,7 @@ from vmsched_scheduler.placement import (
     HostState,
     PlacementRequest,
     decide,
+    engine,
     explain,
 )
 
@@ -61,7 +67,10 @@ def test_decide_agrees_with_the_reference_on_who_passes_and_why_not(
         assert decision.host_id is not None
         assert decision.reason is None
         assert decision.ranked[0] == decision.host_id
-        assert len(decision.ranked) == min(5, len(eligible))
+        preferred = {h.id for h in reference_preferred(hosts, req, ctx)}
+        assert decision.preferred == (len(preferred) if decision.preferences else len(eligible))
+        assert set(decision.ranked) <= preferred
+        assert len(decision.ranked) == min(5, len(preferred))
         assert len(set(decision.ranked)) == len(decision.ranked)
         for host_id in decision.ranked:
             assert reference_first_failure(by_id[host_id], req, ctx) is None
@@ -78,7 +87,7 @@ def test_least_loaded_ranks_by_lowest_utilisation_then_lowest_id(
     hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
 ) -> None:
     decision = decide(Fleet.from_hosts(hosts), req, ctx)
-    expected = sorted((reference_least_loaded(h, ctx.weights), h.id) for h in reference_eligible(hosts, req, ctx))
+    expected = sorted((reference_least_loaded(h, ctx.weights), h.id) for h in reference_preferred(hosts, req, ctx))
     assert decision.ranked == tuple(host_id for _, host_id in expected[:5])
     if expected:
         assert decision.score == expected[0][0]
@@ -90,7 +99,7 @@ def test_least_utilized_ranks_by_lowest_measured_load_then_lowest_id(
     hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
 ) -> None:
     decision = decide(Fleet.from_hosts(hosts), req, ctx)
-    expected = sorted((reference_least_utilized(h, ctx.weights), h.id) for h in reference_eligible(hosts, req, ctx))
+    expected = sorted((reference_least_utilized(h, ctx.weights), h.id) for h in reference_preferred(hosts, req, ctx))
     assert decision.ranked == tuple(host_id for _, host_id in expected[:5])
     if expected:
         assert decision.score == expected[0][0]
@@ -127,7 +136,7 @@ def test_least_utilized_scores_stay_current_as_vms_are_booked_and_released(
         again = decide(fleet, req, ctx)
         assert (again.ranked, again.scores) == (afresh.ranked, afresh.scores)
         expected = sorted(
-            (reference_least_utilized(h, ctx.weights), h.id) for h in reference_eligible(list(fleet), req, ctx)
+            (reference_least_utilized(h, ctx.weights), h.id) for h in reference_preferred(list(fleet), req, ctx)
         )
         assert again.ranked == tuple(host_id for _, host_id in expected[:5])
 
@@ -138,7 +147,7 @@ def test_best_fit_ranks_by_least_capacity_left_then_lowest_id(
     hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
 ) -> None:
     decision = decide(Fleet.from_hosts(hosts), req, ctx)
-    expected = sorted((reference_best_fit(h, req, ctx.weights), h.id) for h in reference_eligible(hosts, req, ctx))
+    expected = sorted((reference_best_fit(h, req, ctx.weights), h.id) for h in reference_preferred(hosts, req, ctx))
     assert decision.ranked == tuple(host_id for _, host_id in expected[:5])
     if expected:
         assert decision.score == expected[0][0]
@@ -157,7 +166,7 @@ def test_round_robin_visits_every_eligible_host_once_per_cycle_across_two_schedu
     """Two schedulers, each with its own copy of the fleet, share one counter and take its values in
     any interleaving: every run of len(eligible) consecutive values covers each eligible host once."""
     ctx = context()
-    eligible = [h.id for h in reference_eligible(hosts, req, ctx)]
+    eligible = [h.id for h in reference_preferred(hosts, req, ctx)]
     schedulers = (Fleet.from_hosts(hosts), Fleet.from_hosts(hosts))
     picks = []
     for offset, second in enumerate(which_scheduler):
@@ -182,7 +191,7 @@ def replace_cursor(ctx: DecisionContext, cursor: int) -> DecisionContext:
 def test_random_reaches_every_eligible_host(hosts: list[HostState], req: PlacementRequest) -> None:
     fleet = Fleet.from_hosts(hosts)
     ctx = context()
-    eligible: set[str | None] = {h.id for h in reference_eligible(hosts, req, ctx)}
+    eligible: set[str | None] = {h.id for h in reference_preferred(hosts, req, ctx)}
     picks = {decide(fleet, req, replace(ctx, rng=random.Random(seed))).host_id for seed in range(300)}
     assert picks == (eligible or {None})
 
@@ -204,8 +213,10 @@ def test_explain_agrees_with_decide(hosts: list[HostState], req: PlacementReques
         if verdict.reason is not None:
             assert verdict.reason.startswith(f"{verdict.filter}: ")
     passed = [v for v in verdicts if v.passed]
+    for verdict in passed:
+        assert len(verdict.penalties) == reference_penalty(by_id[verdict.host_id], req)
     if req.strategy in (Strategy.LEAST_LOADED, Strategy.BEST_FIT, Strategy.LEAST_UTILIZED) and passed:
-        best = min(passed, key=lambda v: (v.score, v.host_id))
+        best = min(passed, key=lambda v: (len(v.penalties), v.score, v.host_id))
         assert (best.host_id, best.score) == (decision.host_id, decision.score)
     if decision.host_id is not None:
         assert decision.host_id in {v.host_id for v in passed}
@@ -220,3 +231,47 @@ def test_the_same_fleet_and_request_give_the_same_decision(host_ids: list[str], 
         first = decide(Fleet.from_hosts(hosts), req, replace(ctx, rng=random.Random(1)))
         again = decide(Fleet.from_hosts(reversed(hosts)), req, replace(ctx, rng=random.Random(1)))
         assert first == again
+
+
+@settings(deadline=None)
+@given(host_lists, placement_requests(), contexts())
+def test_never_a_host_with_a_noschedule_taint_the_vm_does_not_tolerate(
+    hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
+) -> None:
+    decision = decide(Fleet.from_hosts(hosts), req, ctx)
+    by_id = latest(hosts)
+    for host_id in decision.ranked:
+        assert all(t.effect != "NoSchedule" or reference_tolerated(t, req) for t in by_id[host_id].taints)
+
+
+@settings(deadline=None)
+@given(host_lists, placement_requests(), contexts())
+def test_weighers_never_change_the_eligible_set(
+    hosts: list[HostState], req: PlacementRequest, ctx: DecisionContext
+) -> None:
+    """With and without every weigher: the same eligible hosts, rejections and reason; with them,
+    the VM goes to a host no other eligible host is less penalised than."""
+    by_id = latest(hosts)
+    weighed = decide(Fleet.from_hosts(hosts), req, replace(ctx, rng=random.Random(0)))
+    with no_weighers():
+        plain = decide(Fleet.from_hosts(hosts), req, replace(ctx, rng=random.Random(0)))
+    assert (weighed.eligible, dict(weighed.rejections), weighed.reason) == (
+        plain.eligible,
+        dict(plain.rejections),
+        plain.reason,
+    )
+    assert (weighed.host_id is None) == (plain.host_id is None)
+    if weighed.host_id is not None:
+        eligible = reference_eligible(hosts, req, ctx)
+        assert reference_penalty(by_id[weighed.host_id], req) == min(reference_penalty(h, req) for h in eligible)
+
+
+@contextmanager
+def no_weighers() -> Iterator[None]:
+    """The engine as it was before weighers: it reads its module's ``WEIGHERS`` at every decision."""
+    saved = getattr(engine, "WEIGHERS")  # noqa: B009 (not re-exported: mypy would refuse the attribute)
+    setattr(engine, "WEIGHERS", ())  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(engine, "WEIGHERS", saved)  # noqa: B010

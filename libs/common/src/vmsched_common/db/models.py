@@ -50,6 +50,8 @@ class VmRow(Base):
     exclusions: Mapped[dict[str, float]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Kubernetes-style tolerations of host taints: [{key, operator, value, effect}].
+    tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
     request_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -79,7 +81,16 @@ class HostRow(Base):
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
+    # labels, taints and the ratios are the effective values every reader uses: the agent's (agent_*,
+    # from its last heartbeat) overlaid by the operator's (operator_*, PATCH /v1/hosts/{id}); the
+    # overlay is written in one place, vmsched_common.db.inventory.
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    agent_labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    operator_labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    taints: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    agent_taints: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # NULL: the operator set no taints (the agent's apply); a list, even empty, replaces the agent's.
+    operator_taints: Mapped[list[dict[str, str]] | None] = mapped_column(JSONB)
     cpu: Mapped[int] = mapped_column(Integer)
     memory_mb: Mapped[int] = mapped_column(BigInteger)
     disk_gb: Mapped[int] = mapped_column(BigInteger)
@@ -87,8 +98,15 @@ class HostRow(Base):
     cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     disk_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    agent_cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    agent_memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    agent_disk_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
+    # NULL: the agent's ratio applies.
+    operator_cpu_ratio: Mapped[float | None] = mapped_column(Float)
+    operator_memory_ratio: Mapped[float | None] = mapped_column(Float)
+    operator_disk_ratio: Mapped[float | None] = mapped_column(Float)
     # Held back for the hypervisor itself (OpenStack Placement's ``reserved``): the fit rule gives
-    # VMs floor((capacity - reserved) x ratio).
+    # VMs floor((capacity - reserved) x ratio). Only the operator sets it (agents report none).
     reserved_cpu: Mapped[int] = mapped_column(Integer, server_default="0")
     reserved_memory_mb: Mapped[int] = mapped_column(BigInteger, server_default="0")
     reserved_disk_gb: Mapped[int] = mapped_column(BigInteger, server_default="0")

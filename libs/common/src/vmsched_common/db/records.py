@@ -7,11 +7,12 @@ a :class:`VmRecord` or :class:`HostRecord` with ``from_row``; nothing else reads
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
@@ -21,6 +22,8 @@ from vmsched_common.messages import (
     Resources,
     RestartPolicy,
     SelectorOperator,
+    Taint,
+    Toleration,
     VmToPlace,
 )
 from vmsched_common.settings import Strategy
@@ -37,6 +40,7 @@ VM_FIELDS = (
     "gpu",
     "labels",
     "host_selector",
+    "tolerations",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -74,6 +78,12 @@ HOST_FIELDS = (
     "vm_count",
     "scheduling_paused",
     "last_heartbeat",
+    "taints",
+    "operator_labels",
+    "operator_taints",
+    "operator_cpu_ratio",
+    "operator_memory_ratio",
+    "operator_disk_ratio",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -122,6 +132,7 @@ class VmRecord:
     started_at: datetime | None
     failed_at: datetime | None
     host_selector: tuple[HostSelectorTerm, ...] = ()  # terms a host's labels must all satisfy
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -134,6 +145,7 @@ class VmRecord:
             resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
             labels=dict(row.labels or {}),
             host_selector=trusted_selector(row.host_selector),
+            tolerations=tolerations_of(row.tolerations),
             strategy=Strategy(row.strategy) if row.strategy else None,
             restart_policy=RestartPolicy(row.restart_policy),
             restart_count=row.restart_count,
@@ -160,6 +172,7 @@ class VmRecord:
             resources=self.resources,
             labels=dict(self.labels),
             host_selector=list(self.host_selector),
+            tolerations=list(self.tolerations),
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,
@@ -183,6 +196,11 @@ class HostRecord:
     vm_count: int
     scheduling_paused: bool
     last_heartbeat: datetime | None
+    taints: tuple[Taint, ...] = ()
+    # What the operator set (labels, taints and overcommit above are the effective values).
+    operator_labels: Mapping[str, str] = field(default_factory=dict)
+    operator_taints: tuple[Taint, ...] | None = None
+    operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
 
     @classmethod
     def from_row(cls, row: Any) -> HostRecord:
@@ -197,4 +215,8 @@ class HostRecord:
             vm_count=row.vm_count,
             scheduling_paused=row.scheduling_paused,
             last_heartbeat=row.last_heartbeat,
+            taints=taints_of(row.taints) or (),
+            operator_labels=dict(row.operator_labels or {}),
+            operator_taints=taints_of(row.operator_taints),
+            operator_overcommit=RatioOverrides.of_row(row),
         )

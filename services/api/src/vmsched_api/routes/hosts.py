@@ -1,5 +1,5 @@
 """/v1/hosts: the fleet as PostgreSQL records it (with each host's measured usage from the capacity
-snapshot); pausing a host for maintenance."""
+snapshot); what the operator owns of a host (pause, labels, taints, ratios, reserved); deleting one."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import time
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from vmsched_api.agent_queues import delete_agent_queue
 from vmsched_api.deps import Services, ServicesDep
-from vmsched_api.repository import to_host
+from vmsched_api.repository import HostRemoval, to_host
 from vmsched_api.schemas import Host, HostPatch
 from vmsched_common.logs import get_logger
 from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
-from vmsched_common.snapshot import MeasuredUsage
+from vmsched_common.snapshot import MeasuredUsage, inventory_fields
 
 router = APIRouter(prefix="/v1/hosts", tags=["hosts"])
 log = get_logger("vmsched_api")
@@ -49,14 +50,48 @@ async def get_host(host_id: str, services: ServicesDep) -> Host:
 
 @router.patch("/{host_id}", response_model=Host)
 async def patch_host(host_id: str, body: HostPatch, services: ServicesDep) -> Host:
-    """Pause or resume scheduling on a host (maintenance). Its VMs stay where they are."""
-    host = await services.repository.set_paused(host_id, body.scheduling_paused)
+    """Change what the operator owns of a host: pause it, its labels, taints, allocation ratios and
+    reserved capacity. Fields left out stay as they are. Capacity may be lowered below what is
+    allocated: the host keeps its VMs and takes nothing new until it has room again."""
+    host = await services.repository.patch_host(host_id, body)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    # PostgreSQL changed first: the scheduler's commit re-checks the flag there, so a placement racing
-    # with this request cannot land on the paused host even before the snapshot learns of it.
-    await services.snapshot.set_host_fields(host_id, {"paused": "1" if body.scheduling_paused else "0"})
+    # PostgreSQL changed first: the scheduler's commit checks the fit rule and the pause flag there,
+    # so a placement racing with this request cannot break them even before the snapshot learns of it.
+    await services.snapshot.set_host_fields(
+        host_id, inventory_fields(host.labels, host.taints, host.overcommit, host.reserved, host.scheduling_paused)
+    )
     return to_host(host, (await _usage(services, [host_id])).get(host_id))
+
+
+@router.delete(
+    "/{host_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={404: {"description": "no such host"}, 409: {"description": "VMs are on it"}},
+)
+async def delete_host(host_id: str, services: ServicesDep) -> Response:
+    """Forget a host no VM occupies: its row, its agent queue and its snapshot entry. A later
+    heartbeat from it registers it again, as a new host."""
+    removal, occupants = await services.repository.delete_host(host_id)
+    if removal is HostRemoval.UNKNOWN:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
+    if removal is HostRemoval.OCCUPIED:
+        shown = ", ".join(str(vm_id) for vm_id in occupants)
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"host {host_id} has VMs on it (delete or move them first): {shown}"
+        )
+    # PostgreSQL decided; the rest follows. A step that fails is logged: a leftover queue holds no
+    # command of a VM, and a leftover snapshot entry is refused by PostgreSQL's guard.
+    try:
+        await services.snapshot.forget_host(host_id)
+    except Exception as error:
+        log.error("deleted host left in the snapshot", host=host_id, error=repr(error))
+    try:
+        await delete_agent_queue(services.broker, host_id)
+    except Exception as error:
+        log.error("deleted host's agent queue left behind", host=host_id, error=repr(error))
+    log.info("host deleted", host=host_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get(

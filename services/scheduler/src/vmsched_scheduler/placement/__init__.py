@@ -37,6 +37,8 @@ from vmsched_scheduler.placement.strategies import (
     UnknownStrategyError,
     strategy_for,
 )
+from vmsched_scheduler.placement.taint_rules import Taint, Toleration
+from vmsched_scheduler.placement.weighers import WEIGHER_NAMES, WEIGHERS, HostWeigher
 
 __all__ = [
     "DEFAULT_STRATEGY",
@@ -46,6 +48,8 @@ __all__ = [
     "NO_AVAILABLE_AGENTS",
     "STRATEGIES",
     "VALID_STRATEGIES",
+    "WEIGHERS",
+    "WEIGHER_NAMES",
     "Decision",
     "DecisionContext",
     "Demand",
@@ -55,11 +59,14 @@ __all__ = [
     "HostState",
     "HostUsage",
     "HostVerdict",
+    "HostWeigher",
     "PlacementRequest",
     "PlacementStrategy",
     "Ranking",
     "RequestVector",
     "SelectorTerm",
+    "Taint",
+    "Toleration",
     "UnknownStrategyError",
     "Weights",
     "decide",

@@ -1,9 +1,14 @@
-"""``decide``, ``rejected_examples`` and ``explain``: the filters over the fleet, then the strategy.
+"""``decide``, ``rejected_examples`` and ``explain``: the filters over the fleet, the weighers'
+preference among the hosts that pass, then the strategy.
 
 A decision is a few vectorised passes over the columns: each filter yields a boolean mask, the
 running AND of the masks is the eligible set, and counting it after each filter gives how many
 hosts each filter rejected first. Per-host reasons are spelled out only for a few hosts per rule
 (``rejected_examples``, when no host fits) or for every host when a person asks (``explain``).
+
+Then the preference: each weigher (``weighers/``) may penalise some hosts; among the eligible
+hosts, only those of the lowest total penalty are handed to the strategy (lexicographic: soft rules
+first, then the score). Weighers never reject: the eligible set and ``rejections`` are the filters'.
 
 When no host fits, the decision's ``reason`` is ``no_available_agents`` if no host is online, else
 the last rule (in filter order) that rejected a host: the one that stopped the hosts that came
@@ -14,16 +19,17 @@ closest, which is the answer a person can act on ("the zone's hosts are full on 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement.filters import AVAILABILITY_FILTER, FILTERS
-from vmsched_scheduler.placement.fleet import BoolArray, Fleet
+from vmsched_scheduler.placement.fleet import BoolArray, Fleet, FleetColumns, FloatArray
 from vmsched_scheduler.placement.model import DecisionContext, PlacementRequest, RequestVector
 from vmsched_scheduler.placement.strategies import strategy_for
+from vmsched_scheduler.placement.weighers import WEIGHERS
 
 NO_AVAILABLE_AGENTS = "no_available_agents"
 
@@ -43,6 +49,9 @@ class Decision:
     rejections: Mapping[str, int]  # filter name -> hosts that filter rejected first (non-zero only)
     considered: int  # hosts in the fleet
     eligible: int  # hosts that passed every filter
+    # Weigher name -> eligible hosts it penalised (non-zero only); empty when no weigher had a say.
+    preferences: Mapping[str, int] = field(default_factory=lambda: _NO_REJECTIONS)
+    preferred: int = 0  # eligible hosts of the lowest penalty: those the strategy ranked
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,7 @@ class HostVerdict:
     filter: str | None
     reason: str | None
     score: float | None  # the strategy's score when passed (None for unscored strategies)
+    penalties: tuple[str, ...] = ()  # when passed: each weigher's reason for penalising it
 
 
 def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *, fallbacks: int = 4) -> Decision:
@@ -104,7 +114,8 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     if eligible is None:
         eligible = columns.scratch.eligible
         eligible.fill(True)
-    ranking = strategy.rank(columns, vector, eligible, remaining, context, 1 + max(0, fallbacks))
+    preferred, preferred_count, preferences = prefer(columns, vector, eligible, remaining)
+    ranking = strategy.rank(columns, vector, preferred, preferred_count, context, 1 + max(0, fallbacks))
     ids = columns.ids
     ranked = tuple(ids[index] for index in ranking.indices)
     return Decision(
@@ -117,7 +128,41 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
         rejections=MappingProxyType(rejections) if rejections else _NO_REJECTIONS,
         considered=considered,
         eligible=remaining,
+        preferences=MappingProxyType(preferences) if preferences else _NO_REJECTIONS,
+        preferred=preferred_count,
     )
+
+
+def prefer(
+    columns: FleetColumns, request: RequestVector, eligible: BoolArray, eligible_count: int
+) -> tuple[BoolArray, int, dict[str, int]]:
+    """The eligible hosts of the lowest total penalty and their count, and per weigher the eligible
+    hosts it penalised. ``eligible`` itself (never written) when no weigher tells eligible hosts apart."""
+    opinions = [(w.NAME, penalty) for w in WEIGHERS if (penalty := w.penalty(columns, request)) is not None]
+    if not opinions:
+        return eligible, eligible_count, {}
+    if len(opinions) == 1 and opinions[0][1].dtype == np.bool_:
+        # The usual case, one yes-or-no rule: eligible and not penalised, in one pass.
+        name, penalty = opinions[0]
+        preferred = np.greater(eligible, penalty)
+        count = int(np.count_nonzero(preferred))
+        if count == eligible_count:
+            return eligible, eligible_count, {}
+        if count == 0:
+            return eligible, eligible_count, {name: eligible_count}
+        return preferred, count, {name: eligible_count - count}
+    preferences: dict[str, int] = {}
+    total: FloatArray = np.zeros(len(columns), dtype=np.float64)
+    for name, penalty in opinions:
+        hit = int(np.count_nonzero(np.logical_and(penalty, eligible)))
+        if hit:
+            preferences[name] = hit
+            total += penalty
+    if not preferences:
+        return eligible, eligible_count, {}
+    masked = np.where(eligible, total, np.inf)
+    preferred = np.equal(masked, masked.min())
+    return preferred, int(np.count_nonzero(preferred)), preferences
 
 
 def rejected_examples(
@@ -160,11 +205,17 @@ def explain(fleet: Fleet, request: PlacementRequest, context: DecisionContext) -
         if passes is not None:
             first_failed[~passes] = position  # earlier filters overwrite later ones
     scores = strategy.scores(columns, vector, context)
+    penalties = [(weigher, weigher.penalty(columns, vector)) for weigher in WEIGHERS]
     verdicts: list[HostVerdict] = []
     for index, (host_id, failed) in enumerate(zip(columns.ids, first_failed.tolist(), strict=True)):
         if failed < 0:
             score = None if scores is None else float(scores[index])
-            verdicts.append(HostVerdict(host_id, True, None, None, score))
+            why = tuple(
+                weigher.reason(fleet, index, vector)
+                for weigher, penalty in penalties
+                if penalty is not None and penalty[index]
+            )
+            verdicts.append(HostVerdict(host_id, True, None, None, score, why))
         else:
             host_filter = FILTERS[failed]
             reason = host_filter.reason(fleet, index, vector)

@@ -17,7 +17,8 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from vmsched_scheduler.placement.model import ONLINE, Demand, HostState
+from vmsched_scheduler.placement.model import GPU, ONLINE, Demand, HostState
+from vmsched_scheduler.placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -45,22 +46,37 @@ class FleetColumns:
     ``utilisation`` (allocated / divisor). ``load`` (2, n), rows ``CPU, MEMORY``: what is in use as a
     share of the host, measured (:attr:`HostState.measured_load`) where the agent reports usage, else
     the ``utilisation`` row.
+
+    Taints: most hosts have none, so each host's list of taints is interned (``taint_codes``, an
+    index into ``taint_sets``, 0 for none) and two flags per host say whether it has any taint of
+    each effect; ``has_gpus`` says which hosts have GPUs to give VMs. ``no_schedule_hosts``,
+    ``prefer_no_schedule_hosts`` and ``gpu_hosts`` count the hosts of each kind, so that a rule with
+    nothing to say about this fleet costs nothing.
     """
 
     __slots__ = (
+        "_taint_set_codes",
         "allocated",
         "divisor",
         "effective",
         "free",
+        "gpu_hosts",
+        "has_gpus",
         "hosts",
         "ids",
         "label_codes",
         "label_values",
         "last_heartbeat",
         "load",
+        "no_schedule",
+        "no_schedule_hosts",
         "online",
         "paused",
+        "prefer_no_schedule",
+        "prefer_no_schedule_hosts",
         "scratch",
+        "taint_codes",
+        "taint_sets",
         "utilisation",
     )
 
@@ -81,6 +97,10 @@ class FleetColumns:
         # ``label_values``), so "carries key=value" is one vectorised comparison.
         self.label_codes: dict[str, CodeArray] = {}
         self.label_values: dict[str, dict[str, int]] = {}
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self._taint_set_codes: dict[tuple[Taint, ...], int] = {(): 0}
+        self.taint_codes, self.no_schedule, self.prefer_no_schedule = self._taint_columns(self.hosts)
+        self._count()
         self.scratch = Scratch(len(self.ids))
 
     def __len__(self) -> int:
@@ -140,6 +160,26 @@ class FleetColumns:
             self.label_codes[key] = codes
         return codes
 
+    def _taint_code(self, taints: tuple[Taint, ...]) -> int:
+        code = self._taint_set_codes.get(taints)
+        if code is None:
+            code = self._taint_set_codes[taints] = len(self.taint_sets)
+            self.taint_sets.append(taints)
+        return code
+
+    def _taint_columns(self, hosts: Sequence[HostState]) -> tuple[CodeArray, BoolArray, BoolArray]:
+        count = len(hosts)
+        codes = np.fromiter((self._taint_code(host.taints) for host in hosts), np.int32, count)
+        no_schedule = np.fromiter((_has(host.taints, NO_SCHEDULE) for host in hosts), np.bool_, count)
+        prefer = np.fromiter((_has(host.taints, PREFER_NO_SCHEDULE) for host in hosts), np.bool_, count)
+        return codes, no_schedule, prefer
+
+    def _count(self) -> None:
+        self.has_gpus: BoolArray = np.greater(self.effective[GPU], 0.0)
+        self.no_schedule_hosts = int(np.count_nonzero(self.no_schedule))
+        self.prefer_no_schedule_hosts = int(np.count_nonzero(self.prefer_no_schedule))
+        self.gpu_hosts = int(np.count_nonzero(self.has_gpus))
+
     def _code(self, key: str, value: str | None) -> int:
         if value is None:
             return NO_LABEL
@@ -151,6 +191,13 @@ class FleetColumns:
         effective = host.effective_capacity.as_tuple()
         allocated = host.allocated.as_tuple()
         divisor = tuple(float(max(amount, 1)) for amount in effective)
+        no_schedule, prefer = _has(host.taints, NO_SCHEDULE), _has(host.taints, PREFER_NO_SCHEDULE)
+        self.no_schedule_hosts += int(no_schedule) - int(self.no_schedule[index])
+        self.prefer_no_schedule_hosts += int(prefer) - int(self.prefer_no_schedule[index])
+        self.gpu_hosts += int(effective[GPU] > 0) - int(self.has_gpus[index])
+        self.has_gpus[index] = effective[GPU] > 0
+        self.no_schedule[index], self.prefer_no_schedule[index] = no_schedule, prefer
+        self.taint_codes[index] = self._taint_code(host.taints)
         self.hosts[index] = host
         self.ids[index] = host.id
         self.online[index] = host.status == ONLINE
@@ -185,6 +232,11 @@ class FleetColumns:
         for key, codes in self.label_codes.items():
             carried = [self._code(key, host.labels.get(key)) for host in new_hosts]
             self.label_codes[key] = np.insert(codes, positions, carried)
+        taint_codes, no_schedule, prefer = self._taint_columns(new_hosts)
+        self.taint_codes = np.insert(self.taint_codes, positions, taint_codes)
+        self.no_schedule = np.insert(self.no_schedule, positions, no_schedule)
+        self.prefer_no_schedule = np.insert(self.prefer_no_schedule, positions, prefer)
+        self._count()
         self.scratch = Scratch(len(self.ids))
 
     def delete_row(self, index: int) -> None:
@@ -201,6 +253,10 @@ class FleetColumns:
         self.load = np.delete(self.load, index, axis=1)
         for key, codes in self.label_codes.items():
             self.label_codes[key] = np.delete(codes, index)
+        self.taint_codes = np.delete(self.taint_codes, index)
+        self.no_schedule = np.delete(self.no_schedule, index)
+        self.prefer_no_schedule = np.delete(self.prefer_no_schedule, index)
+        self._count()
         self.scratch = Scratch(len(self.ids))
 
 
@@ -250,6 +306,10 @@ class _Block:
         if measured:
             rows = np.fromiter((index for index, _ in measured), np.intp, len(measured))
             self.load[:, rows] = np.array([load for _, load in measured], dtype=np.float64).T
+
+
+def _has(taints: tuple[Taint, ...], effect: str) -> bool:
+    return any(taint.effect == effect for taint in taints)
 
 
 def _resource_rows(amounts: Sequence[Demand]) -> FloatArray:

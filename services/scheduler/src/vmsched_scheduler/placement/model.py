@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement.taint_rules import Taint, Toleration
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
 CPU, MEMORY, DISK, GPU = 0, 1, 2, 3
@@ -109,6 +110,7 @@ class HostState:
     disk_ratio: float = 1.0  # overcommit (allocation ratio) for disk
     reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
     usage: HostUsage | None = None  # measured by its agent; None when it reports none
+    taints: tuple[Taint, ...] = ()
 
     @property
     def ratios(self) -> Ratios:
@@ -170,6 +172,7 @@ class PlacementRequest:
     strategy: Strategy
     exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
     host_selector: tuple[SelectorTerm, ...] = ()  # every term must hold (Kubernetes' node affinity)
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,7 @@ class RequestVector:
     now: float
     offline_timeout: float
     host_selector: tuple[SelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -225,6 +229,7 @@ class RequestVector:
             now=context.now,
             offline_timeout=context.offline_timeout,
             host_selector=request.host_selector,
+            tolerations=request.tolerations,
         )
 
     def demanded(self, resource: int) -> int:

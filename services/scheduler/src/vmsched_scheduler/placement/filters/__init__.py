@@ -15,10 +15,12 @@ from vmsched_scheduler.placement.filters.labels import LabelsFilter
 from vmsched_scheduler.placement.filters.memory import MemoryFilter
 from vmsched_scheduler.placement.filters.offline import OfflineFilter
 from vmsched_scheduler.placement.filters.paused import PausedFilter
+from vmsched_scheduler.placement.filters.taints import TaintsFilter
 
-# The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels
-# and host selector before the amounts of resources (as Kubernetes runs NodeAffinity before NodeResourcesFit): a
-# host that could never take this VM is counted as such, not as "full". The order is also the
+# The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels,
+# host selector and the host's taints before the amounts of resources (as Kubernetes runs
+# NodeAffinity and TaintToleration before NodeResourcesFit): a host that could never take this VM
+# is counted as such, not as "full". The order is also the
 # order of rejection keys, and the last rule that rejected a host is an unschedulable VM's reason.
 FILTERS: tuple[HostFilter, ...] = (
     ExcludedFilter(),
@@ -26,6 +28,7 @@ FILTERS: tuple[HostFilter, ...] = (
     PausedFilter(),
     LabelsFilter(),
     HostSelectorFilter(),
+    TaintsFilter(),
     CpuFilter(),
     MemoryFilter(),
     DiskFilter(),
@@ -50,4 +53,5 @@ __all__ = [
     "MemoryFilter",
     "OfflineFilter",
     "PausedFilter",
+    "TaintsFilter",
 ]

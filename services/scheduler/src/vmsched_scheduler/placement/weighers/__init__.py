@@ -1,0 +1,23 @@
+"""The weighers: soft rules, applied among the hosts that pass every filter (see ``base.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from vmsched_scheduler.placement.weighers.base import HostWeigher
+from vmsched_scheduler.placement.weighers.gpu_affinity import GpuAffinityWeigher
+from vmsched_scheduler.placement.weighers.taints import PreferNoScheduleWeigher
+
+WEIGHERS: tuple[HostWeigher, ...] = (PreferNoScheduleWeigher(), GpuAffinityWeigher())
+WEIGHERS_BY_NAME: Mapping[str, HostWeigher] = MappingProxyType({w.NAME: w for w in WEIGHERS})
+WEIGHER_NAMES: tuple[str, ...] = tuple(w.NAME for w in WEIGHERS)
+
+__all__ = [
+    "WEIGHERS",
+    "WEIGHERS_BY_NAME",
+    "WEIGHER_NAMES",
+    "GpuAffinityWeigher",
+    "HostWeigher",
+    "PreferNoScheduleWeigher",
+]

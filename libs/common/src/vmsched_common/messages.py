@@ -86,6 +86,9 @@ class VmToPlace(BaseModel):
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
     )
     attempt: Annotated[int, Field(ge=1)] = 1
+    server_group: UUID | None = Field(
+        default=None, description="the server group the VM is a member of (its rule applies); null for none"
+    )
 
 
 class VmCreate(Message):

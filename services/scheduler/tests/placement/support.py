@@ -131,7 +131,7 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
     return None
 
 
-FILTER_ORDER = ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
+FILTER_ORDER = ("excluded", "offline", "paused", "labels", "server_group", "cpu", "memory", "disk", "gpu", "spread")
 
 
 def reference_reason(rejections: Mapping[str | None, int], online: bool) -> str:

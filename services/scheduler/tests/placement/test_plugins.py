@@ -16,6 +16,7 @@ from vmsched_scheduler.placement import (
     PlacementStrategy,
 )
 from vmsched_scheduler.placement.filters.resources import ResourceFilter
+from vmsched_scheduler.placement.weighers import WEIGHERS, HostWeigher
 
 
 @pytest.mark.parametrize("host_filter", FILTERS, ids=lambda f: f.NAME)
@@ -25,13 +26,29 @@ def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> 
 
 
 def test_filters_run_in_the_documented_order() -> None:
-    assert FILTER_NAMES == ("excluded", "offline", "paused", "labels", "cpu", "memory", "disk", "gpu")
+    assert FILTER_NAMES == (
+        "excluded",
+        "offline",
+        "paused",
+        "labels",
+        "server_group",
+        "cpu",
+        "memory",
+        "disk",
+        "gpu",
+        "spread",
+    )
 
 
 def test_the_resource_filters_are_the_fit_rules_resources_in_its_order() -> None:
     resource_filters = [f for f in FILTERS if isinstance(f, ResourceFilter)]
     assert [f.NAME for f in resource_filters] == list(RESOURCE_NAMES)
     assert [f.RESOURCE for f in resource_filters] == list(range(len(RESOURCE_NAMES)))
+
+
+@pytest.mark.parametrize("weigher", WEIGHERS, ids=lambda w: w.NAME)
+def test_every_weigher_satisfies_the_weigher_protocol(weigher: HostWeigher) -> None:
+    assert isinstance(weigher, HostWeigher)
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))

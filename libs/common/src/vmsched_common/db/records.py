@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
@@ -46,6 +47,7 @@ VM_FIELDS = (
     "scheduled_at",
     "started_at",
     "failed_at",
+    "server_group",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -73,6 +75,9 @@ HOST_FIELDS = (
     "last_heartbeat",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
+
+SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at")
+SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 
 def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int) -> Resources:
@@ -107,6 +112,7 @@ class VmRecord:
     scheduled_at: datetime | None
     started_at: datetime | None
     failed_at: datetime | None
+    server_group: UUID | None = None  # the server group it is a member of
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -130,6 +136,7 @@ class VmRecord:
             scheduled_at=row.scheduled_at,
             started_at=row.started_at,
             failed_at=row.failed_at,
+            server_group=row.server_group,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -146,6 +153,7 @@ class VmRecord:
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,
+            server_group=self.server_group,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -180,4 +188,27 @@ class HostRecord:
             vm_count=row.vm_count,
             scheduling_paused=row.scheduling_paused,
             last_heartbeat=row.last_heartbeat,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerGroupRecord:
+    id: UUID
+    name: str
+    rule: GroupRule
+    created_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ServerGroupRecord:
+        return cls(
+            id=row.id,
+            name=row.name,
+            rule=GroupRule(
+                id=row.id,
+                policy=GroupPolicy(row.policy),
+                topology_key=row.topology_key,
+                max_per_domain=row.max_per_domain,
+                max_skew=row.max_skew,
+            ),
+            created_at=row.created_at,
         )

@@ -24,6 +24,7 @@ from vmsched_scheduler.placement.filters import AVAILABILITY_FILTER, FILTERS
 from vmsched_scheduler.placement.fleet import BoolArray, Fleet
 from vmsched_scheduler.placement.model import DecisionContext, PlacementRequest, RequestVector
 from vmsched_scheduler.placement.strategies import strategy_for
+from vmsched_scheduler.placement.weighers import preferred
 
 NO_AVAILABLE_AGENTS = "no_available_agents"
 
@@ -104,7 +105,9 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     if eligible is None:
         eligible = columns.scratch.eligible
         eligible.fill(True)
-    ranking = strategy.rank(columns, vector, eligible, remaining, context, 1 + max(0, fallbacks))
+    # Preferences (weighers) narrow the hosts the strategy ranks; ``remaining`` stays what passed.
+    ranked_among = preferred(columns, vector, eligible, remaining)
+    ranking = strategy.rank(columns, vector, eligible, ranked_among, context, 1 + max(0, fallbacks))
     ids = columns.ids
     ranked = tuple(ids[index] for index in ranking.indices)
     return Decision(

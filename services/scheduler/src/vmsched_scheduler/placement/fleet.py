@@ -97,6 +97,16 @@ class FleetColumns:
         The first question about a key reads every host's labels once; after that the key's value
         column is kept current by every fleet update.
         """
+        codes, values = self.label_column(key)
+        code = values.get(value)
+        if code is None:
+            return np.zeros(len(self.hosts), dtype=np.bool_)
+        mask: BoolArray = np.equal(codes, code)
+        return mask
+
+    def label_column(self, key: str) -> tuple[CodeArray, dict[str, int]]:
+        """Each host's value of label ``key`` as a code (``NO_LABEL`` where it has none), and the
+        code of each value seen. Read-only for the caller; kept current by every fleet update."""
         codes = self.label_codes.get(key)
         if codes is None:
             codes = np.fromiter((self._code(key, h.labels.get(key)) for h in self.hosts), np.int32, len(self.hosts))
@@ -105,11 +115,7 @@ class FleetColumns:
                 del self.label_codes[oldest]
                 self.label_values.pop(oldest, None)
             self.label_codes[key] = codes
-        code = self.label_values.get(key, {}).get(value)
-        if code is None:
-            return np.zeros(len(self.hosts), dtype=np.bool_)
-        mask: BoolArray = np.equal(codes, code)
-        return mask
+        return codes, self.label_values.setdefault(key, {})
 
     def _code(self, key: str, value: str | None) -> int:
         if value is None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
+from vmsched_common.groups import GroupRule
 from vmsched_common.settings import Strategy
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
@@ -149,6 +150,15 @@ class HostState:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementGroup:
+    """The server group a VM joins: its rule, and its members per domain as known at this decision
+    (the snapshot's count at the start of the round, plus the round's own choices so far)."""
+
+    rule: GroupRule
+    members: Mapping[str, int]  # domain -> members there (absent: none)
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """One VM to place."""
 
@@ -158,6 +168,7 @@ class PlacementRequest:
     labels: Mapping[str, str]
     strategy: Strategy
     exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
+    group: PlacementGroup | None = None  # its server group, if it joins one
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +209,7 @@ class RequestVector:
     exclude_hosts: frozenset[str]
     now: float
     offline_timeout: float
+    group: PlacementGroup | None = None
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -211,6 +223,7 @@ class RequestVector:
             exclude_hosts=request.exclude_hosts,
             now=context.now,
             offline_timeout=context.offline_timeout,
+            group=request.group,
         )
 
     def demanded(self, resource: int) -> int:

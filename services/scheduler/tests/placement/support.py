@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from uuid import UUID
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, GroupRule
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement import (
     DecisionContext,
@@ -19,7 +21,7 @@ from vmsched_scheduler.placement import (
     PlacementRequest,
     Weights,
 )
-from vmsched_scheduler.placement.model import NO_DEMAND
+from vmsched_scheduler.placement.model import NO_DEMAND, PlacementGroup
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0
@@ -74,6 +76,7 @@ def request(
     strategy: Strategy = Strategy.LEAST_LOADED,
     exclude: Sequence[str] = (),
     name: str = "web-1",
+    in_group: PlacementGroup | None = None,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -82,7 +85,24 @@ def request(
         labels=dict(labels or {}),
         strategy=strategy,
         exclude_hosts=frozenset(exclude),
+        group=in_group,
     )
+
+
+GROUP_ID = UUID("00000000-0000-0000-0000-0000000000a1")
+
+
+def group(
+    policy: GroupPolicy,
+    members: Mapping[str, int] | None = None,
+    *,
+    key: str = HOST_TOPOLOGY,
+    max_per_domain: int = 1,
+    max_skew: int = 1,
+) -> PlacementGroup:
+    """A server group with ``members`` per domain."""
+    rule = GroupRule(GROUP_ID, policy, key, max_per_domain, max_skew)
+    return PlacementGroup(rule, dict(members or {}))
 
 
 def context(*, cursor: int = 0, seed: int = 0, weights: Weights | None = None, now: float = NOW) -> DecisionContext:

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from services.scheduler.tests.placement.support import context, fleet_of, group, host, request
+from vmsched_common.groups import GroupPolicy
+from vmsched_common.settings import Strategy
+from vmsched_scheduler.placement import RequestVector, decide
+from vmsched_scheduler.placement.weighers import ServerGroupWeigher
+
+SOFT_ANTI = GroupPolicy.SOFT_ANTI_AFFINITY
+SOFT_AFFINITY = GroupPolicy.SOFT_AFFINITY
+
+
+def test_the_weigher_prefers_nothing_for_a_vm_of_no_group_or_a_hard_one() -> None:
+    fleet = fleet_of(host("hv-01"))
+    for req in (request(), request(in_group=group(GroupPolicy.ANTI_AFFINITY, {"hv-01": 1}))):
+        assert ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context())) is None
+
+
+def test_soft_anti_affinity_penalises_a_host_by_the_members_in_its_domain() -> None:
+    fleet = fleet_of(host("hv-01", labels={"zone": "a"}), host("hv-02", labels={"zone": "b"}), host("hv-03"))
+    req = request(in_group=group(SOFT_ANTI, {"a": 2, "b": 1}, key="zone"))
+    penalty = ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context()))
+    assert penalty is not None
+    assert penalty.tolist() == [2.0, 1.0, 0.0]
+
+
+def test_soft_anti_affinity_picks_the_emptiest_host_over_the_strategys_favourite() -> None:
+    busy_but_empty_of_the_group = host("hv-01", used_cpu=12)
+    idle_with_a_member = host("hv-02")
+    req = request(in_group=group(SOFT_ANTI, {"hv-02": 1}), strategy=Strategy.LEAST_LOADED)
+    decision = decide(fleet_of(busy_but_empty_of_the_group, idle_with_a_member), req, context())
+    assert decision.host_id == "hv-01"
+    assert decision.eligible == 2
+
+
+def test_soft_anti_affinity_never_refuses_when_every_host_holds_a_member() -> None:
+    req = request(in_group=group(SOFT_ANTI, {"hv-01": 1, "hv-02": 1}))
+    assert decide(fleet_of(host("hv-01"), host("hv-02", used_cpu=4)), req, context()).host_id == "hv-01"
+
+
+def test_soft_affinity_prefers_the_members_domain() -> None:
+    req = request(in_group=group(SOFT_AFFINITY, {"b": 1}, key="zone"))
+    fleet = fleet_of(host("hv-01", labels={"zone": "a"}), host("hv-02", labels={"zone": "b"}, used_cpu=10))
+    assert decide(fleet, req, context()).host_id == "hv-02"
+
+
+def test_soft_affinity_goes_elsewhere_when_the_members_domain_is_full() -> None:
+    req = request(cpu=4, in_group=group(SOFT_AFFINITY, {"b": 1}, key="zone"))
+    fleet = fleet_of(host("hv-01", labels={"zone": "a"}), host("hv-02", labels={"zone": "b"}, cpu=4, used_cpu=4))
+    assert decide(fleet, req, context()).host_id == "hv-01"
+
+
+def test_soft_affinity_without_members_prefers_nothing() -> None:
+    fleet = fleet_of(host("hv-01"))
+    req = request(in_group=group(SOFT_AFFINITY, {}))
+    assert ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context())) is None

@@ -85,7 +85,9 @@ def refuses(rule: GroupRule, here: int, total: int, lowest: int) -> bool:
     return False
 
 
-def refusal(rule: GroupRule, domain: str | None, members: Mapping[str, int], eligible: Iterable[str] = ()) -> str | None:
+def refusal(
+    rule: GroupRule, domain: str | None, members: Mapping[str, int], eligible: Iterable[str] = ()
+) -> str | None:
     """Why one more member of ``rule``'s group may not go to ``domain``, with the numbers, as
     ``"<reason name>: ..."``; None when it may. ``members`` counts the members per domain;
     ``eligible`` lists the spread's eligible domains (the chosen one counts as eligible too)."""
@@ -99,7 +101,10 @@ def refusal(rule: GroupRule, domain: str | None, members: Mapping[str, int], eli
     if not refuses(rule, here, sum(members.values()), lowest):
         return None
     if rule.policy is GroupPolicy.ANTI_AFFINITY:
-        return f"{name}: {here} members of the group in {key}={domain} already (anti-affinity, at most {rule.max_per_domain})"
+        return (
+            f"{name}: {here} members of the group in {key}={domain} already "
+            f"(anti-affinity, at most {rule.max_per_domain})"
+        )
     if rule.policy is GroupPolicy.AFFINITY:
         held = ", ".join(sorted(d for d, n in members.items() if n > 0))
         return f"{name}: the group's members are in {key}={held}, not {domain} (affinity)"

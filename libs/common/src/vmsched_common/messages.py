@@ -129,7 +129,7 @@ class Unplaced(BaseModel):
     attempt: int
     reason: str = Field(
         description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
-        "(cpu, memory, disk, gpu, labels, paused, offline, excluded, ...)"
+        "(cpu, memory, disk, gpu, labels, paused, offline, excluded, server_group, spread, ...)"
     )
     detail: str
     rejections: dict[str, int] = Field(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import random
-from uuid import UUID
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from uuid import UUID
 
 from hypothesis import strategies as st
 

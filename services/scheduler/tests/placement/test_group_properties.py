@@ -132,4 +132,5 @@ def test_explain_agrees_with_decide_for_a_vm_of_a_group(
     assert dict(Counter(v.filter for v in verdicts if not v.passed)) == dict(decision.rejections)
     for verdict in verdicts:
         if not verdict.passed and verdict.filter in ("server_group", "spread"):
-            assert verdict.reason is not None and verdict.reason.startswith(f"{verdict.filter}: ")
+            assert verdict.reason is not None
+            assert verdict.reason.startswith(f"{verdict.filter}: ")

@@ -45,6 +45,7 @@ __all__ = [
     "FILTERS",
     "FILTERS_BY_NAME",
     "FILTER_NAMES",
+    "SPREAD_FILTER",
     "CpuFilter",
     "DiskFilter",
     "ExcludedFilter",
@@ -54,7 +55,6 @@ __all__ = [
     "MemoryFilter",
     "OfflineFilter",
     "PausedFilter",
-    "SPREAD_FILTER",
     "ServerGroupFilter",
     "SpreadFilter",
 ]

@@ -155,7 +155,7 @@ async def in_redis(stores: Stores, case: Case, prefix: str) -> bool:
     if members:
         await stores.redis.hset(snapshot.group_key(case.rule.id), mapping=members)  # type: ignore[misc]
     vm_id = uuid.uuid4()
-    result = await snapshot.claim_many([claim_of(vm_id, target_id, GroupClaim(case.rule, eligible))], time.time())
+    result = await snapshot.claim_many([Claim(vm_id, target_id, NEED, GroupClaim(case.rule, eligible))], time.time())
     (outcome,) = result.results
     assert outcome.outcome in ("claimed", "group"), outcome
     after_claim = await snapshot.group_members([case.rule.id])

@@ -153,7 +153,8 @@ async def in_redis(stores: Stores, case: Case, prefix: str) -> bool:
                       time.time(), False, Resources(cpu=0, memory_mb=0, disk_gb=0), 0)  # fmt: skip
     await snapshot.record_heartbeats([write], bump_interval=60.0)
     if members:
-        await stores.redis.hset(snapshot.group_key(case.rule.id), mapping=members)  # type: ignore[misc]
+        counts: dict[str | bytes, str | int] = dict(members.items())
+        await stores.redis.hset(snapshot.group_key(case.rule.id), mapping=counts)  # type: ignore[arg-type]
     vm_id = uuid.uuid4()
     result = await snapshot.claim_many([Claim(vm_id, target_id, NEED, GroupClaim(case.rule, eligible))], time.time())
     (outcome,) = result.results

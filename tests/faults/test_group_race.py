@@ -108,7 +108,8 @@ async def test_four_schedulers_never_put_two_anti_affinity_members_on_one_host(
     shared = len(placed) - len(set(placed))
     refused = sum(row["refused"] for row in rows)
     print(
-        f"anti-affinity race {repetition}: {len(placed)} of {MEMBERS} placed, {shared} violations, {refused} claims refused"
+        f"anti-affinity race {repetition}: {len(placed)} of {MEMBERS} placed, {shared} violations, "
+        f"{refused} claims refused"
     )
     assert shared == 0
     assert len(placed) == MEMBERS  # every host took one: none was refused for a race it lost

@@ -66,7 +66,8 @@ async def group_race_fleet(group_race_stack: Stack, servers: Servers) -> AsyncIt
 async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str) -> list[asyncpg.Record]:
     """Create the group, submit its members in 40 requests at once (so every replica takes some),
     wait until all run; their (host, zone) rows from PostgreSQL. The members are deleted afterwards."""
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=120) as api:
+    limits = httpx.Limits(max_connections=20)  # 200 requests at once would only queue in the API
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=120, limits=limits) as api:
         response = await api.post("/v1/server-groups", json={"name": name, **group})
         assert response.status_code == 201, response.text
         group_id = response.json()["id"]
@@ -88,7 +89,7 @@ async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str)
             )
         finally:
             await conn.close()
-        await asyncio.gather(*(api.delete(f"/v1/vms/{vm_id}") for vm_id in vm_ids))
+        await asyncio.gather(*(delete(api, vm_id) for vm_id in vm_ids))
         await eventually(
             lambda: api.get(f"/v1/server-groups/{group_id}"),
             lambda r: r.json()["members"] == [],
@@ -97,6 +98,15 @@ async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str)
         )
         assert (await api.delete(f"/v1/server-groups/{group_id}")).status_code == 204
     return rows
+
+
+async def delete(api: httpx.AsyncClient, vm_id: str) -> None:
+    """DELETE, once more if the connection was closed under it (an idle keep-alive the API dropped)."""
+    try:
+        response = await api.delete(f"/v1/vms/{vm_id}")
+    except httpx.TransportError:
+        response = await api.delete(f"/v1/vms/{vm_id}")
+    assert response.status_code == 202, response.text
 
 
 @pytest.mark.parametrize("repetition", range(REPETITIONS))

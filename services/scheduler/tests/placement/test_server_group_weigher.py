@@ -1,27 +1,45 @@
 from __future__ import annotations
 
+import numpy as np
+
 from services.scheduler.tests.placement.support import context, fleet_of, group, host, request
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement import RequestVector, decide
+from vmsched_scheduler.placement import HostState, PlacementRequest, RequestVector, decide
 from vmsched_scheduler.placement.weighers import ServerGroupWeigher
 
 SOFT_ANTI = GroupPolicy.SOFT_ANTI_AFFINITY
 SOFT_AFFINITY = GroupPolicy.SOFT_AFFINITY
 
 
+def kept(hosts: list[HostState], req: PlacementRequest) -> list[bool]:
+    """Which hosts the weigher keeps when every host is eligible."""
+    fleet = fleet_of(*hosts)
+    eligible = np.ones(len(hosts), dtype=np.bool_)
+    count = ServerGroupWeigher().narrow(fleet.columns, RequestVector.of(req, context()), eligible, len(hosts))
+    assert count == int(eligible.sum())
+    return [bool(keep) for keep in eligible.tolist()]
+
+
 def test_the_weigher_prefers_nothing_for_a_vm_of_no_group_or_a_hard_one() -> None:
-    fleet = fleet_of(host("hv-01"))
+    hosts = [host("hv-01"), host("hv-02")]
     for req in (request(), request(in_group=group(GroupPolicy.ANTI_AFFINITY, {"hv-01": 1}))):
-        assert ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context())) is None
+        assert kept(hosts, req) == [True, True]
 
 
-def test_soft_anti_affinity_penalises_a_host_by_the_members_in_its_domain() -> None:
-    fleet = fleet_of(host("hv-01", labels={"zone": "a"}), host("hv-02", labels={"zone": "b"}), host("hv-03"))
-    req = request(in_group=group(SOFT_ANTI, {"a": 2, "b": 1}, key="zone"))
-    penalty = ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context()))
-    assert penalty is not None
-    assert penalty.tolist() == [2.0, 1.0, 0.0]
+def test_soft_anti_affinity_keeps_the_domains_with_fewest_members() -> None:
+    hosts = [
+        host("hv-01", labels={"zone": "a"}),
+        host("hv-02", labels={"zone": "b"}),
+        host("hv-03", labels={"zone": "b"}),
+    ]
+    assert kept(hosts, request(in_group=group(SOFT_ANTI, {"a": 2, "b": 1}, key="zone"))) == [False, True, True]
+    assert kept(hosts, request(in_group=group(SOFT_ANTI, {"hv-02": 1, "hv-03": 2}))) == [True, False, False]
+
+
+def test_soft_anti_affinity_counts_a_host_without_the_label_as_an_empty_domain() -> None:
+    hosts = [host("hv-01", labels={"zone": "a"}), host("hv-02")]
+    assert kept(hosts, request(in_group=group(SOFT_ANTI, {"a": 1}, key="zone"))) == [False, True]
 
 
 def test_soft_anti_affinity_picks_the_emptiest_host_over_the_strategys_favourite() -> None:
@@ -51,6 +69,4 @@ def test_soft_affinity_goes_elsewhere_when_the_members_domain_is_full() -> None:
 
 
 def test_soft_affinity_without_members_prefers_nothing() -> None:
-    fleet = fleet_of(host("hv-01"))
-    req = request(in_group=group(SOFT_AFFINITY, {}))
-    assert ServerGroupWeigher().penalty(fleet.columns, RequestVector.of(req, context())) is None
+    assert kept([host("hv-01"), host("hv-02")], request(in_group=group(SOFT_AFFINITY, {}))) == [True, True]

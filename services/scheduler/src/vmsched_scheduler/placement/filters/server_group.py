@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.groups import GroupPolicy, domain_of, refusal
-from vmsched_scheduler.placement.domains import members_per_host
+from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, domain_of, refusal
+from vmsched_scheduler.placement.domains import host_members, hosts_in, label_members
 from vmsched_scheduler.placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_scheduler.placement.model import RequestVector
-
-_POLICIES = (GroupPolicy.ANTI_AFFINITY, GroupPolicy.AFFINITY)
 
 
 class ServerGroupFilter:
@@ -24,20 +22,33 @@ class ServerGroupFilter:
 
     def mask(self, columns: FleetColumns, request: RequestVector) -> BoolArray | None:
         group = request.group
-        if group is None or group.rule.policy not in _POLICIES:
+        if group is None:
             return None
-        counts, in_domain = members_per_host(columns, group)
-        if group.rule.policy is GroupPolicy.ANTI_AFFINITY:
-            passes: BoolArray = np.less(counts, group.rule.max_per_domain)
-        elif sum(group.members.values()) > 0:
-            passes = np.greater(counts, 0)
-        elif in_domain is None:
-            return None  # no member yet, every host a domain: any host will do
+        rule = group.rule
+        anti = rule.policy is GroupPolicy.ANTI_AFFINITY
+        if not anti and rule.policy is not GroupPolicy.AFFINITY:
+            return None
+        anywhere = sum(group.members.values()) > 0
+        if rule.topology_key == HOST_TOPOLOGY:
+            if not anti and not anywhere:
+                return None  # no member yet, every host a domain: any host will do
+            rows, counts = host_members(columns, group)
+            if anti:
+                passes = np.ones(len(columns), dtype=np.bool_)
+                passes[rows[counts >= rule.max_per_domain]] = False
+            else:
+                passes = np.zeros(len(columns), dtype=np.bool_)
+                passes[rows] = True
+            return passes
+        codes, table = label_members(columns, group)
+        if anti:
+            allowed = np.less(table, rule.max_per_domain)
+        elif anywhere:
+            allowed = np.greater(table, 0.0)
         else:
-            return in_domain
-        if in_domain is not None:
-            np.logical_and(passes, in_domain, out=passes)
-        return passes
+            allowed = np.ones(len(table), dtype=np.bool_)
+        allowed[-1] = False  # no label: in no domain
+        return hosts_in(codes, allowed)
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         group = request.group

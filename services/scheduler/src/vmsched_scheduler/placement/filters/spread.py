@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vmsched_common.groups import GroupPolicy, domain_of, refusal
-from vmsched_scheduler.placement.domains import domain_names, members_per_host
+from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, domain_of, refusal
+from vmsched_scheduler.placement.domains import codes_among, domain_names, host_members, hosts_in, label_members
 from vmsched_scheduler.placement.filters.base import HostFilter
 from vmsched_scheduler.placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_scheduler.placement.model import RequestVector
@@ -32,17 +32,38 @@ class SpreadFilter:
         group = request.group
         if group is None or group.rule.policy is not GroupPolicy.SPREAD:
             return None
-        counts, in_domain = members_per_host(columns, group)
-        eligible = self._others(columns, request)
-        if in_domain is not None:
-            np.logical_and(eligible, in_domain, out=eligible)
+        return self.mask_among(columns, request, self._others(columns, request))
+
+    def mask_among(self, columns: FleetColumns, request: RequestVector, passing: BoolArray | None) -> BoolArray | None:
+        """:meth:`mask`, given the hosts that pass every other filter (None: all of them): ``decide``
+        has them at hand, and computing them again would double the cost of a spread decision."""
+        group = request.group
+        if group is None or group.rule.policy is not GroupPolicy.SPREAD:
+            return None
+        skew = group.rule.max_skew
+        if group.rule.topology_key == HOST_TOPOLOGY:
+            rows, counts = host_members(columns, group)
+            eligible_rows = np.ones(len(rows), dtype=np.bool_) if passing is None else passing[rows]
+            eligible_hosts = len(columns) if passing is None else int(np.count_nonzero(passing))
+            # An eligible host without members makes the emptiest domain 0.
+            if eligible_hosts > int(np.count_nonzero(eligible_rows)):
+                lowest = 0.0
+            elif eligible_hosts:
+                lowest = float(counts[eligible_rows].min())
+            else:
+                return np.zeros(len(columns), dtype=np.bool_)
+            passes = np.ones(len(columns), dtype=np.bool_)
+            passes[rows[counts + (1.0 - lowest) > skew]] = False
+            return passes
+        codes, table = label_members(columns, group)
+        eligible = codes_among(codes, passing, len(table))
+        eligible[-1] = False  # no label: in no domain
         if not eligible.any():
-            return np.zeros(len(columns), dtype=np.bool_) if in_domain is None else in_domain
-        lowest = float(counts[eligible].min())
-        passes: BoolArray = np.less_equal(counts + (1.0 - lowest), group.rule.max_skew)
-        if in_domain is not None:
-            np.logical_and(passes, in_domain, out=passes)
-        return passes
+            return np.zeros(len(columns), dtype=np.bool_)
+        lowest = float(table[eligible].min())
+        allowed = np.less_equal(table + (1.0 - lowest), skew)
+        allowed[-1] = False
+        return hosts_in(codes, allowed)
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         group = request.group

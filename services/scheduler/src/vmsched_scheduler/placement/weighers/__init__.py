@@ -4,8 +4,6 @@ A weigher never makes a VM unschedulable: it chooses among hosts that passed eve
 
 from __future__ import annotations
 
-import numpy as np
-
 from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns
 from vmsched_scheduler.placement.model import RequestVector
 from vmsched_scheduler.placement.weighers.base import HostWeigher
@@ -18,12 +16,7 @@ def preferred(columns: FleetColumns, request: RequestVector, eligible: BoolArray
     """Narrow ``eligible`` (in place) to the hosts every weigher prefers, in order; returns how many
     remain (at least one, when ``count`` >= 1)."""
     for weigher in WEIGHERS:
-        penalty = weigher.penalty(columns, request)
-        if penalty is None:
-            continue
-        best = penalty[eligible].min()
-        np.logical_and(eligible, np.equal(penalty, best), out=eligible)
-        count = int(np.count_nonzero(eligible))
+        count = weigher.narrow(columns, request, eligible, count)
     return count
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from vmsched_scheduler.placement.fleet import FleetColumns, FloatArray
+    from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns
     from vmsched_scheduler.placement.model import RequestVector
 
 
@@ -15,6 +15,8 @@ class HostWeigher(Protocol):
 
     NAME: str
 
-    def penalty(self, columns: FleetColumns, request: RequestVector) -> FloatArray | None:
-        """Every host's penalty (lower is preferred), or None when this request states no preference."""
+    def narrow(self, columns: FleetColumns, request: RequestVector, eligible: BoolArray, count: int) -> int:
+        """Keep in ``eligible`` (in place) only the hosts this weigher penalises least among them;
+        return how many remain. ``count`` >= 1 is ``eligible.sum()``; a request that states no
+        preference leaves ``eligible`` as it is and returns ``count``."""
         ...

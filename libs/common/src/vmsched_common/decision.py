@@ -37,7 +37,10 @@ class RefusedClaim(BaseModel):
 
     host: str
     stage: str = Field(description="redis (the atomic claim) or postgres (the commit's guard)")
-    outcome: str = Field(description="insufficient, offline, paused, unknown_host or host_refused")
+    outcome: str = Field(
+        description="insufficient, offline, paused, unknown_host or group (its server group's rule, in Redis); "
+        "host_refused or group_refused (PostgreSQL's guard)"
+    )
     detail: str = ""
 
 

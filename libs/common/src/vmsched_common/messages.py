@@ -192,6 +192,9 @@ class VmToPlace(BaseModel):
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
     )
     attempt: Annotated[int, Field(ge=1)] = 1
+    server_group: UUID | None = Field(
+        default=None, description="the server group the VM is a member of (its rule applies); null for none"
+    )
 
 
 class VmCreate(Message):
@@ -232,7 +235,7 @@ class Unplaced(BaseModel):
     attempt: int
     reason: str = Field(
         description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
-        "(cpu, memory, disk, gpu, host_selector, labels, paused, offline, excluded, ...)"
+        "(cpu, memory, disk, gpu, labels, host_selector, taints, server_group, spread, paused, offline, excluded, ...)"
     )
     detail: str
     rejections: dict[str, int] = Field(

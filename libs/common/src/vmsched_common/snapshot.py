@@ -13,7 +13,11 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 - ``p:claim:<vm id>``: the host and resources one VM holds;
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
   that last touched it): a reader remembers the last number it saw and re-reads only what changed;
-- ``p:rr``: the shared round-robin cursor.
+- ``p:rr``: the shared round-robin cursor;
+- ``p:group:<id>``: a server group's members per domain (domain -> count), counted by the claim that
+  checks the group's rule (atomically with capacity) and given back by the release;
+  ``p:group:<id>:vms``: the VMs holding a claim counted there (a claim records its ``group`` and
+  ``domain``).
 
 All multi-key updates are Lua scripts (in ``lua/``), so each is atomic. The scripts name no resource:
 the fit rule and the field lists are pasted into them from :mod:`vmsched_common.fit` when loaded.
@@ -33,9 +37,10 @@ from redis.commands.core import AsyncScript
 
 from vmsched_common.db.inventory import labels_json, taints_json, taints_of
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
+from vmsched_common.groups import LUA_GROUP_RULE, GroupRule
 from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Usage
 
-ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient"]
+ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group"]
 
 
 def allocated_field(field: str) -> str:
@@ -114,12 +119,39 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupClaim:
+    """The server group a claim is a member of: its rule is checked with the capacity, against the
+    group's counts in Redis; ``eligible`` are the spread's eligible domains, as the engine found them."""
+
+    rule: GroupRule
+    eligible: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        rule = self.rule
+        return [
+            str(rule.id),
+            rule.reason_name,
+            "1" if rule.hard else "0",
+            rule.policy.value,
+            rule.topology_key,
+            str(rule.max_per_domain),
+            str(rule.max_skew),
+            str(len(self.eligible)),
+            *self.eligible,
+        ]
+
+
+_NO_GROUP_ARGS = ["", "", "0", "", "", "0", "0", "0"]
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
-    """Reserve ``resources`` on ``host_id`` for ``vm_id``."""
+    """Reserve ``resources`` on ``host_id`` for ``vm_id`` (a member of ``group``, if not None)."""
 
     vm_id: UUID
     host_id: str
     resources: Resources
+    group: GroupClaim | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +236,7 @@ def render_script(name: str) -> str:
     text = files("vmsched_common").joinpath("lua", f"{name}.lua").read_text()
     return (
         text.replace("{{fit rule}}", lua_shortfall_function())
+        .replace("{{group rule}}", LUA_GROUP_RULE)
         .replace("{{resource fields}}", lua_table(rule.field for rule in RESOURCES))
         .replace("{{ratio fields}}", lua_table(rule.ratio_field for rule in RESOURCES))
     )
@@ -271,6 +304,7 @@ class Snapshot:
         self._set_fields: AsyncScript = redis.register_script(render_script("set_host_fields"))
         self._reconcile: AsyncScript = redis.register_script(render_script("reconcile_host"))
         self._forget: AsyncScript = redis.register_script(render_script("forget_host"))
+        self._reconcile_group: AsyncScript = redis.register_script(render_script("reconcile_group"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -281,6 +315,12 @@ class Snapshot:
 
     def claim_key(self, vm_id: UUID | str) -> str:
         return f"{self.prefix}:claim:{vm_id}"
+
+    def group_key(self, group_id: UUID | str) -> str:
+        return f"{self.prefix}:group:{group_id}"
+
+    def group_vms_key(self, group_id: UUID | str) -> str:
+        return f"{self.prefix}:group:{group_id}:vms"
 
     @property
     def hosts_key(self) -> str:
@@ -350,6 +390,19 @@ class Snapshot:
             for host_id, values in zip(host_ids, replies, strict=True)
         }
 
+    async def group_members(self, group_ids: Sequence[UUID]) -> dict[UUID, dict[str, int]]:
+        """Each group's members per domain, as the claims counted them, in one round trip."""
+        if not group_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for group_id in group_ids:
+                pipe.hgetall(self.group_key(group_id))
+            raws: list[dict[str, str]] = await pipe.execute()
+        return {
+            group_id: {domain: int(count) for domain, count in raw.items() if int(count) > 0}
+            for group_id, raw in zip(group_ids, raws, strict=True)
+        }
+
     async def claim_of(self, vm_id: UUID) -> str | None:
         host: str | None = await self.redis.hget(self.claim_key(vm_id), "host")  # type: ignore[assignment]
         return host
@@ -367,8 +420,11 @@ class Snapshot:
         keys = [self.changed_key, self.seq_key]
         args: list[str] = [repr(now)]
         for claim in claims:
+            group = "-" if claim.group is None else str(claim.group.rule.id)  # "-": a key never written
             keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
+            keys += [self.group_key(group), self.group_vms_key(group)]
             args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
+            args += _NO_GROUP_ARGS if claim.group is None else claim.group.args()
         replies, changes = await self._claim(keys=keys, args=args)
         return Claimed(
             [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies],
@@ -442,6 +498,19 @@ class Snapshot:
             args=args,
         )
         return int(restored), int(dropped), int(in_flight)
+
+    async def reconcile_group(
+        self, group_id: UUID, members: Sequence[tuple[UUID, str]], now: float, grace: float
+    ) -> tuple[int, int, int]:
+        """Set a group's counts to PostgreSQL's ``members`` (VM id, domain) plus its claims younger
+        than ``grace`` that PostgreSQL does not count yet; returns (members, in flight, dropped)."""
+        args: list[str] = [self.prefix, str(group_id), repr(now), repr(grace)]
+        for vm_id, domain in members:
+            args += [str(vm_id), domain]
+        committed, in_flight, dropped = await self._reconcile_group(
+            keys=[self.group_key(group_id), self.group_vms_key(group_id)], args=args
+        )
+        return int(committed), int(in_flight), int(dropped)
 
     async def forget_host(self, host_id: str) -> None:
         """Remove a host (deleted from PostgreSQL) from the snapshot. It stays named on the change

@@ -14,7 +14,7 @@ from faststream_fastapi import FastStreamAPI
 
 from vmsched_api.deps import Services
 from vmsched_api.repository import Repository
-from vmsched_api.routes import hosts, system, vms
+from vmsched_api.routes import hosts, server_groups, system, vms
 from vmsched_common import events, topology
 from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
@@ -112,6 +112,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         application.state.services = services
     application.include_router(vms.router)
     application.include_router(hosts.router)
+    application.include_router(server_groups.router)
     application.include_router(system.router)
     instrument_fastapi(application)
 

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import vm_writes
@@ -92,6 +93,7 @@ def to_vm(vm: VmRecord) -> Vm:
         created_at=vm.created_at,
         scheduled_at=vm.scheduled_at,
         started_at=vm.started_at,
+        server_group=vm.server_group,
     )
 
 
@@ -166,6 +168,7 @@ class Repository:
                 "restart_policy": body.restart_policy.value,
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
+                "server_group": body.server_group,
             }
             for body in bodies
         ]
@@ -177,6 +180,7 @@ class Repository:
             inserting = inserting.on_conflict_do_nothing(index_elements=["idempotency_key"])
         statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
         async with self.engine.begin() as connection:
+            await check_groups_exist(connection, [body.server_group for body in bodies])
             rows = (await connection.execute(statement, values)).all()
             if not rows and idempotency_key is not None:
                 existing = (

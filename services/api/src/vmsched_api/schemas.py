@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from vmsched_common.decision import PlacementRecord
+from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AllocationRatio,
@@ -70,6 +71,10 @@ class VmRequest(BaseModel):
     )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
+    server_group: UUID | None = Field(
+        default=None,
+        description="join this server group (POST /v1/server-groups): its policy applies to where the VM goes",
+    )
 
     def resources(self, defaults: VmDefaults) -> Resources:
         """What the VM gets: what it asks for, ``defaults`` for what it leaves out."""
@@ -108,6 +113,35 @@ class Vm(BaseModel):
     created_at: datetime | None
     scheduled_at: datetime | None
     started_at: datetime | None = Field(description="when its agent first reported it running on its current host")
+    server_group: UUID | None = Field(default=None, description="the server group it is a member of")
+
+
+class ServerGroupRequest(BaseModel):
+    """A server group to create (Nova's server groups, Kubernetes' pod affinity and topology spread)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: VmName
+    policy: GroupPolicy = Field(
+        description="anti-affinity (at most max_per_domain members per domain), affinity (every member in "
+        "one domain), spread (member counts of any two eligible domains differ by at most max_skew), "
+        "soft-anti-affinity and soft-affinity (preferences: never refuse a host)"
+    )
+    topology_key: LabelKey = Field(
+        default=HOST_TOPOLOGY,
+        description="what a domain is: 'host' (each host), or a host label such as 'zone' or 'rack' (hosts "
+        "with the same value); a host without the label takes no member of a hard group",
+    )
+    max_per_domain: int = Field(default=1, ge=1, le=100_000, description="anti-affinity: members a domain may hold")
+    max_skew: int = Field(
+        default=1, ge=1, le=100_000, description="spread: how far a domain's count may exceed the emptiest one's"
+    )
+
+
+class ServerGroup(ServerGroupRequest):
+    id: UUID
+    members: list[UUID] = Field(description="its VMs not deleted, oldest first")
+    created_at: datetime | None
 
 
 class VmPage(BaseModel):

@@ -25,6 +25,7 @@ from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
+from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import PlacementIntake
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.placement import Weights
@@ -74,6 +75,7 @@ def build_app(settings: Settings) -> SchedulerApp:
             offline_timeout=settings.agent_offline_timeout,
         ),
         rng=random.Random(),
+        groups=ServerGroups(engine, snapshot),
     )
     intake = PlacementIntake(scheduling_round, Publisher(broker), max_vms=ROUND_SIZE)
     subscribe(broker, intake)

@@ -7,6 +7,11 @@ and each host's allocations grow by what moved onto it, but only along the prefi
 placements (in the round's order) that keeps it within the fit rule, online and unpaused. A
 placement past that prefix is refused (its claim is released and it is decided again); the rest
 of the round is unaffected. The fit rule is pasted in from ``vmsched_common.fit``.
+
+Members of server groups are checked too, under their groups' row locks (:mod:`group_guard`): a
+placement the group rule refuses is left out of the statement (GROUP_REFUSED). Leaving a spread
+member out for capacity can unbalance the members after it, so a round where that happens is
+settled again without it.
 """
 
 from __future__ import annotations
@@ -17,26 +22,29 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.fit import RESOURCES, sql_fits
+from vmsched_common.groups import GroupPolicy
 from vmsched_common.lifecycle import Event, VmStatus, transition
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
+from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING)
 _FIELDS = [rule.field for rule in RESOURCES]
 
-# Locks, taken as every writer takes them: the VMs first, in id order, then their hosts, in id order
+# Locks, taken as every writer takes them: the VMs first, in id order, then their server groups, then
+# their hosts, in id order
 # (see vmsched_common.db.vm_writes), so no two writers can each hold a row the other waits for.
 # The VMs are found by id alone and their status checked under the lock, here: a statement that
 # also asked for ``status = 'pending'`` let the planner, whose statistics predate a burst of
 # requests, walk every pending VM instead (14 ms a round with a backlog of 10,000).
 _LOCK_VMS = text("SELECT id, status, attempt FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE")
-_LOCK_HOSTS = text("SELECT id FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
+_LOCK_HOSTS = text("SELECT id, labels FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
 
 _FITS = sql_fits(
     requested=lambda rule: f"r.total_{rule.field}",
@@ -117,6 +125,24 @@ def _placement_params(placements: Sequence[Placement]) -> dict[str, Any]:
     return params
 
 
+def _unbalanced_spreads(settling: list[Placement], placed: Mapping[UUID, PlacementResult]) -> set[UUID]:
+    """Spread members the fit rule refused while a member of their group after them was placed: the
+    group check counted them, so those after may break the spread."""
+    gaps: set[UUID] = set()
+    found: set[UUID] = set()
+    for placement in settling:
+        group = placement.group
+        if group is None or group.rule.policy is not GroupPolicy.SPREAD:
+            continue
+        outcome = placed[placement.vm_id].outcome
+        if outcome is Committed.HOST_REFUSED:
+            gaps.add(group.rule.id)
+            found.add(placement.vm_id)
+        elif outcome is Committed.PLACED and group.rule.id in gaps:
+            return found
+    return set()
+
+
 class PostgresLedger:
     def __init__(self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0) -> None:
         self.engine = engine
@@ -138,13 +164,12 @@ class PostgresLedger:
             moving = [p for p in placements if pending(p.vm_id, p.attempt)]
             placed: dict[UUID, PlacementResult] = {}
             if moving:
-                await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
-                for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(moving)):
-                    placed[row.vm_id] = (
-                        PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at)
-                        if row.scheduled_at is not None
-                        else PlacementResult(Committed.HOST_REFUSED)
-                    )
+                groups = hard_groups(moving)
+                if groups:
+                    await connection.execute(LOCK_GROUPS, {"ids": groups})
+                rows = await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
+                labels = {row.id: row.labels or {} for row in rows}
+                placed = await self._settle_placements(connection, moving, labels)
             unplaceable = [n for n in no_hosts if pending(n.vm_id, n.attempt)]
             if unplaceable:
                 await connection.execute(
@@ -161,6 +186,33 @@ class PostgresLedger:
             [placed.get(p.vm_id, PlacementResult(Committed.NOT_PENDING)) for p in placements],
             [Committed.PLACED if n.vm_id in marked else Committed.NOT_PENDING for n in no_hosts],
         )
+
+    async def _settle_placements(
+        self, connection: AsyncConnection, moving: list[Placement], labels: Mapping[str, Mapping[str, str]]
+    ) -> dict[UUID, PlacementResult]:
+        """The placements under the group rule and each host's fit rule, in one statement; again
+        without a spread member the fit rule refused, if a member of its group came after it."""
+        unfit: set[UUID] = set()
+        while True:
+            savepoint = await connection.begin_nested()
+            trying = [p for p in moving if p.vm_id not in unfit]
+            refused = await refused_by_groups(connection, trying, labels)
+            placed = {vm_id: PlacementResult(Committed.GROUP_REFUSED) for vm_id in refused}
+            placed.update({vm_id: PlacementResult(Committed.HOST_REFUSED) for vm_id in unfit})
+            settling = [p for p in trying if p.vm_id not in refused]
+            if settling:
+                for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(settling)):
+                    placed[row.vm_id] = (
+                        PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at)
+                        if row.scheduled_at is not None
+                        else PlacementResult(Committed.HOST_REFUSED)
+                    )
+            again = _unbalanced_spreads(settling, placed)
+            if not again:
+                await savepoint.commit()
+                return placed
+            await savepoint.rollback()
+            unfit |= again
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         if not vm_ids:

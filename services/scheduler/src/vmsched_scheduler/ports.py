@@ -19,7 +19,7 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, Claimed, OwnChange
+from vmsched_common.snapshot import Claim, Claimed, GroupClaim, OwnChange
 from vmsched_scheduler.placement import Fleet
 
 
@@ -65,6 +65,7 @@ class Placement:
     resources: Resources
     strategy: Strategy
     record: PlacementRecord
+    group: GroupClaim | None = None  # the server group it joins, checked under the group's lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class Committed(enum.Enum):
     PLACED = "placed"  # the VM is scheduled on the host (or unschedulable, for a NoHost)
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
+    GROUP_REFUSED = "group_refused"  # PostgreSQL's guard: its server group's rule refuses the host
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ For every host: the claims of its committed VMs are restored, claims of VMs Post
 count are dropped once older than the grace period, and the allocations are set to PostgreSQL's plus
 the claims still in flight. PostgreSQL's own ``alloc_*`` columns are checked against the sum of the
 VMs too; a difference would be a bug, so it is logged loudly and repaired under the host's row lock.
+Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, astuple, dataclass
 from typing import Any
 
@@ -37,6 +38,18 @@ _COMMITTED = text(
     SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
      WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
      ORDER BY hypervisor_id COLLATE "C"
+    """
+)
+# Every group with each committed member and its domain (vmsched_common.groups.domain_of, in SQL); a
+# group without members comes once, with NULLs: its counts are emptied.
+_GROUP_MEMBERS = text(
+    f"""
+    SELECT g.id AS group_id, v.id AS vm_id,
+           CASE WHEN g.topology_key = 'host' THEN h.id ELSE h.labels ->> g.topology_key END AS domain
+      FROM server_groups g
+      LEFT JOIN vms v ON v.server_group = g.id AND v.status IN {sql_in(HOLDS_CAPACITY)}
+      LEFT JOIN hosts h ON h.id = v.hypervisor_id
+     ORDER BY g.id
     """
 )
 _REPAIR_HOST = text(
@@ -82,10 +95,26 @@ async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = C
                 pending = await anext(by_host, None)
             mine = pending[1] if pending is not None and pending[0] == host.id else []
             report = report.plus(await _reconcile_host(engine, snapshot, host, mine, now, grace))
+        groups = (await connection.execute(_GROUP_MEMBERS)).all()
         await connection.rollback()
     if report.restored_claims or report.dropped_claims or report.repaired_hosts:
         log.info("snapshot reconciled with PostgreSQL", **asdict(report))
+    await _reconcile_groups(snapshot, groups, now, grace)
     return report
+
+
+async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float, grace: float) -> None:
+    """After the hosts (whose claims it names): each group's counts from its members' rows."""
+    members: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    for row in rows:
+        found = members.setdefault(row.group_id, [])
+        if row.vm_id is not None and row.domain is not None:  # a host without the label: in no domain
+            found.append((row.vm_id, row.domain))
+    dropped = 0
+    for group_id, committed in members.items():
+        dropped += (await snapshot.reconcile_group(group_id, committed, now, grace))[2]
+    if dropped:
+        log.info("server group claims dropped by reconciliation", groups=len(members), dropped=dropped)
 
 
 async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, list[CommittedVm]]]:

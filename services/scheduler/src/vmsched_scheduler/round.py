@@ -35,8 +35,9 @@ from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim
+from vmsched_common.snapshot import Claim, GroupClaim
 from vmsched_scheduler.fleet_cache import demand_of, tolerations_of
+from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.placement import (
     NO_AVAILABLE_AGENTS,
@@ -50,6 +51,7 @@ from vmsched_scheduler.placement import (
     scheduling_line,
     selected_line,
 )
+from vmsched_scheduler.placement.model import PlacementGroup
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
 
@@ -123,6 +125,7 @@ class _Choice:
     exclusions_ignored: bool
     host_id: str = ""  # the host the claim holds (the chosen one, or an earlier delivery's)
     claimed_now: bool = False
+    group: GroupClaim | None = None  # its server group's rule, as the claim and the commit check it
 
 
 class SchedulingRound:
@@ -135,6 +138,7 @@ class SchedulingRound:
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        groups: GroupSource | None = None,
     ) -> None:
         self.fleet = fleet
         self.claims = claims
@@ -142,6 +146,8 @@ class SchedulingRound:
         self.settings = settings
         self.clock = clock
         self.rng = rng or random.Random()
+        self.groups = groups
+        self._groups = RoundGroups({}, {})  # the pass's: read again at the start of each
 
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
         """Settle what can be settled of ``items``; one outcome per item, in order."""
@@ -158,6 +164,7 @@ class SchedulingRound:
         return outcomes
 
     async def _pass(self, open_vms: list[_Open], outcomes: list[Outcome]) -> list[_Open]:
+        self._groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
         choices, fleet = await self._decide_all(open_vms)
         placing = [c for c in choices if c.decision.host_id is not None]
         nowhere = [c for c in choices if c.decision.host_id is None]
@@ -192,12 +199,13 @@ class SchedulingRound:
             choice = self._decide(work, own)
             if choice.decision.host_id is not None:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
+                self._groups.book(work.item.vm, fleet, choice.decision.host_id)
             choices.append(choice)
         return choices, fleet
 
     def _decide(self, work: _Open, context: DecisionContext) -> _Choice:
         vm = work.item.vm
-        request = _placement_request(work)
+        request = _placement_request(work, self._groups.placement_group(vm))
         started = time.perf_counter()
         decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
         ignored = False
@@ -212,9 +220,11 @@ class SchedulingRound:
             )
             if alone.host_id is not None:
                 decision, ignored = alone, True
+                request = replace(request, exclude_hosts=frozenset(work.avoid))
         seconds = time.perf_counter() - started
         DECISION_SECONDS.observe(seconds)
-        return _Choice(work, decision, seconds, ignored)
+        group = self._groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
+        return _Choice(work, decision, seconds, ignored, group=group)
 
     # -- 2. claim -------------------------------------------------------------------------------
     async def _claim(self, placing: list[_Choice], fleet: Fleet) -> list[_Open]:
@@ -222,7 +232,9 @@ class SchedulingRound:
         decided again."""
         if not placing:
             return []
-        claims = [Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources) for c in placing]
+        claims = [
+            Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources, c.group) for c in placing
+        ]
         with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
             claimed = await self.claims.claim_many(claims, self.clock())
             spans.outcomes([result.outcome for result in claimed.results])
@@ -276,12 +288,12 @@ class SchedulingRound:
                     True,
                     self._log_lines(choice.work.item.vm, placement),
                 )
-            elif result.outcome is Committed.HOST_REFUSED:
+            elif result.outcome in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED):
                 CLAIM_CONFLICTS.labels("postgres").inc()
                 log.warning("host refused by PostgreSQL's guard; the snapshot was stale", host=placement.host_id)
                 choice.work.avoid.add(placement.host_id)
                 choice.work.refused.append(
-                    RefusedClaim(host=placement.host_id, stage="postgres", outcome="host_refused")
+                    RefusedClaim(host=placement.host_id, stage="postgres", outcome=result.outcome.value)
                 )
                 release.append(placement)
                 again.append(choice.work)
@@ -340,6 +352,7 @@ class SchedulingRound:
             record=_record(
                 choice, host=choice.host_id, score=decision.score if choice.host_id == decision.host_id else None
             ),
+            group=choice.group,
         )
 
     def _no_host(self, choice: _Choice) -> NoHost:
@@ -349,7 +362,7 @@ class SchedulingRound:
         reason = decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered:
-            request = _placement_request(choice.work)
+            request = _placement_request(choice.work, self._groups.placement_group(vm))
             context = DecisionContext(
                 now=self.clock(),
                 offline_timeout=self.settings.offline_timeout,
@@ -406,7 +419,7 @@ def _detail(decision: Decision) -> str:
     return f"none of {decision.considered} hosts fits ({counts})"
 
 
-def _placement_request(work: _Open) -> PlacementRequest:
+def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:
     """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
     this round or its earlier deliveries left out for it."""
     vm = work.item.vm
@@ -419,6 +432,7 @@ def _placement_request(work: _Open) -> PlacementRequest:
         exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
         host_selector=tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in vm.host_selector),
         tolerations=tolerations_of(vm.tolerations),
+        group=group,
     )
 
 

@@ -6,9 +6,11 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from uuid import UUID
 
 from hypothesis import strategies as st
 
+from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, GroupRule
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement import (
@@ -23,7 +25,7 @@ from vmsched_scheduler.placement import (
     Toleration,
     Weights,
 )
-from vmsched_scheduler.placement.model import NO_DEMAND
+from vmsched_scheduler.placement.model import NO_DEMAND, PlacementGroup
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0
@@ -82,6 +84,7 @@ def request(
     name: str = "web-1",
     host_selector: Sequence[SelectorTerm] = (),
     tolerations: Sequence[Toleration] = (),
+    in_group: PlacementGroup | None = None,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -92,12 +95,29 @@ def request(
         exclude_hosts=frozenset(exclude),
         host_selector=tuple(host_selector),
         tolerations=tuple(tolerations),
+        group=in_group,
     )
 
 
 def term(key: str, operator: str, *values: str) -> SelectorTerm:
     """``term("zone", "In", "z1", "z2")``: a host selector term as a user writes it."""
     return SelectorTerm(key, SelectorOperator(operator), values)
+
+
+GROUP_ID = UUID("00000000-0000-0000-0000-0000000000a1")
+
+
+def group(
+    policy: GroupPolicy,
+    members: Mapping[str, int] | None = None,
+    *,
+    key: str = HOST_TOPOLOGY,
+    max_per_domain: int = 1,
+    max_skew: int = 1,
+) -> PlacementGroup:
+    """A server group with ``members`` per domain."""
+    rule = GroupRule(GROUP_ID, policy, key, max_per_domain, max_skew)
+    return PlacementGroup(rule, dict(members or {}))
 
 
 def context(*, cursor: int = 0, seed: int = 0, weights: Weights | None = None, now: float = NOW) -> DecisionContext:
@@ -162,9 +182,6 @@ def reference_term_holds(t: SelectorTerm, labels: Mapping[str, str]) -> bool:
     return t.key not in labels
 
 
-FILTER_ORDER = ("excluded", "offline", "paused", "labels", "host_selector", "taints", "cpu", "memory", "disk", "gpu")
-
-
 def reference_tolerated(taint: Taint, req: PlacementRequest) -> bool:
     """Kubernetes' rule, spelled out: some toleration whose effect is empty or the taint's, whose key
     is empty (only with Exists) or the taint's, and which is Exists or has the taint's value."""
@@ -192,6 +209,22 @@ def reference_preferred(hosts: Sequence[HostState], req: PlacementRequest, ctx: 
         return []
     lowest = min(reference_penalty(h, req) for h in eligible)
     return [h for h in eligible if reference_penalty(h, req) == lowest]
+
+
+FILTER_ORDER = (
+    "excluded",
+    "offline",
+    "paused",
+    "labels",
+    "host_selector",
+    "taints",
+    "server_group",
+    "cpu",
+    "memory",
+    "disk",
+    "gpu",
+    "spread",
+)
 
 
 def reference_reason(rejections: Mapping[str | None, int], online: bool) -> str:

@@ -36,10 +36,12 @@ def test_filters_run_in_the_documented_order() -> None:
         "labels",
         "host_selector",
         "taints",
+        "server_group",
         "cpu",
         "memory",
         "disk",
         "gpu",
+        "spread",
     )
 
 
@@ -50,7 +52,7 @@ def test_every_weigher_satisfies_the_weigher_protocol(weigher: HostWeigher) -> N
 
 
 def test_weighers_are_the_documented_ones() -> None:
-    assert WEIGHER_NAMES == ("taints", "gpu_affinity")
+    assert WEIGHER_NAMES == ("taints", "gpu_affinity", "server_group")
 
 
 def test_the_resource_filters_are_the_fit_rules_resources_in_its_order() -> None:

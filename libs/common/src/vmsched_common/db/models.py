@@ -1,4 +1,5 @@
-"""The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts`` and ``scheduler_settings`` tables.
+"""The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups`` and
+``scheduler_settings`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds
 capacity (``vmsched_common.lifecycle.HOLDS_CAPACITY``). They are changed only in the same transaction as the VM row that
@@ -13,7 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text, func, text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, func, text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -63,6 +64,10 @@ class VmRow(Base):
     # NULL while the message the current status implies (vm.create for pending, the delete command
     # for deleting) has not been confirmed by the broker; a sweeper publishes those again.
     published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The server group it is a member of (vmsched_common.groups); NULL for none.
+    server_group: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("server_groups.id", ondelete="SET NULL")
+    )
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -73,6 +78,7 @@ class VmRow(Base):
             "updated_at",
             postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting')"),
         ),
+        Index("ix_vms_server_group", "server_group", "status", postgresql_where=text("server_group IS NOT NULL")),
     )
 
 
@@ -118,6 +124,21 @@ class HostRow(Base):
     vm_count: Mapped[int] = mapped_column(Integer, server_default="0")
     scheduling_paused: Mapped[bool] = mapped_column(Boolean, server_default="false")
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ServerGroupRow(Base):
+    """A server group: its members (VMs naming it) kept apart or together (vmsched_common.groups).
+    Immutable once created; deleted only while none of its VMs is alive."""
+
+    __tablename__ = "server_groups"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    policy: Mapped[str] = mapped_column(String(32))
+    topology_key: Mapped[str] = mapped_column(String(63), server_default="host")
+    max_per_domain: Mapped[int] = mapped_column(Integer, server_default="1")
+    max_skew: Mapped[int] = mapped_column(Integer, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

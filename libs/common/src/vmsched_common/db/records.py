@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
+from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     AgentCommand,
@@ -53,6 +54,7 @@ VM_FIELDS = (
     "scheduled_at",
     "started_at",
     "failed_at",
+    "server_group",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -86,6 +88,9 @@ HOST_FIELDS = (
     "operator_disk_ratio",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
+
+SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at")
+SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 
 def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int) -> Resources:
@@ -133,6 +138,7 @@ class VmRecord:
     failed_at: datetime | None
     host_selector: tuple[HostSelectorTerm, ...] = ()  # terms a host's labels must all satisfy
     tolerations: tuple[Toleration, ...] = ()
+    server_group: UUID | None = None  # the server group it is a member of
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -158,6 +164,7 @@ class VmRecord:
             scheduled_at=row.scheduled_at,
             started_at=row.started_at,
             failed_at=row.failed_at,
+            server_group=row.server_group,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -176,6 +183,7 @@ class VmRecord:
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,
+            server_group=self.server_group,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -219,4 +227,27 @@ class HostRecord:
             operator_labels=dict(row.operator_labels or {}),
             operator_taints=taints_of(row.operator_taints),
             operator_overcommit=RatioOverrides.of_row(row),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerGroupRecord:
+    id: UUID
+    name: str
+    rule: GroupRule
+    created_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ServerGroupRecord:
+        return cls(
+            id=row.id,
+            name=row.name,
+            rule=GroupRule(
+                id=row.id,
+                policy=GroupPolicy(row.policy),
+                topology_key=row.topology_key,
+                max_per_domain=row.max_per_domain,
+                max_skew=row.max_skew,
+            ),
+            created_at=row.created_at,
         )

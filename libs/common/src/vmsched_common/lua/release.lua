@@ -1,4 +1,5 @@
--- Give VMs' claimed resources back to their hosts. Idempotent: a VM without a claim is skipped.
+-- Give VMs' claimed resources back to their hosts, and their places back to their server groups.
+-- Idempotent: a VM without a claim is skipped.
 -- KEYS: changed zset, seq counter, then per VM: its claim hash
 -- ARGV: key prefix, then per VM: vm_id
 -- Returns per VM the host its claim was on, or false.
@@ -8,6 +9,8 @@ local READ = {'host'}
 for i = 1, R do
   READ[#READ + 1] = RESOURCE_FIELDS[i]
 end
+READ[#READ + 1] = 'group'
+READ[#READ + 1] = 'domain'
 
 local changed = {}
 local results = {}
@@ -31,6 +34,15 @@ for v = 1, #KEYS - 2 do
       redis.call('HINCRBY', hk, 'vm_count', -1)
     end
     redis.call('SREM', hk .. ':vms', vm)
+    local group, domain = c[R + 2], c[R + 3]
+    -- As for hosts: only a group whose set lists the VM counts it (after a flush, reconcile_group
+    -- rebuilds the counts from PostgreSQL).
+    if group and domain then
+      local gk = ARGV[1] .. ':group:' .. group
+      if redis.call('SREM', gk .. ':vms', vm) == 1 and redis.call('HINCRBY', gk, domain, -1) <= 0 then
+        redis.call('HDEL', gk, domain)
+      end
+    end
     redis.call('DEL', KEYS[v + 2])
     changed[host] = true
   end

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
+from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.repository import IdempotencyConflict, to_vm
 from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest
 from vmsched_common.db.records import VmRecord
@@ -49,6 +50,8 @@ async def create_vm(
             status.HTTP_409_CONFLICT,
             f"Idempotency-Key {error} was already used with a different request body",
         ) from None
+    except UnknownServerGroup as error:
+        raise _unknown_group(error, ["body", "server_group"]) from None
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
@@ -58,9 +61,19 @@ async def create_vm(
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
 async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
-    vms, _ = await services.repository.create_vms(body.vms, defaults=VmDefaults.of(services.settings))
+    try:
+        vms, _ = await services.repository.create_vms(body.vms, defaults=VmDefaults.of(services.settings))
+    except UnknownServerGroup as error:
+        first = next(i for i, vm in enumerate(body.vms) if vm.server_group == error.group_id)
+        raise _unknown_group(error, ["body", "vms", first, "server_group"]) from None
     await _publish(services, vms)
     return VmBatch(items=[to_vm(vm) for vm in vms])
+
+
+def _unknown_group(error: UnknownServerGroup, loc: list[str | int]) -> HTTPException:
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT, [{"loc": loc, "msg": str(error), "type": "unknown_server_group"}]
+    )
 
 
 @router.get("", response_model=VmPage)

@@ -34,6 +34,8 @@ from vmsched_scheduler.placement.weighers import WEIGHERS
 NO_AVAILABLE_AGENTS = "no_available_agents"
 
 _NO_REJECTIONS: Mapping[str, int] = MappingProxyType({})
+# Each filter with its ``mask_among``, if it has one (see filters.base).
+_AMONG = tuple(getattr(host_filter, "mask_among", None) for host_filter in FILTERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +84,10 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     remaining = considered
     available: int | None = None
     rejections: dict[str, int] = {}  # in filter order: the last key is the deepest rule that rejected
-    for host_filter in FILTERS:
+    for host_filter, among in zip(FILTERS, _AMONG, strict=True):
         if remaining == 0 and available is not None:
             break
-        passes = host_filter.mask(columns, vector)
+        passes = host_filter.mask(columns, vector) if among is None else among(columns, vector, eligible)
         if host_filter.NAME == AVAILABILITY_FILTER:
             available = considered if passes is None else int(np.count_nonzero(passes))
         if passes is None or remaining == 0:

@@ -119,8 +119,8 @@ class FleetColumns:
         The first question about a key reads every host's labels once; after that the key's value
         column is kept current by every fleet update.
         """
-        codes = self._label_column(key)
-        code = self.label_values.get(key, {}).get(value)
+        codes, values = self.label_column(key)
+        code = values.get(value)
         if code is None:
             return np.zeros(len(self.hosts), dtype=np.bool_)
         mask: BoolArray = np.equal(codes, code)
@@ -128,8 +128,7 @@ class FleetColumns:
 
     def label_in_mask(self, key: str, values: Iterable[str]) -> BoolArray:
         """Which hosts carry the label ``key`` with one of ``values`` (a fresh array)."""
-        codes = self._label_column(key)
-        interned = self.label_values.get(key, {})
+        codes, interned = self.label_column(key)
         wanted = [interned[value] for value in set(values) if value in interned]
         if not wanted:
             return np.zeros(len(self.hosts), dtype=np.bool_)
@@ -144,12 +143,14 @@ class FleetColumns:
 
     def label_key_mask(self, key: str) -> BoolArray:
         """Which hosts carry the label ``key``, whatever its value (a fresh array)."""
-        mask: BoolArray = np.not_equal(self._label_column(key), NO_LABEL)
+        codes, _ = self.label_column(key)
+        mask: BoolArray = np.not_equal(codes, NO_LABEL)
         return mask
 
-    def _label_column(self, key: str) -> CodeArray:
-        """The key's value codes, one per host: read from every host's labels the first time a key
-        is asked about, then kept current by every fleet update."""
+    def label_column(self, key: str) -> tuple[CodeArray, dict[str, int]]:
+        """Each host's value of label ``key`` as a code (``NO_LABEL`` where it has none), and the
+        code of each value seen: read from every host's labels the first time a key is asked about,
+        then kept current by every fleet update. Read-only for the caller."""
         codes = self.label_codes.get(key)
         if codes is None:
             codes = np.fromiter((self._code(key, h.labels.get(key)) for h in self.hosts), np.int32, len(self.hosts))
@@ -158,7 +159,7 @@ class FleetColumns:
                 del self.label_codes[oldest]
                 self.label_values.pop(oldest, None)
             self.label_codes[key] = codes
-        return codes
+        return codes, self.label_values.setdefault(key, {})
 
     def _taint_code(self, taints: tuple[Taint, ...]) -> int:
         code = self._taint_set_codes.get(taints)

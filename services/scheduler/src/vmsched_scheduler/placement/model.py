@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
+from vmsched_common.groups import GroupRule
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement.taint_rules import Taint, Toleration
@@ -162,6 +163,15 @@ class SelectorTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementGroup:
+    """The server group a VM joins: its rule, and its members per domain as known at this decision
+    (the snapshot's count at the start of the round, plus the round's own choices so far)."""
+
+    rule: GroupRule
+    members: Mapping[str, int]  # domain -> members there (absent: none)
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """One VM to place."""
 
@@ -173,6 +183,7 @@ class PlacementRequest:
     exclude_hosts: frozenset[str] = frozenset()  # hosts that already failed this VM (CloudStack's ExcludeList)
     host_selector: tuple[SelectorTerm, ...] = ()  # every term must hold (Kubernetes' node affinity)
     tolerations: tuple[Toleration, ...] = ()
+    group: PlacementGroup | None = None  # its server group, if it joins one
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +226,7 @@ class RequestVector:
     offline_timeout: float
     host_selector: tuple[SelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    group: PlacementGroup | None = None
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -230,6 +242,7 @@ class RequestVector:
             offline_timeout=context.offline_timeout,
             host_selector=request.host_selector,
             tolerations=request.tolerations,
+            group=request.group,
         )
 
     def demanded(self, resource: int) -> int:

@@ -15,6 +15,8 @@ from vmsched_scheduler.placement.filters.labels import LabelsFilter
 from vmsched_scheduler.placement.filters.memory import MemoryFilter
 from vmsched_scheduler.placement.filters.offline import OfflineFilter
 from vmsched_scheduler.placement.filters.paused import PausedFilter
+from vmsched_scheduler.placement.filters.server_group import ServerGroupFilter
+from vmsched_scheduler.placement.filters.spread import SpreadFilter
 from vmsched_scheduler.placement.filters.taints import TaintsFilter
 
 # The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels,
@@ -22,18 +24,23 @@ from vmsched_scheduler.placement.filters.taints import TaintsFilter
 # NodeAffinity and TaintToleration before NodeResourcesFit): a host that could never take this VM
 # is counted as such, not as "full". The order is also the
 # order of rejection keys, and the last rule that rejected a host is an unschedulable VM's reason.
-FILTERS: tuple[HostFilter, ...] = (
+# A server group's anti-affinity and affinity say where a VM may go, as labels do; its spread comes
+# last, as it weighs the domains of the hosts that pass every other filter.
+_BEFORE_SPREAD: tuple[HostFilter, ...] = (
     ExcludedFilter(),
     OfflineFilter(),
     PausedFilter(),
     LabelsFilter(),
     HostSelectorFilter(),
     TaintsFilter(),
+    ServerGroupFilter(),
     CpuFilter(),
     MemoryFilter(),
     DiskFilter(),
     GpuFilter(),
 )
+SPREAD_FILTER = SpreadFilter(_BEFORE_SPREAD)
+FILTERS: tuple[HostFilter, ...] = (*_BEFORE_SPREAD, SPREAD_FILTER)
 FILTERS_BY_NAME: Mapping[str, HostFilter] = MappingProxyType({f.NAME: f for f in FILTERS})
 FILTER_NAMES: tuple[str, ...] = tuple(f.NAME for f in FILTERS)
 AVAILABILITY_FILTER = OfflineFilter.NAME  # no host passing it means "no_available_agents"
@@ -43,6 +50,7 @@ __all__ = [
     "FILTERS",
     "FILTERS_BY_NAME",
     "FILTER_NAMES",
+    "SPREAD_FILTER",
     "CpuFilter",
     "DiskFilter",
     "ExcludedFilter",
@@ -53,5 +61,7 @@ __all__ = [
     "MemoryFilter",
     "OfflineFilter",
     "PausedFilter",
+    "ServerGroupFilter",
+    "SpreadFilter",
     "TaintsFilter",
 ]

@@ -24,6 +24,10 @@ class HostFilter(Protocol):
         """
         ...
 
+    # A filter whose rule depends on which hosts pass the others (``spread``) may also define
+    # ``mask_among(columns, request, passing)``, ``passing`` being the hosts that pass every filter
+    # before it (None: all); ``decide`` then calls it with what it has computed already.
+
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         """Why the host in row ``index`` fails, with the numbers, as ``"<NAME>: ..."``.
 

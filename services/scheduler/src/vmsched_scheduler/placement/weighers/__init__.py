@@ -7,9 +7,10 @@ from types import MappingProxyType
 
 from vmsched_scheduler.placement.weighers.base import HostWeigher
 from vmsched_scheduler.placement.weighers.gpu_affinity import GpuAffinityWeigher
+from vmsched_scheduler.placement.weighers.server_group import ServerGroupWeigher
 from vmsched_scheduler.placement.weighers.taints import PreferNoScheduleWeigher
 
-WEIGHERS: tuple[HostWeigher, ...] = (PreferNoScheduleWeigher(), GpuAffinityWeigher())
+WEIGHERS: tuple[HostWeigher, ...] = (PreferNoScheduleWeigher(), GpuAffinityWeigher(), ServerGroupWeigher())
 WEIGHERS_BY_NAME: Mapping[str, HostWeigher] = MappingProxyType({w.NAME: w for w in WEIGHERS})
 WEIGHER_NAMES: tuple[str, ...] = tuple(w.NAME for w in WEIGHERS)
 
@@ -20,4 +21,5 @@ __all__ = [
     "GpuAffinityWeigher",
     "HostWeigher",
     "PreferNoScheduleWeigher",
+    "ServerGroupWeigher",
 ]

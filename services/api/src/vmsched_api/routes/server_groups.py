@@ -1,0 +1,74 @@
+"""/v1/server-groups: groups of VMs kept apart, together or spread (vmsched_common.groups)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, HTTPException, Response, status
+
+from vmsched_api.deps import ServicesDep
+from vmsched_api.group_store import GroupHasMembers, GroupWithMembers, ServerGroupStore
+from vmsched_api.schemas import ServerGroup, ServerGroupRequest
+
+router = APIRouter(prefix="/v1/server-groups", tags=["server-groups"])
+
+
+async def _store(services: ServicesDep) -> ServerGroupStore:
+    return ServerGroupStore(services.engine)
+
+
+StoreDep = Annotated[ServerGroupStore, Depends(_store)]
+
+
+def _view(found: GroupWithMembers) -> ServerGroup:
+    rule = found.group.rule
+    return ServerGroup(
+        id=found.group.id,
+        name=found.group.name,
+        policy=rule.policy,
+        topology_key=rule.topology_key,
+        max_per_domain=rule.max_per_domain,
+        max_skew=rule.max_skew,
+        members=found.members,
+        created_at=found.group.created_at,
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ServerGroup)
+async def create_server_group(body: ServerGroupRequest, store: StoreDep, response: Response) -> ServerGroup:
+    """Create a group; VMs join it with ``server_group: <id>`` in their request."""
+    created = await store.create(
+        name=body.name,
+        policy=body.policy,
+        topology_key=body.topology_key,
+        max_per_domain=body.max_per_domain,
+        max_skew=body.max_skew,
+    )
+    response.headers["Location"] = f"/v1/server-groups/{created.group.id}"
+    return _view(created)
+
+
+@router.get("", response_model=list[ServerGroup])
+async def list_server_groups(store: StoreDep) -> list[ServerGroup]:
+    return [_view(found) for found in await store.list()]
+
+
+@router.get("/{group_id}", response_model=ServerGroup)
+async def get_server_group(group_id: UUID, store: StoreDep) -> ServerGroup:
+    found = await store.get(group_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no server group {group_id}")
+    return _view(found)
+
+
+@router.delete("/{group_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_server_group(group_id: UUID, store: StoreDep) -> Response:
+    """Delete an empty group: 409 while any of its VMs is not deleted."""
+    try:
+        deleted = await store.delete(group_id)
+    except GroupHasMembers as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    if not deleted:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no server group {group_id}")
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

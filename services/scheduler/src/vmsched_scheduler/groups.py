@@ -1,0 +1,105 @@
+"""A round's server groups: each group's rule, and its members per domain as the snapshot counted them
+when the pass began, plus the pass's own choices (booked as they are made, as capacity is on the
+fleet: the tenth member decided in a pass sees where the nine before it went).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+from uuid import UUID
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.db.records import SERVER_GROUP_COLUMNS, ServerGroupRecord
+from vmsched_common.groups import GroupPolicy, GroupRule, domain_of
+from vmsched_common.logs import get_logger
+from vmsched_common.messages import VmToPlace
+from vmsched_common.snapshot import GroupClaim, Snapshot
+from vmsched_scheduler.placement import DecisionContext, Fleet, PlacementRequest, RequestVector
+from vmsched_scheduler.placement.filters import SPREAD_FILTER
+from vmsched_scheduler.placement.model import PlacementGroup
+
+log = get_logger(__name__)
+
+
+class GroupSource(Protocol):
+    async def rules(self, group_ids: Sequence[UUID]) -> Mapping[UUID, GroupRule]:
+        """The groups' definitions (those that exist)."""
+        ...
+
+    async def members(self, group_ids: Sequence[UUID]) -> Mapping[UUID, Mapping[str, int]]:
+        """Each group's members per domain, as the claims counted them."""
+        ...
+
+
+_RULES = text(f"SELECT {SERVER_GROUP_COLUMNS} FROM server_groups WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+class ServerGroups:
+    """Rules from PostgreSQL (kept: a group never changes), members from the Redis snapshot."""
+
+    def __init__(self, engine: AsyncEngine, snapshot: Snapshot) -> None:
+        self.engine = engine
+        self.snapshot = snapshot
+        self._rules: dict[UUID, GroupRule] = {}
+
+    async def rules(self, group_ids: Sequence[UUID]) -> Mapping[UUID, GroupRule]:
+        unknown = [group_id for group_id in group_ids if group_id not in self._rules]
+        if unknown:
+            async with self.engine.connect() as connection:
+                for row in await connection.execute(_RULES, {"ids": unknown}):
+                    self._rules[row.id] = ServerGroupRecord.from_row(row).rule
+        return {group_id: self._rules[group_id] for group_id in group_ids if group_id in self._rules}
+
+    async def members(self, group_ids: Sequence[UUID]) -> Mapping[UUID, Mapping[str, int]]:
+        return await self.snapshot.group_members(group_ids)
+
+
+class RoundGroups:
+    """The groups of one pass's VMs."""
+
+    def __init__(self, rules: Mapping[UUID, GroupRule], members: Mapping[UUID, Mapping[str, int]]) -> None:
+        self.rules = dict(rules)
+        self.members = {group_id: dict(members.get(group_id, {})) for group_id in self.rules}
+
+    @classmethod
+    async def load(cls, source: GroupSource | None, vms: Iterable[VmToPlace]) -> RoundGroups:
+        wanted = sorted({vm.server_group for vm in vms if vm.server_group is not None})
+        if source is None or not wanted:
+            return cls({}, {})
+        rules = await source.rules(wanted)
+        for group_id in set(wanted) - set(rules):
+            # The API refuses to delete a group with members: a VM of a deleted one is placed freely.
+            log.warning("server group of a VM to place not found; placing it without", group_id=str(group_id))
+        return cls(rules, await source.members(sorted(rules)))
+
+    def placement_group(self, vm: VmToPlace) -> PlacementGroup | None:
+        """The engine's view of the VM's group: a copy of the members now."""
+        rule = self.rules.get(vm.server_group) if vm.server_group is not None else None
+        if rule is None:
+            return None
+        return PlacementGroup(rule, dict(self.members[rule.id]))
+
+    def claim(self, request: PlacementRequest, fleet: Fleet, context: DecisionContext) -> GroupClaim | None:
+        """What the claim and the commit check for the VM: its group's rule and, for a spread, the
+        eligible domains the engine weighed (a soft group's claim is counted, never refused)."""
+        group = request.group
+        if group is None:
+            return None
+        if group.rule.policy is not GroupPolicy.SPREAD:
+            return GroupClaim(group.rule)
+        vector = RequestVector.of(request, context)
+        return GroupClaim(group.rule, tuple(SPREAD_FILTER.domains(fleet.columns, vector)))
+
+    def book(self, vm: VmToPlace, fleet: Fleet, host_id: str) -> None:
+        """Count the VM in its group's domain on ``host_id``, for the decisions after it."""
+        rule = self.rules.get(vm.server_group) if vm.server_group is not None else None
+        host = fleet.host(host_id)
+        if rule is None or host is None:
+            return
+        domain = domain_of(rule.topology_key, host.id, host.labels)
+        if domain is not None:
+            counted = self.members[rule.id]
+            counted[domain] = counted.get(domain, 0) + 1

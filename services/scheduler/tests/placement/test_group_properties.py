@@ -24,7 +24,7 @@ from vmsched_common.groups import GroupPolicy
 from vmsched_scheduler.placement import DecisionContext, Fleet, HostState, PlacementRequest, decide, explain
 from vmsched_scheduler.placement.model import PlacementGroup
 
-GATES = ("excluded", "offline", "paused", "labels")
+GATES = ("excluded", "offline", "paused", "labels", "host_selector", "taints")
 
 
 @st.composite

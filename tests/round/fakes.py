@@ -182,20 +182,25 @@ class MemoryLedger:
             )
             results.append(PlacementResult(Committed.PLACED, at, vm.created_at))
         recorded = []
+        waiting: dict[UUID, datetime] = {}
         for no_host in no_hosts:
             vm = self.vms.get(no_host.vm_id)
             if vm is None or vm.status is not VmStatus.PENDING or vm.attempt != no_host.attempt:
                 recorded.append(Committed.NOT_PENDING)
                 continue
+            may_wait = vm.wait_until is not None and vm.wait_until > datetime.now(UTC)
+            if may_wait:
+                assert vm.wait_until is not None
+                waiting[vm.id] = vm.wait_until
             self.vms[vm.id] = replace(
                 vm,
-                status=VmStatus.UNSCHEDULABLE,
+                status=VmStatus.WAITING if may_wait else VmStatus.UNSCHEDULABLE,
                 status_reason=no_host.reason,
                 strategy=no_host.strategy,
                 placement=no_host.record.model_dump(mode="json"),
             )
-            recorded.append(Committed.PLACED)
-        return Settlement(results, recorded)
+            recorded.append(Committed.WAITING if may_wait else Committed.PLACED)
+        return Settlement(results, recorded, waiting)
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         return {vm_id: self.vms[vm_id] for vm_id in vm_ids if vm_id in self.vms}

@@ -141,6 +141,20 @@ class VmUnschedulable(Message):
     vms: Annotated[list[Unplaced], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
 
 
+class WaitingVm(Unplaced):
+    """One VM no host can take yet, waiting for room until ``wait_until``."""
+
+    wait_until: datetime = Field(description="when it ends unschedulable if no room appears before")
+
+
+class VmWaiting(Message):
+    """``vm.waiting``: no host can take these VMs yet (those of one ``vm.create``); each waits for
+    room until its ``wait_until``, and is placed (``vm.assigned``) or ends ``vm.unschedulable``."""
+
+    schema_version: Literal[1] = 1
+    vms: Annotated[list[WaitingVm], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
+
+
 class HostStatus(StrEnum):
     ONLINE = "online"
     DRAINING = "draining"

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -56,6 +56,8 @@ def to_vm(vm: VmRecord) -> Vm:
         created_at=vm.created_at,
         scheduled_at=vm.scheduled_at,
         started_at=vm.started_at,
+        wait_s=vm.wait_s,
+        wait_until=vm.wait_until,
     )
 
 
@@ -108,6 +110,7 @@ class Repository:
         """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
         (the row holds what the VM got). Returns (the VMs, replayed: an earlier request's); the
         idempotency hash is the body's, so a replay matches whatever the defaults are by then."""
+        accepted = datetime.now(UTC)
         values = [
             {
                 "id": uuid.uuid4(),
@@ -122,6 +125,8 @@ class Repository:
                 "restart_policy": body.restart_policy.value,
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
+                "wait_s": body.waits(defaults),
+                "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
             }
             for body in bodies
         ]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import HostStatus, Labels, Overcommit, Resources, RestartPolicy
-from vmsched_common.settings import Settings, Strategy
+from vmsched_common.settings import MAX_WAIT_S, Settings, Strategy
 
 VmName = Annotated[
     str,
@@ -27,11 +27,12 @@ class VmDefaults:
 
     cpu: int
     memory_mb: int
+    wait_s: int = 0
 
     @classmethod
     def of(cls, settings: Settings) -> VmDefaults:
-        """``VMSCHED_DEFAULT_VM_CPU`` and ``VMSCHED_DEFAULT_VM_MEMORY_MB``."""
-        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb)
+        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB`` and ``VMSCHED_DEFAULT_WAIT_S``."""
+        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb, wait_s=settings.default_wait_s)
 
 
 class VmRequest(BaseModel):
@@ -49,6 +50,18 @@ class VmRequest(BaseModel):
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
+    wait_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_WAIT_S,
+        description="seconds the VM may wait (status waiting) for room when no host fits it, placed oldest "
+        "first as soon as capacity appears, then unschedulable with the last reason; 0: unschedulable at once; "
+        "omitted: VMSCHED_DEFAULT_WAIT_S",
+    )
+
+    def waits(self, defaults: VmDefaults) -> int:
+        """How long the VM may wait for room: what it asks, else the default."""
+        return defaults.wait_s if self.wait_s is None else self.wait_s
 
     def resources(self, defaults: VmDefaults) -> Resources:
         """What the VM gets: what it asks for, ``defaults`` for what it leaves out."""
@@ -85,6 +98,10 @@ class Vm(BaseModel):
     created_at: datetime | None
     scheduled_at: datetime | None
     started_at: datetime | None = Field(description="when its agent first reported it running on its current host")
+    wait_s: int = Field(default=0, description="seconds it may wait for room when no host fits it")
+    wait_until: datetime | None = Field(
+        default=None, description="when its wait for room ends (the request's time + wait_s); null: it may not wait"
+    )
 
 
 class VmPage(BaseModel):

@@ -3,10 +3,11 @@
 Every VM of every message a replica holds goes into the next round (up to ``max_vms`` a round;
 what arrives while a round runs goes into the one after it, so rounds grow with the load). A
 message is answered once all its VMs are settled: one ``vm.assigned`` with those that found a
-host, one ``vm.unschedulable`` with those that did not, then the handler returns and the message
-is acked. A VM a round could not settle (:class:`~vmsched_scheduler.round.Later`) goes into a
-later round after a short pause; past ``later_limit`` seconds the message is given back to the
-broker (the handler raises a transient error), which redelivers it.
+host, one ``vm.unschedulable`` with those that did not, one ``vm.waiting`` with those that wait for
+room; then the handler returns and the message is acked. A VM a round could not settle
+(:class:`~vmsched_scheduler.round.Later`) goes into a later round after a short pause; past
+``later_limit`` seconds the message is given back to the broker (the handler raises a transient
+error), which redelivers it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ from vmsched_common.logs import bound, get_logger
 from vmsched_common.messages import VmCreate
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.metrics import ROUND_VMS
-from vmsched_scheduler.round import Assigned, Ignored, Later, NotPlaced, Outcome, RoundItem, SchedulingRound
+from vmsched_scheduler.round import (
+    Assigned,
+    Ignored,
+    Later,
+    NotPlaced,
+    Outcome,
+    RoundItem,
+    SchedulingRound,
+    Waiting,
+)
 
 log = get_logger("vmsched_scheduler")
 
@@ -54,11 +64,14 @@ class PlacementIntake:
         outcomes = await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms))
         assigned = [o for o in outcomes if isinstance(o, Assigned)]
         not_placed = [o for o in outcomes if isinstance(o, NotPlaced)]
+        waiting = [o for o in outcomes if isinstance(o, Waiting)]
         sends = []
         if assigned:
             sends.append(self.publisher.vm_assigned([o.assignment for o in assigned]))
         if not_placed:
             sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
+        if waiting:
+            sends.append(self.publisher.vm_waiting([o.waiting for o in waiting]))
         await asyncio.gather(*sends)
         for vm, outcome in zip(message.vms, outcomes, strict=True):
             if isinstance(outcome, Assigned) and outcome.fresh:
@@ -96,6 +109,8 @@ def _kind(outcome: Outcome) -> str:
         return "assigned"
     if isinstance(outcome, NotPlaced):
         return "not_placed"
+    if isinstance(outcome, Waiting):
+        return "waiting"
     if isinstance(outcome, Ignored):
         return "ignored"
     return "later"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -21,13 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.fit import RESOURCES, sql_fits
-from vmsched_common.lifecycle import Event, VmStatus, transition
+from vmsched_common.lifecycle import Condition, Event, VmStatus, transition
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
-NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING)
+NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
+NO_HOST_WAIT = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_WAIT)
 _FIELDS = [rule.field for rule in RESOURCES]
 
 # Locks, taken as every writer takes them: the VMs first, in id order, then their hosts, in id order
@@ -88,12 +90,13 @@ _SETTLE_PLACEMENTS = text(
 _SETTLE_NO_HOSTS = text(
     f"""
     UPDATE vms v
-       SET status = '{NO_HOST.target.value}', status_reason = i.reason, strategy = i.strategy,
-           placement = CAST(i.record AS jsonb), updated_at = now()
+       SET status = CASE WHEN v.wait_until > now() THEN '{NO_HOST_WAIT.target.value}'
+                         ELSE '{NO_HOST.target.value}' END,
+           status_reason = i.reason, strategy = i.strategy, placement = CAST(i.record AS jsonb), updated_at = now()
       FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:reasons AS text[]), CAST(:strategies AS text[]),
                   CAST(:records AS text[])) AS i(vm_id, reason, strategy, record)
      WHERE v.id = i.vm_id
-    RETURNING v.id
+    RETURNING v.id, v.status, v.wait_until
     """
 )
 
@@ -146,8 +149,9 @@ class PostgresLedger:
                         else PlacementResult(Committed.HOST_REFUSED)
                     )
             unplaceable = [n for n in no_hosts if pending(n.vm_id, n.attempt)]
+            waiting: dict[UUID, datetime] = {}
             if unplaceable:
-                await connection.execute(
+                recorded = await connection.execute(
                     _SETTLE_NO_HOSTS,
                     {
                         "vm_ids": [n.vm_id for n in unplaceable],
@@ -156,10 +160,18 @@ class PostgresLedger:
                         "records": [n.record.model_dump_json() for n in unplaceable],
                     },
                 )
+                waiting = {row.id: row.wait_until for row in recorded if row.status == NO_HOST_WAIT.target.value}
         marked = {n.vm_id for n in unplaceable}
+
+        def recorded_as(vm_id: UUID) -> Committed:
+            if vm_id in waiting:
+                return Committed.WAITING
+            return Committed.PLACED if vm_id in marked else Committed.NOT_PENDING
+
         return Settlement(
             [placed.get(p.vm_id, PlacementResult(Committed.NOT_PENDING)) for p in placements],
-            [Committed.PLACED if n.vm_id in marked else Committed.NOT_PENDING for n in no_hosts],
+            [recorded_as(n.vm_id) for n in no_hosts],
+            waiting,
         )
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:

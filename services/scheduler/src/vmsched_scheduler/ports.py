@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -69,7 +69,8 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class NoHost:
-    """Record that ``vm_id`` (at ``attempt``) fits nowhere: pending -> unschedulable."""
+    """Record that ``vm_id`` (at ``attempt``) fits nowhere: pending -> unschedulable, or waiting
+    when its ``wait_until`` is still ahead (PostgreSQL's clock decides)."""
 
     vm_id: UUID
     attempt: int
@@ -82,6 +83,7 @@ class Committed(enum.Enum):
     PLACED = "placed"  # the VM is scheduled on the host (or unschedulable, for a NoHost)
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
+    WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,8 @@ class PlacementResult:
 @dataclass(frozen=True, slots=True)
 class Settlement:
     placements: list[PlacementResult]  # one per Placement, in order
-    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (recorded) or NOT_PENDING
+    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (unschedulable), WAITING or NOT_PENDING
+    wait_until: Mapping[UUID, datetime] = field(default_factory=dict)  # of the NoHosts now WAITING
 
 
 class Ledger(Protocol):

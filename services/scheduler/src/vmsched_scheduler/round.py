@@ -33,7 +33,7 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Assignment, Unplaced, VmToPlace
+from vmsched_common.messages import Assignment, Unplaced, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim
 from vmsched_scheduler.fleet_cache import demand_of
@@ -79,6 +79,14 @@ class NotPlaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """No host fits it yet; it waits for room (its wait_s has not passed)."""
+
+    waiting: WaitingVm
+    fresh: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Ignored:
     """Nothing to announce: the VM is gone, deleted, or at another attempt than the message's."""
 
@@ -92,7 +100,7 @@ class Later:
     why: str
 
 
-Outcome = Assigned | NotPlaced | Ignored | Later
+Outcome = Assigned | NotPlaced | Waiting | Ignored | Later
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +309,11 @@ class SchedulingRound:
                 PLACEMENTS.labels(no_host.strategy.value, "unschedulable").inc()
                 log.warning(f"No host for VM '{choice.work.item.vm.name}': {no_host.reason}", vm_id=str(no_host.vm_id))
                 outcomes[choice.work.index] = NotPlaced(_unplaced(choice.work.item.vm, no_host.record), True)
+            elif committed is Committed.WAITING:
+                PLACEMENTS.labels(no_host.strategy.value, "waiting").inc()
+                until = settled.wait_until[no_host.vm_id]
+                log.info(f"No host for VM '{choice.work.item.vm.name}' yet; waiting until {until.isoformat()}")
+                outcomes[choice.work.index] = Waiting(_waiting(choice.work.item.vm, no_host.record, until), True)
             else:
                 check.append(choice)
         if check:
@@ -439,6 +452,10 @@ def _unplaced(vm: VmToPlace, record: PlacementRecord) -> Unplaced:
     )
 
 
+def _waiting(vm: VmToPlace, record: PlacementRecord, until: datetime) -> WaitingVm:
+    return WaitingVm(**_unplaced(vm, record).model_dump(), wait_until=until)
+
+
 def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
     """What to announce again for a VM an earlier delivery settled (same attempt), else nothing."""
     if record is None:
@@ -462,4 +479,7 @@ def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
     if record.status is VmStatus.UNSCHEDULABLE and record.placement:
         placement = PlacementRecord.model_validate(record.placement)
         return NotPlaced(_unplaced(vm, placement), False)
+    if record.status is VmStatus.WAITING and record.placement and record.wait_until:
+        placement = PlacementRecord.model_validate(record.placement)
+        return Waiting(_waiting(vm, placement, record.wait_until), False)
     return Ignored(f"the VM is {record.status.value}")

@@ -59,6 +59,10 @@ class VmRow(Base):
     # NULL while the message the current status implies (vm.create for pending, the delete command
     # for deleting) has not been confirmed by the broker; a sweeper publishes those again.
     published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # How long the VM may wait for room when no host fits it (0: unschedulable at once), and until
+    # when: the request's time plus wait_s (None when it may not wait).
+    wait_s: Mapped[int] = mapped_column(Integer, server_default="0")
+    wait_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -69,6 +73,8 @@ class VmRow(Base):
             "updated_at",
             postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting')"),
         ),
+        Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),
+        Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
     )
 
 

@@ -46,6 +46,8 @@ VM_FIELDS = (
     "scheduled_at",
     "started_at",
     "failed_at",
+    "wait_s",
+    "wait_until",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -107,6 +109,8 @@ class VmRecord:
     scheduled_at: datetime | None
     started_at: datetime | None
     failed_at: datetime | None
+    wait_s: int = 0  # how long it may wait for room when no host fits it
+    wait_until: datetime | None = None  # until when (None: it may not wait)
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -130,6 +134,8 @@ class VmRecord:
             scheduled_at=row.scheduled_at,
             started_at=row.started_at,
             failed_at=row.failed_at,
+            wait_s=row.wait_s,
+            wait_until=row.wait_until,
         )
 
     def excluded_at(self, now: float) -> list[str]:

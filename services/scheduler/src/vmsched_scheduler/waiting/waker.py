@@ -90,7 +90,6 @@ class Waker:
         self._rng = random.Random(0)  # unused: the waker's decisions rank by least_loaded
         self.leading = False
         self._fleet = Fleet.from_hosts([])
-        self._read: dict[str, HostState] = {}  # each host as last read from Redis (without bookings)
         self._seq = -1
         self._unread: set[str] = set()
         self._cursor: datetime | None = None
@@ -133,7 +132,7 @@ class Waker:
             shapes.update(await self._learn_entered())
             grown = await self._read_changes()
             if grown:
-                shapes.update(self.index.shapes_fitting([self._read[h].free for h in grown]))
+                shapes.update(self.index.shapes_fitting([host.free for host in grown]))
         if shapes:
             await self._wake(shapes)
         await self._expire()
@@ -145,8 +144,7 @@ class Waker:
         self._cursor = await self.store.now()
         waiting = await self.store.all_waiting()
         self._seq, records = await self.snapshot.read_all()
-        self._read = {host_id: to_host_state(record) for host_id, record in records.items()}
-        self._fleet = Fleet.from_hosts(self._read.values())
+        self._fleet = Fleet.from_hosts(to_host_state(record) for record in records.values())
         self._unread.clear()
         self.index.clear()
         self._deadlines = []
@@ -175,28 +173,31 @@ class Waker:
                 shapes.add(shape)
         return shapes
 
-    async def _read_changes(self) -> set[str]:
+    async def _read_changes(self) -> list[HostState]:
         """Read the hosts the change feed names (only while some VM waits; the others are read once
-        one does); the ids of those whose room grew."""
+        one does); those whose room grew.
+
+        Compared with this copy as the waker left it, its own bookings included: a VM it woke that
+        was claimed and released again between two looks shows as room grown, as it is. A look
+        before the woken VM's claim shows its room as grown too: another wake, decided again by
+        the pipeline, which finds the room gone, and the VM waits again."""
         seq, changed = await self.snapshot.changed_since(self._seq)
         if seq < self._seq or (not changed and await self.snapshot.current_seq() < self._seq):
             self._next_resync = 0.0  # Redis lost its change counter (a flush): read everything again
-            return set()
+            return []
         self._seq = seq
         self._unread.update(changed)
         if not len(self.index) or not self._unread:
-            return set()
+            return []
         wanted, self._unread = sorted(self._unread), set()
-        grown: set[str] = set()
+        grown: list[HostState] = []
         for host_id, record in (await self.snapshot.read_hosts(wanted)).items():
             if record is None:
-                self._read.pop(host_id, None)
                 self._fleet.remove(host_id)
                 continue
             state = to_host_state(record)
-            if room_grew(self._read.get(host_id), state):
-                grown.add(host_id)
-            self._read[host_id] = state
+            if room_grew(self._fleet.host(host_id), state):
+                grown.append(state)
             self._fleet.upsert(state)
         return grown
 

@@ -86,6 +86,9 @@ class VmToPlace(BaseModel):
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
     )
     attempt: Annotated[int, Field(ge=1)] = 1
+    gang: UUID | None = Field(
+        default=None, description="the all-or-nothing batch it belongs to: its VMs are placed together or not at all"
+    )
 
 
 class VmCreate(Message):

@@ -33,7 +33,7 @@ from redis.commands.core import AsyncScript
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
 from vmsched_common.messages import HostStatus, Overcommit, Resources, Usage
 
-ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient"]
+ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient", "gang"]
 
 
 def allocated_field(field: str) -> str:
@@ -346,12 +346,14 @@ class Snapshot:
         return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
 
     # -- atomic updates -------------------------------------------------------------------------
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
-        """Claim each, in order, in one script run (one round trip, atomic as a whole)."""
+    async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
+        """Claim each, in order, in one script run (one round trip, atomic as a whole). With
+        ``all_or_nothing``, none is reserved unless every one fits (outcome ``gang`` for those that
+        would have)."""
         if not claims:
             return Claimed([], {})
         keys = [self.changed_key, self.seq_key]
-        args: list[str] = [repr(now)]
+        args: list[str] = [repr(now), "1" if all_or_nothing else "0"]
         for claim in claims:
             keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
             args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]

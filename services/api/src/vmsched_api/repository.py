@@ -6,6 +6,7 @@ import base64
 import hashlib
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -58,6 +59,7 @@ def to_vm(vm: VmRecord) -> Vm:
         started_at=vm.started_at,
         wait_s=vm.wait_s,
         wait_until=vm.wait_until,
+        gang_id=vm.gang_id,
     )
 
 
@@ -105,12 +107,21 @@ class Repository:
 
     @retry_on_dead_connection
     async def create_vms(
-        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None, *, defaults: VmDefaults
+        self,
+        bodies: Sequence[VmRequest],
+        idempotency_key: str | None = None,
+        *,
+        defaults: VmDefaults,
+        all_or_nothing: bool = False,
     ) -> tuple[list[VmRecord], bool]:
         """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
-        (the row holds what the VM got). Returns (the VMs, replayed: an earlier request's); the
-        idempotency hash is the body's, so a replay matches whatever the defaults are by then."""
+        (the row holds what the VM got); ``all_or_nothing``: as one gang, which never waits. Returns
+        (the VMs, replayed: an earlier request's); the idempotency hash is the body's, so a replay
+        matches whatever the defaults are by then."""
         accepted = datetime.now(UTC)
+        gang = uuid.uuid4() if all_or_nothing else None
+        if all_or_nothing:
+            defaults = replace(defaults, wait_s=0)
         values = [
             {
                 "id": uuid.uuid4(),
@@ -127,6 +138,7 @@ class Repository:
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "wait_s": body.waits(defaults),
                 "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
+                "gang_id": gang,
             }
             for body in bodies
         ]

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
@@ -77,6 +77,18 @@ class VmBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vms: Annotated[list[VmRequest], Field(min_length=1, max_length=1000)]
+    all_or_nothing: bool = Field(
+        default=False,
+        description="place every VM of the batch or none (gang scheduling): if they do not all fit at once, "
+        "every one ends unschedulable and no capacity is held. Its VMs may not wait for room (wait_s > 0 is "
+        "refused with 422; VMSCHED_DEFAULT_WAIT_S does not apply to them)",
+    )
+
+    @model_validator(mode="after")
+    def _a_gang_does_not_wait(self) -> VmBatchRequest:
+        if self.all_or_nothing and any(vm.wait_s for vm in self.vms):
+            raise ValueError("wait_s: the VMs of an all_or_nothing batch cannot wait for room (yet); use wait_s 0")
+        return self
 
 
 class Vm(BaseModel):
@@ -101,6 +113,9 @@ class Vm(BaseModel):
     wait_s: int = Field(default=0, description="seconds it may wait for room when no host fits it")
     wait_until: datetime | None = Field(
         default=None, description="when its wait for room ends (the request's time + wait_s); null: it may not wait"
+    )
+    gang_id: UUID | None = Field(
+        default=None, description="the all-or-nothing batch it belongs to (placed together or not at all)"
     )
 
 

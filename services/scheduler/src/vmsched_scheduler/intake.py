@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from opentelemetry import context as otel_context
 
@@ -61,7 +61,10 @@ class PlacementIntake:
     async def place(self, message: VmCreate) -> None:
         """Settle every VM of ``message`` and announce them; the caller acks once this returns."""
         trace = otel_context.get_current()
-        outcomes = await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms))
+        if any(vm.gang is not None for vm in message.vms):
+            outcomes = await self._settle_gang([RoundItem(vm, trace) for vm in message.vms])
+        else:
+            outcomes = list(await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms)))
         assigned = [o for o in outcomes if isinstance(o, Assigned)]
         not_placed = [o for o in outcomes if isinstance(o, NotPlaced)]
         waiting = [o for o in outcomes if isinstance(o, Waiting)]
@@ -94,8 +97,29 @@ class PlacementIntake:
             await asyncio.sleep(delay)
             delay = min(delay * 2, LAST_RETRY_DELAY)
 
+    async def _settle_gang(self, items: list[RoundItem]) -> list[Outcome]:
+        """An all-or-nothing batch: a round of its own (a batched round could cut it in two), tried
+        again whole while any of it comes back :class:`Later`."""
+        started = time.monotonic()
+        delay = FIRST_RETRY_DELAY
+        while True:
+            outcomes = await self._run_round_of(self.round.run_gang, items)
+            later = next((o for o in outcomes if isinstance(o, Later)), None)
+            if later is None:
+                return list(outcomes)
+            if time.monotonic() - started > self.later_limit:
+                raise TransientError(f"batch of {len(items)} not settled after {self.later_limit:g}s: {later.why}")
+            log.info("all-or-nothing batch not settled in this round; trying again", why=later.why)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LAST_RETRY_DELAY)
+
     async def _run_round(self, items: list[RoundItem]) -> Sequence[Outcome]:
-        outcomes = await self.round.run(items)
+        return await self._run_round_of(self.round.run, items)
+
+    async def _run_round_of(
+        self, run: Callable[[Sequence[RoundItem]], Awaitable[list[Outcome]]], items: list[RoundItem]
+    ) -> Sequence[Outcome]:
+        outcomes = await run(items)
         for outcome in outcomes:
             ROUND_VMS.labels(_kind(outcome)).inc()
         return outcomes

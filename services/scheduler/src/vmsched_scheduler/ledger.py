@@ -127,9 +127,12 @@ class PostgresLedger:
         self._cached_default: tuple[float, Strategy] | None = None
         self._strategy_ttl = strategy_ttl
 
-    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+    async def settle(
+        self, placements: Sequence[Placement], no_hosts: Sequence[NoHost], *, all_or_nothing: bool = False
+    ) -> Settlement:
         """Placements and "no host" records of VMs still pending at their attempt (checked under the
-        VMs' locks: the statements change only those), each placement under its host's guard."""
+        VMs' locks: the statements change only those), each placement under its host's guard; with
+        ``all_or_nothing``, the placements in a savepoint undone if the guard refuses any of them."""
         async with self.engine.begin() as connection:
             vm_ids = sorted({p.vm_id for p in placements} | {n.vm_id for n in no_hosts})
             locked = {row.id: row for row in await connection.execute(_LOCK_VMS, {"ids": vm_ids})}
@@ -142,12 +145,22 @@ class PostgresLedger:
             placed: dict[UUID, PlacementResult] = {}
             if moving:
                 await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
+                savepoint = await connection.begin_nested() if all_or_nothing else None
                 for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(moving)):
                     placed[row.vm_id] = (
                         PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at)
                         if row.scheduled_at is not None
                         else PlacementResult(Committed.HOST_REFUSED)
                     )
+                if savepoint is not None:
+                    if any(r.outcome is Committed.HOST_REFUSED for r in placed.values()):
+                        await savepoint.rollback()
+                        placed = {
+                            vm_id: r if r.outcome is Committed.HOST_REFUSED else PlacementResult(Committed.GANG_REFUSED)
+                            for vm_id, r in placed.items()
+                        }
+                    else:
+                        await savepoint.commit()
             unplaceable = [n for n in no_hosts if pending(n.vm_id, n.attempt)]
             waiting: dict[UUID, datetime] = {}
             if unplaceable:

@@ -44,8 +44,9 @@ class FleetView(Protocol):
 
 
 class ClaimStore(Protocol):
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
-        """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id."""
+    async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
+        """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id. With
+        ``all_or_nothing``, nothing is reserved unless every claim fits (the others: ``gang``)."""
         ...
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]: ...
@@ -84,6 +85,7 @@ class Committed(enum.Enum):
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
+    GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +111,13 @@ class Ledger(Protocol):
         """How many hosts PostgreSQL knows online and unpaused."""
         ...
 
-    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+    async def settle(
+        self, placements: Sequence[Placement], no_hosts: Sequence[NoHost], *, all_or_nothing: bool = False
+    ) -> Settlement:
         """Commit every placement and every unschedulable VM in one transaction. A placement is
         refused (HOST_REFUSED) when its host, with the placements of this call before it, would not
-        fit it; the others are unaffected."""
+        fit it; the others are unaffected, unless ``all_or_nothing``: then none is made (the others
+        GANG_REFUSED)."""
         ...
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:

@@ -55,6 +55,7 @@ from vmsched_scheduler.tracing import traced_decide, traced_step
 log = get_logger("vmsched_scheduler")
 
 EXCLUDED = "excluded"
+ALL_OR_NOTHING = "all_or_nothing"  # the reason of a VM that fits, of a batch another VM of which does not
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,7 @@ class _Choice:
     exclusions_ignored: bool
     host_id: str = ""  # the host the claim holds (the chosen one, or an earlier delivery's)
     claimed_now: bool = False
+    gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
 
 
 class SchedulingRound:
@@ -338,6 +340,102 @@ class SchedulingRound:
             await self.claims.release_many(needless)
             await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
 
+    # -- all or nothing -------------------------------------------------------------------------
+    async def run_gang(self, items: Sequence[RoundItem]) -> list[Outcome]:
+        """Place every VM of ``items`` (one all-or-nothing batch) or none: all decided (each booked
+        before the next, so members see each other), claimed in one all-or-nothing script call,
+        settled in one savepoint undone if PostgreSQL's guard refuses any. A claim or a settlement
+        refused is given back whole and the gang decided again; a gang some VM of which fits nowhere
+        ends unschedulable, every VM of it. One outcome per item, in order."""
+        default = await self.ledger.default_strategy()
+        await self.fleet.refresh()
+        outcomes: list[Outcome] = [Later("not decided") for _ in items]
+        members = [_Open(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        for _ in range(self.settings.max_passes):
+            if await self._gang_pass(members, outcomes):
+                return outcomes
+        for work in members:
+            outcomes[work.index] = Later("all or nothing: claims refused; the snapshot keeps changing")
+        return outcomes
+
+    async def _gang_pass(self, members: list[_Open], outcomes: list[Outcome]) -> bool:
+        """One try of the whole gang; False when it is to be decided again."""
+        choices, fleet = await self._decide_all(members)
+        nowhere = [c for c in choices if c.decision.host_id is None]
+        if nowhere:
+            for choice in choices:
+                if choice.decision.host_id is not None:
+                    fleet.release(choice.decision.host_id, demand_of(choice.work.item.vm.resources))
+            if len(self.fleet.fleet) < await self.ledger.online_hosts():
+                await self.fleet.refresh(force_full=True)
+                for choice in choices:
+                    outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
+                return True
+            first = nowhere[0]
+            reason = first.decision.reason or NO_AVAILABLE_AGENTS
+            why = (
+                f"{len(nowhere)} of {len(choices)} VMs of the batch fit nowhere "
+                f"({first.work.item.vm.name}: {reason}: {_detail(first.decision)})"
+            )
+            for choice in choices:
+                if choice.decision.host_id is not None:
+                    choice.gang_failure = why
+            await self._settle([], choices, outcomes)
+            return True
+        claims = [Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources) for c in choices]
+        with traced_step("claim", [c.work.item.trace for c in choices]) as spans:
+            claimed = await self.claims.claim_many(claims, self.clock(), all_or_nothing=True)
+            spans.outcomes([result.outcome for result in claimed.results])
+        refused = False
+        for choice, claim in zip(choices, claimed.results, strict=True):
+            chosen = str(choice.decision.host_id)
+            fleet.release(chosen, demand_of(choice.work.item.vm.resources))  # the truth is read again below
+            if claim.outcome == "claimed":
+                choice.host_id, choice.claimed_now = chosen, True
+            elif claim.outcome == "held":
+                choice.host_id = claim.detail
+            elif claim.outcome != "gang":
+                refused = True
+                CLAIM_CONFLICTS.labels("redis").inc()
+                choice.work.avoid.add(chosen)
+                choice.work.refused.append(
+                    RefusedClaim(host=chosen, stage="redis", outcome=claim.outcome, detail=claim.detail)
+                )
+        touched = {str(c.decision.host_id) for c in choices} | {c.host_id for c in choices if c.host_id}
+        if refused:
+            await self.fleet.reread(touched)
+            return False
+        placements = [self._placement(c) for c in choices]
+        with traced_step("commit", [c.work.item.trace for c in choices]) as spans:
+            settled = await self.ledger.settle(placements, [], all_or_nothing=True)
+            spans.outcomes([r.outcome.value for r in settled.placements])
+        if any(r.outcome in (Committed.HOST_REFUSED, Committed.GANG_REFUSED) for r in settled.placements):
+            for choice, result in zip(choices, settled.placements, strict=True):
+                if result.outcome is Committed.HOST_REFUSED:
+                    CLAIM_CONFLICTS.labels("postgres").inc()
+                    choice.work.avoid.add(choice.host_id)
+                    choice.work.refused.append(
+                        RefusedClaim(host=choice.host_id, stage="postgres", outcome="host_refused")
+                    )
+            await self.claims.release_many([c.work.item.vm.vm_id for c in choices if c.claimed_now])
+            await self.fleet.reread(touched)
+            return False
+        check: list[_Choice] = []
+        for choice, placement, result in zip(choices, placements, settled.placements, strict=True):
+            if result.outcome is Committed.PLACED and result.scheduled_at is not None:
+                PLACEMENTS.labels(placement.strategy.value, "scheduled").inc()
+                outcomes[choice.work.index] = Assigned(
+                    _assignment(choice.work.item.vm, placement, result.scheduled_at),
+                    True,
+                    self._log_lines(choice.work.item.vm, placement),
+                )
+            else:
+                check.append(choice)
+        await self.fleet.reread(touched)
+        if check:
+            await self._already_handled(check, outcomes)
+        return True
+
     def _log_lines(self, vm: VmToPlace, placement: Placement) -> tuple[str, ...]:
         host = self.fleet.fleet.host(placement.host_id)  # the VM is booked on it: its use includes the VM
         selected = (
@@ -364,10 +462,10 @@ class SchedulingRound:
     def _no_host(self, choice: _Choice) -> NoHost:
         vm = choice.work.item.vm
         decision = choice.decision
-        detail = _detail(decision)
-        reason = decision.reason or NO_AVAILABLE_AGENTS
+        detail = choice.gang_failure or _detail(decision)
+        reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
-        if decision.considered:
+        if decision.considered and not choice.gang_failure:
             request = PlacementRequest(
                 vm_id=str(vm.vm_id),
                 name=vm.name,

@@ -63,6 +63,8 @@ class VmRow(Base):
     # when: the request's time plus wait_s (None when it may not wait).
     wait_s: Mapped[int] = mapped_column(Integer, server_default="0")
     wait_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The VMs of one all-or-nothing batch share it: placed together or not at all.
+    gang_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -75,6 +77,7 @@ class VmRow(Base):
         ),
         Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
+        Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
     )
 
 

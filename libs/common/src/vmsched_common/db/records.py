@@ -48,6 +48,7 @@ VM_FIELDS = (
     "failed_at",
     "wait_s",
     "wait_until",
+    "gang_id",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -111,6 +112,7 @@ class VmRecord:
     failed_at: datetime | None
     wait_s: int = 0  # how long it may wait for room when no host fits it
     wait_until: datetime | None = None  # until when (None: it may not wait)
+    gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -136,6 +138,7 @@ class VmRecord:
             failed_at=row.failed_at,
             wait_s=row.wait_s,
             wait_until=row.wait_until,
+            gang_id=row.gang_id,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -152,6 +155,7 @@ class VmRecord:
             strategy=self.strategy,
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,
+            gang=self.gang_id,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

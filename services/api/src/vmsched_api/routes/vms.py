@@ -58,7 +58,9 @@ async def create_vm(
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
 async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
-    vms, _ = await services.repository.create_vms(body.vms, defaults=VmDefaults.of(services.settings))
+    vms, _ = await services.repository.create_vms(
+        body.vms, defaults=VmDefaults.of(services.settings), all_or_nothing=body.all_or_nothing
+    )
     await _publish(services, vms)
     return VmBatch(items=[to_vm(vm) for vm in vms])
 

@@ -120,21 +120,23 @@ class Waker:
                 self.index.clear()
             return
         now = time.monotonic()
-        shapes: set[Shape] = set()
         if not self.leading or now >= self._next_resync:
             if not self.leading:
                 log.info("waker lease taken; reading the waiting VMs")
             self.leading = True
             await self._load()
             self._next_resync = now + RESYNC_EVERY
-            shapes.update(self.index.all_shapes())
+            await self._wake(self.index.all_shapes(), self._fleet)
         else:
-            shapes.update(await self._learn_entered())
+            # A new VM's shape against every host (room may have appeared while it was decided)...
+            entered = await self._learn_entered()
+            if entered:
+                await self._wake(entered, self._fleet)
+            # ... and each shape against the hosts whose room grew, those alone: a cheap test.
             grown = await self._read_changes()
             if grown:
-                shapes.update(self.index.shapes_fitting([host.free for host in grown]))
-        if shapes:
-            await self._wake(shapes)
+                changed = Fleet.from_hosts(grown)
+                await self._wake(self.index.shapes_fitting([host.free for host in grown]), changed)
         await self._expire()
 
     # -- state ----------------------------------------------------------------------------------
@@ -207,14 +209,18 @@ class Waker:
             now=self.clock(), offline_timeout=self.offline_timeout, weights=self.weights, rng=self._rng
         )
 
-    async def _wake(self, shapes: Iterable[Shape]) -> None:
-        """Wake the VMs of ``shapes`` some host takes, oldest first. One that is no longer waiting
-        (deleted, expired meanwhile) gives its booking back and the next of its shape is tried."""
+    async def _wake(self, shapes: Iterable[Shape], hosts: Fleet) -> None:
+        """Wake the VMs of ``shapes`` some host of ``hosts`` (the fleet, or the hosts that changed)
+        takes, oldest first, booked there and on the fleet. One that is no longer waiting (deleted,
+        expired meanwhile) gives its booking back and the next of its shape is tried."""
         pending = set(shapes)
         while pending:
-            chosen = whom_to_wake(self.index, self._fleet, pending, self._context())
+            chosen = whom_to_wake(self.index, hosts, pending, self._context())
             if not chosen:
                 return
+            if hosts is not self._fleet:
+                for wake in chosen:
+                    self._fleet.allocate(wake.host_id, wake.entry.shape.demand)
             woken = await self.store.wake([(w.entry.vm_id, w.entry.attempt) for w in chosen])
             if woken:
                 woken.sort(key=lambda vm: (vm.created_at or datetime.min, vm.id))
@@ -223,7 +229,9 @@ class Waker:
             done = {vm.id for vm in woken}
             stale = [w for w in chosen if w.entry.vm_id not in done]
             for wake in stale:
-                self._fleet.release(wake.host_id, wake.entry.shape.demand)
+                hosts.release(wake.host_id, wake.entry.shape.demand)
+                if hosts is not self._fleet:
+                    self._fleet.release(wake.host_id, wake.entry.shape.demand)
             pending = {w.entry.shape for w in stale}
 
     # -- expire ---------------------------------------------------------------------------------

@@ -720,13 +720,13 @@ async def count_waiting(database_url: str) -> int:
 
 async def delete_paced(senders: Senders, vm_ids: Sequence[str], rate: float) -> None:
     """DELETE these VMs at ``rate`` a second: capacity released all along, which the waker looks at."""
-    client = senders.clients[-1]
+    last = len(senders.clients) - 1  # saturation's senders are the first few
     began = time.monotonic()
     for n, vm_id in enumerate(vm_ids):
         delay = began + n / rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        (await client.delete(f"/v1/vms/{vm_id}")).raise_for_status()
+        (await (await senders.get(last)).delete(f"/v1/vms/{vm_id}")).raise_for_status()
 
 
 async def placements_with_churn(

@@ -766,6 +766,8 @@ async def waiting_runs(stack: Stack, fleets: list[Fleet], plan: Plan, waiting: i
                 break
             await asyncio.sleep(0.5)
         print(f"  {found} VMs waiting", flush=True)
+        await senders.aclose()  # fresh connections: none the long backlog requests left half-used
+        senders = Senders(stack.api_url)
         after = await placements_with_churn(stack, fleets, plan, senders, f"{found} waiting")
     finally:
         await senders.aclose()

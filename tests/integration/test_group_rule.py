@@ -240,3 +240,53 @@ def test_python_the_engine_redis_and_postgresql_agree_on_every_group_rule(stores
     assert stores.loop.run(in_postgresql(stores, case, prefix)) is (
         Committed.PLACED if expected else Committed.GROUP_REFUSED
     )
+
+
+async def gang_claims(stores: Stores, rule: GroupRule, targets: list[str]) -> tuple[list[str], dict[str, int], int]:
+    """An all-or-nothing claim of one member of ``rule`` per entry of ``targets`` (host ids, each
+    created roomy): the outcomes, the group's counts after, and the vCPUs allocated on the hosts."""
+    snapshot = stores.snapshot
+    zero = Resources(cpu=0, memory_mb=0, disk_gb=0)
+    hosts = sorted(set(targets))
+    writes = [HostWrite(h, ROOMY, Overcommit(), zero, {}, "online", time.time(), False, zero, 0) for h in hosts]
+    await snapshot.record_heartbeats(writes, bump_interval=60.0)
+    vm_ids = [uuid.uuid4() for _ in targets]
+    claims = [Claim(vm_id, host, NEED, GroupClaim(rule)) for vm_id, host in zip(vm_ids, targets, strict=True)]
+    claimed = await snapshot.claim_many(claims, time.time(), all_or_nothing=True)
+    counts = (await snapshot.group_members([rule.id]))[rule.id]
+    allocated = 0
+    for host in hosts:
+        allocated += int(await stores.redis.hget(snapshot.host_key(host), "a_cpu") or 0)
+    await snapshot.release_many(vm_ids)
+    await stores.redis.delete(snapshot.group_key(rule.id), snapshot.group_vms_key(rule.id))
+    for host in hosts:
+        await snapshot.forget_host(host)
+    return [result.outcome for result in claimed.results], counts, allocated
+
+
+def test_an_all_or_nothing_claim_counts_the_members_it_would_add_and_reserves_none_if_the_group_refuses_one(
+    stores: Stores,
+) -> None:
+    rule = GroupRule(uuid.uuid4(), GroupPolicy.ANTI_AFFINITY)
+    prefix = f"hv{uuid.uuid4().hex[:6]}"
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    # Each member alone fits a; together they break the rule: nothing reserved, nothing counted.
+    outcomes, counts, allocated = stores.loop.run(gang_claims(stores, rule, [a, b, a]))
+    assert outcomes == ["gang", "gang", "group"]
+    assert (counts, allocated) == ({}, 0)
+    outcomes, counts, allocated = stores.loop.run(gang_claims(stores, rule, [a, b]))
+    assert outcomes == ["claimed", "claimed"]
+    assert (counts, allocated) == ({a: 1, b: 1}, 2 * NEED.cpu)
+
+
+def test_an_all_or_nothing_claim_of_an_affinity_group_sends_every_member_to_the_first_ones_domain(
+    stores: Stores,
+) -> None:
+    rule = GroupRule(uuid.uuid4(), GroupPolicy.AFFINITY)
+    prefix = f"hv{uuid.uuid4().hex[:6]}"
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    outcomes, counts, _ = stores.loop.run(gang_claims(stores, rule, [a, b]))
+    assert outcomes == ["gang", "group"]
+    assert counts == {}
+    outcomes, counts, _ = stores.loop.run(gang_claims(stores, rule, [a, a]))
+    assert (outcomes, counts) == (["claimed", "claimed"], {a: 2})

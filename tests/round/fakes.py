@@ -53,7 +53,22 @@ class MemorySnapshot:
         self.claims: dict[UUID, tuple[str, Resources]] = {}
         self.cursor = 0
 
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
+    async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
+        if not all_or_nothing:
+            return Claimed(self._claim_each(claims), {})
+        # Every claim made on the real hosts, all undone if one fails: what the script's check-first
+        # pass decides, by another route.
+        saved = {host_id: (host.allocated, host.vm_count) for host_id, host in self.hosts.items()}
+        claimed_before = dict(self.claims)
+        results = self._claim_each(claims)
+        if all(r.holds for r in results):
+            return Claimed(results, {})
+        for host_id, (allocated, vm_count) in saved.items():
+            self.hosts[host_id].allocated, self.hosts[host_id].vm_count = allocated, vm_count
+        self.claims = claimed_before
+        return Claimed([ClaimResult("gang", "") if r.outcome == "claimed" else r for r in results], {})
+
+    def _claim_each(self, claims: Sequence[Claim]) -> list[ClaimResult]:
         results = []
         for claim in claims:
             held = self.claims.get(claim.vm_id)
@@ -74,7 +89,7 @@ class MemorySnapshot:
                 host.vm_count += 1
                 self.claims[claim.vm_id] = (claim.host_id, claim.resources)
                 results.append(ClaimResult("claimed", claim.host_id))
-        return Claimed(results, {})
+        return results
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
         hosts: list[str | None] = []
@@ -150,7 +165,10 @@ class MemoryLedger:
     async def online_hosts(self) -> int:
         return sum(1 for h in self.hosts.values() if h.status == "online" and not h.paused)
 
-    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+    async def settle(
+        self, placements: Sequence[Placement], no_hosts: Sequence[NoHost], *, all_or_nothing: bool = False
+    ) -> Settlement:
+        before = (dict(self.vms), {h: (host.allocated, host.vm_count) for h, host in self.hosts.items()})
         results: list[PlacementResult] = []
         refused_hosts: set[str] = set()
         for placement in placements:
@@ -181,21 +199,33 @@ class MemoryLedger:
                 placement=placement.record.model_dump(mode="json"),
             )
             results.append(PlacementResult(Committed.PLACED, at, vm.created_at))
+        if all_or_nothing and any(r.outcome is Committed.HOST_REFUSED for r in results):
+            self.vms = before[0]
+            for host_id, (allocated, vm_count) in before[1].items():
+                self.hosts[host_id].allocated, self.hosts[host_id].vm_count = allocated, vm_count
+            results = [
+                r if r.outcome is not Committed.PLACED else PlacementResult(Committed.GANG_REFUSED) for r in results
+            ]
         recorded = []
+        waiting: dict[UUID, datetime] = {}
         for no_host in no_hosts:
             vm = self.vms.get(no_host.vm_id)
             if vm is None or vm.status is not VmStatus.PENDING or vm.attempt != no_host.attempt:
                 recorded.append(Committed.NOT_PENDING)
                 continue
+            may_wait = vm.wait_until is not None and vm.wait_until > datetime.now(UTC)
+            if may_wait:
+                assert vm.wait_until is not None
+                waiting[vm.id] = vm.wait_until
             self.vms[vm.id] = replace(
                 vm,
-                status=VmStatus.UNSCHEDULABLE,
+                status=VmStatus.WAITING if may_wait else VmStatus.UNSCHEDULABLE,
                 status_reason=no_host.reason,
                 strategy=no_host.strategy,
                 placement=no_host.record.model_dump(mode="json"),
             )
-            recorded.append(Committed.PLACED)
-        return Settlement(results, recorded)
+            recorded.append(Committed.WAITING if may_wait else Committed.PLACED)
+        return Settlement(results, recorded, waiting)
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         return {vm_id: self.vms[vm_id] for vm_id in vm_ids if vm_id in self.vms}

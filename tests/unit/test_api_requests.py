@@ -91,7 +91,12 @@ class Accepting:
         self.sent: list[VmToPlace] = []
 
     async def create_vms(
-        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None, *, defaults: VmDefaults
+        self,
+        bodies: Sequence[VmRequest],
+        idempotency_key: str | None = None,
+        *,
+        defaults: VmDefaults,
+        all_or_nothing: bool = False,
     ) -> tuple[list[VmRecord], bool]:
         self.defaults.append(defaults)
         return [self._record(body, defaults) for body in bodies], False
@@ -180,3 +185,25 @@ async def test_a_batch_takes_the_defaults_per_vm(accepting: tuple[httpx.AsyncCli
 
 def test_the_default_amounts_are_orchards_unless_set() -> None:
     assert VmDefaults.of(Settings()) == VmDefaults(cpu=4, memory_mb=8192)
+
+
+async def test_a_wait_out_of_bounds_is_refused_naming_the_field(
+    accepting: tuple[httpx.AsyncClient, Accepting],
+) -> None:
+    api, stores = accepting
+    for wait_s in (-1, 7 * 24 * 3600 + 1):
+        response = await api.post("/v1/vms", json={"name": "w", "disk_gb": 1, "wait_s": wait_s})
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "wait_s"]
+    assert stores.sent == []
+
+
+async def test_an_all_or_nothing_batch_that_would_wait_is_refused(
+    accepting: tuple[httpx.AsyncClient, Accepting],
+) -> None:
+    api, stores = accepting
+    body = {"all_or_nothing": True, "vms": [{"name": "a", "disk_gb": 1}, {"name": "b", "disk_gb": 1, "wait_s": 30}]}
+    response = await api.post("/v1/vms/batch", json=body)
+    assert response.status_code == 422
+    assert "wait_s" in response.text
+    assert stores.sent == []

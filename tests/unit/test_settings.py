@@ -19,6 +19,7 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
         "VMSCHED_AGENT_OFFLINE_TIMEOUT",
         "VMSCHED_DEFAULT_VM_CPU",
         "VMSCHED_DEFAULT_VM_MEMORY_MB",
+        "VMSCHED_DEFAULT_WAIT_S",
     ):
         monkeypatch.delenv(name, raising=False)
     settings = Settings()
@@ -29,6 +30,7 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.agent_offline_timeout == 15.0
     assert (settings.api_host, settings.api_port) == ("127.0.0.1", 8000)
     assert (settings.default_vm_cpu, settings.default_vm_memory_mb) == (4, 8192)  # Orchard's (seed 002)
+    assert settings.default_wait_s == 0  # a VM that fits nowhere fails at once (seed 001)
 
 
 def test_unknown_strategy_stops_with_the_list_of_valid_ones(

@@ -23,6 +23,7 @@ from vmsched_common.messages import (
     VmOrphaned,
     VmStatusReport,
     VmUnschedulable,
+    VmWaiting,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +77,20 @@ def vm_unschedulable(broker: RabbitBroker) -> RabbitPublisher:
         description="VMs no host can take, those of one vm.create (published by a scheduler); each VM's "
         "rejections count hosts by the first rule that refused them. "
         "message_id is '<first vm_id>:unschedulable:<its attempt>[+<more VMs>]'.",
+    )
+
+
+def vm_waiting(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_WAITING,
+        persist=True,
+        schema=VmWaiting,
+        title=topology.VM_WAITING,
+        description="VMs no host can take yet that may wait for room (wait_s), those of one vm.create (published by "
+        "a scheduler): each is placed, oldest first, when capacity it fits appears (then vm.assigned, at the next "
+        "attempt), or ends vm.unschedulable at its wait_until. "
+        "message_id is '<first vm_id>:waiting:<its attempt>[+<more VMs>]'.",
     )
 
 
@@ -145,6 +160,7 @@ EVENTS: tuple[Declare, ...] = (
     vm_create,
     vm_assigned,
     vm_unschedulable,
+    vm_waiting,
     vm_deleted,
     vm_orphaned,
     vm_status,

@@ -26,6 +26,7 @@ class VmStatus(StrEnum):
     DELETED = "deleted"
     FAILED = "failed"
     UNSCHEDULABLE = "unschedulable"  # no host could take it
+    WAITING = "waiting"  # no host can take it yet; it may wait (wait_s) for room to appear
 
 
 class Event(StrEnum):
@@ -42,6 +43,8 @@ class Event(StrEnum):
     HOST_RETURNED = "host_returned"  # a silent host heartbeats again
     HOST_LOST = "host_lost"  # no heartbeat for AGENT_LOST_TIMEOUT
     RESTART = "restart"  # the restart policy brings a failed VM back after RESTART_DELAY
+    ROOM_APPEARED = "room_appeared"  # the waker saw capacity appear that a waiting VM fits
+    WAIT_EXPIRED = "wait_expired"  # a waiting VM's wait_s passed
 
 
 class Capacity(StrEnum):
@@ -61,6 +64,8 @@ class Condition(StrEnum):
     LISTED = "its heartbeat lists the VM"
     NOT_LISTED_NEVER_RAN = "not listed, and it never ran (its create command is still to come)"
     NOT_LISTED_HAD_RUN = "not listed, and it had run (the host lost it)"
+    MAY_WAIT = "its wait_s has not passed"
+    MAY_NOT_WAIT = "wait_s is 0 or has passed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,23 @@ S = VmStatus
 E = Event
 TRANSITIONS: tuple[Transition, ...] = (
     Transition(E.PLACED, S.PENDING, S.SCHEDULED, Capacity.CLAIM, emits="vm.assigned"),
-    Transition(E.NO_HOST, S.PENDING, S.UNSCHEDULABLE, emits="vm.unschedulable"),
+    Transition(E.NO_HOST, S.PENDING, S.UNSCHEDULABLE, when=Condition.MAY_NOT_WAIT, emits="vm.unschedulable"),
+    Transition(
+        E.NO_HOST,
+        S.PENDING,
+        S.WAITING,
+        when=Condition.MAY_WAIT,
+        emits="vm.waiting",
+        note="placed, oldest first, when capacity it fits appears (docs/placement.md)",
+    ),
+    Transition(
+        E.ROOM_APPEARED,
+        S.WAITING,
+        S.PENDING,
+        emits="vm.create",
+        note="decided again by the one pipeline; attempt + 1",
+    ),
+    Transition(E.WAIT_EXPIRED, S.WAITING, S.UNSCHEDULABLE, emits="vm.unschedulable", note="with the last reason"),
     Transition(E.AGENT_RUNNING, S.SCHEDULED, S.RUNNING),
     Transition(E.AGENT_RUNNING, S.UNKNOWN, S.RUNNING, note="its host is back"),
     Transition(
@@ -97,6 +118,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(E.AGENT_DELETE_FAILED, S.DELETING, S.DELETING, note="the delete is sent again"),
     Transition(E.DELETE_REQUESTED, S.PENDING, S.DELETED, emits="vm.deleted"),
     Transition(E.DELETE_REQUESTED, S.UNSCHEDULABLE, S.DELETED, emits="vm.deleted"),
+    Transition(E.DELETE_REQUESTED, S.WAITING, S.DELETED, emits="vm.deleted", note="never placed"),
     Transition(E.DELETE_REQUESTED, S.FAILED, S.DELETED, emits="vm.deleted"),
     Transition(E.DELETE_REQUESTED, S.SCHEDULED, S.DELETING, note="its agent is told to delete it"),
     Transition(E.DELETE_REQUESTED, S.RUNNING, S.DELETING, note="its agent is told to delete it"),

@@ -195,6 +195,9 @@ class VmToPlace(BaseModel):
     server_group: UUID | None = Field(
         default=None, description="the server group the VM is a member of (its rule applies); null for none"
     )
+    gang: UUID | None = Field(
+        default=None, description="the all-or-nothing batch it belongs to: its VMs are placed together or not at all"
+    )
 
 
 class VmCreate(Message):
@@ -248,6 +251,20 @@ class VmUnschedulable(Message):
 
     schema_version: Literal[2] = 2
     vms: Annotated[list[Unplaced], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
+
+
+class WaitingVm(Unplaced):
+    """One VM no host can take yet, waiting for room until ``wait_until``."""
+
+    wait_until: datetime = Field(description="when it ends unschedulable if no room appears before")
+
+
+class VmWaiting(Message):
+    """``vm.waiting``: no host can take these VMs yet (those of one ``vm.create``); each waits for
+    room until its ``wait_until``, and is placed (``vm.assigned``) or ends ``vm.unschedulable``."""
+
+    schema_version: Literal[1] = 1
+    vms: Annotated[list[WaitingVm], Field(min_length=1, max_length=MAX_VMS_PER_MESSAGE)]
 
 
 class HostStatus(StrEnum):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import defaultdict
 from collections.abc import Sequence
+from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +23,7 @@ from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import VmStatus, sql_in
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import CommandAction
+from vmsched_common.messages import CommandAction, VmToPlace
 from vmsched_common.publishing import Publisher
 
 log = get_logger(__name__)
@@ -53,9 +55,15 @@ _UNPUBLISHED = text(
 )
 
 
+_GANG_MEMBERS = text(
+    f"SELECT {VM_COLUMNS} FROM vms WHERE gang_id = ANY(CAST(:gangs AS uuid[])) AND status = '{VmStatus.PENDING.value}'"
+)
+
+
 async def publish_implied(publisher: Publisher, rows: Sequence[VmRecord]) -> None:
     """Send the message each row's status implies, all at once: the pending ones in as few
-    ``vm.create`` as fit, a delete command for each deleting one."""
+    ``vm.create`` as fit (an all-or-nothing batch's in one of its own: a scheduler decides a gang
+    from one message), a delete command for each deleting one."""
     now = time.time()
     pending = [vm.to_place(now) for vm in rows if vm.status is VmStatus.PENDING]
     sends = [
@@ -63,8 +71,14 @@ async def publish_implied(publisher: Publisher, rows: Sequence[VmRecord]) -> Non
         for vm in rows
         if vm.status is VmStatus.DELETING and vm.hypervisor_id is not None
     ]
-    if pending:
-        sends.append(publisher.vm_create(pending))
+    gangs: dict[UUID, list[VmToPlace]] = defaultdict(list)
+    for vm in pending:
+        if vm.gang is not None:
+            gangs[vm.gang].append(vm)
+    sends += [publisher.vm_create(members) for members in gangs.values()]
+    alone = [vm for vm in pending if vm.gang is None]
+    if alone:
+        sends.append(publisher.vm_create(alone))
     await asyncio.gather(*sends)
 
 
@@ -120,6 +134,12 @@ async def republish_unpublished(
     async with engine.connect() as connection:
         rows = (await connection.execute(_UNPUBLISHED, params)).all()
     vms = [VmRecord.from_row(row) for row in rows]
+    gangs = sorted({vm.gang_id for vm in vms if vm.gang_id is not None and vm.status is VmStatus.PENDING})
+    if gangs:  # a gang goes out whole, whichever of its VMs the limit let in
+        async with engine.connect() as connection:
+            members = [VmRecord.from_row(row) for row in await connection.execute(_GANG_MEMBERS, {"gangs": gangs})]
+        seen = {vm.id for vm in vms}
+        vms += [vm for vm in members if vm.id not in seen]
     if vms:
         log.warning("publishing messages left unpublished or unanswered", count=len(vms))
         await publish_rows(publisher, engine, vms)

@@ -37,6 +37,8 @@ from vmsched_common.messages import (
     VmOrphaned,
     VmToPlace,
     VmUnschedulable,
+    VmWaiting,
+    WaitingVm,
     batch_message_id,
     command_message_id,
 )
@@ -95,6 +97,12 @@ class Publisher:
         await self._publisher(events.vm_unschedulable).publish(
             VmUnschedulable(vms=list(vms)),
             message_id=batch_message_id("unschedulable", [(vm.vm_id, vm.attempt) for vm in vms]),
+        )
+
+    async def vm_waiting(self, vms: Sequence[WaitingVm]) -> None:
+        await self._publisher(events.vm_waiting).publish(
+            VmWaiting(vms=list(vms)),
+            message_id=batch_message_id("waiting", [(vm.vm_id, vm.attempt) for vm in vms]),
         )
 
     async def vm_deleted(self, event: VmDeleted) -> None:

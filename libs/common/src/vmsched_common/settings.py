@@ -44,6 +44,8 @@ ENV_PREFIX = "VMSCHED_"
 PositiveSeconds = Annotated[float, Field(gt=0)]
 # One RabbitMQ node, or several of one cluster (vmsched_common.amqp_nodes), amqp or amqps.
 AmqpUrl = Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["amqp", "amqps"], host_required=True)]
+# The longest a VM may wait for room (wait_s): a week.
+MAX_WAIT_S = 7 * 24 * 3600
 Weight = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -74,6 +76,9 @@ class Settings(BaseSettings):
     # VM shows the amounts it got.
     default_vm_cpu: Annotated[int, Field(ge=1, le=1024)] = 4
     default_vm_memory_mb: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = 8192
+    # How long a VM request that names no wait_s may wait for room when no host fits it (Orchard
+    # keeps such VMs pending until a worker fits); 0: it is unschedulable at once (seed 001).
+    default_wait_s: Annotated[int, Field(ge=0, le=MAX_WAIT_S)] = 0
 
     # A host silent this long is offline and its VMs "unknown" (presumed running: nothing is failed
     # or deleted); silent for AGENT_LOST_TIMEOUT, its VMs fail and their restart policy applies.

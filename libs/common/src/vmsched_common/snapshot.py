@@ -40,7 +40,7 @@ from vmsched_common.fit import RESOURCES, lua_shortfall_function
 from vmsched_common.groups import LUA_GROUP_RULE, GroupRule
 from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Usage
 
-ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group"]
+ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang"]
 
 
 def allocated_field(field: str) -> str:
@@ -413,12 +413,14 @@ class Snapshot:
         return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
 
     # -- atomic updates -------------------------------------------------------------------------
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
-        """Claim each, in order, in one script run (one round trip, atomic as a whole)."""
+    async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
+        """Claim each, in order, in one script run (one round trip, atomic as a whole). With
+        ``all_or_nothing``, none is reserved unless every one fits (outcome ``gang`` for those that
+        would have)."""
         if not claims:
             return Claimed([], {})
         keys = [self.changed_key, self.seq_key]
-        args: list[str] = [repr(now)]
+        args: list[str] = [repr(now), "1" if all_or_nothing else "0"]
         for claim in claims:
             group = "-" if claim.group is None else str(claim.group.rule.id)  # "-": a key never written
             keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]

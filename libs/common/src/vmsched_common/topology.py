@@ -19,6 +19,7 @@ DEAD_LETTER_EXCHANGE = RabbitExchange("vmsched.dlx", type=ExchangeType.TOPIC, du
 VM_CREATE = "vm.create"
 VM_ASSIGNED = "vm.assigned"
 VM_UNSCHEDULABLE = "vm.unschedulable"
+VM_WAITING = "vm.waiting"
 VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"

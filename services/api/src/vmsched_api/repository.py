@@ -6,7 +6,8 @@ import base64
 import hashlib
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -94,6 +95,9 @@ def to_vm(vm: VmRecord) -> Vm:
         scheduled_at=vm.scheduled_at,
         started_at=vm.started_at,
         server_group=vm.server_group,
+        wait_s=vm.wait_s,
+        wait_until=vm.wait_until,
+        gang_id=vm.gang_id,
     )
 
 
@@ -147,11 +151,21 @@ class Repository:
 
     @retry_on_dead_connection
     async def create_vms(
-        self, bodies: Sequence[VmRequest], idempotency_key: str | None = None, *, defaults: VmDefaults
+        self,
+        bodies: Sequence[VmRequest],
+        idempotency_key: str | None = None,
+        *,
+        defaults: VmDefaults,
+        all_or_nothing: bool = False,
     ) -> tuple[list[VmRecord], bool]:
         """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
-        (the row holds what the VM got). Returns (the VMs, replayed: an earlier request's); the
-        idempotency hash is the body's, so a replay matches whatever the defaults are by then."""
+        (the row holds what the VM got); ``all_or_nothing``: as one gang, which never waits. Returns
+        (the VMs, replayed: an earlier request's); the idempotency hash is the body's, so a replay
+        matches whatever the defaults are by then."""
+        accepted = datetime.now(UTC)
+        gang = uuid.uuid4() if all_or_nothing else None
+        if all_or_nothing:
+            defaults = replace(defaults, wait_s=0)
         values = [
             {
                 "id": uuid.uuid4(),
@@ -169,6 +183,9 @@ class Repository:
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "server_group": body.server_group,
+                "wait_s": body.waits(defaults),
+                "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
+                "gang_id": gang,
             }
             for body in bodies
         ]

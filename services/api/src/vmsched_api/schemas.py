@@ -28,7 +28,7 @@ from vmsched_common.messages import (
     Toleration,
     Tolerations,
 )
-from vmsched_common.settings import Settings, Strategy
+from vmsched_common.settings import MAX_WAIT_S, Settings, Strategy
 
 VmName = Annotated[
     str,
@@ -43,11 +43,12 @@ class VmDefaults:
 
     cpu: int
     memory_mb: int
+    wait_s: int = 0
 
     @classmethod
     def of(cls, settings: Settings) -> VmDefaults:
-        """``VMSCHED_DEFAULT_VM_CPU`` and ``VMSCHED_DEFAULT_VM_MEMORY_MB``."""
-        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb)
+        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB`` and ``VMSCHED_DEFAULT_WAIT_S``."""
+        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb, wait_s=settings.default_wait_s)
 
 
 class VmRequest(BaseModel):
@@ -75,6 +76,18 @@ class VmRequest(BaseModel):
         default=None,
         description="join this server group (POST /v1/server-groups): its policy applies to where the VM goes",
     )
+    wait_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_WAIT_S,
+        description="seconds the VM may wait (status waiting) for room when no host fits it, placed oldest "
+        "first as soon as capacity appears, then unschedulable with the last reason; 0: unschedulable at once; "
+        "omitted: VMSCHED_DEFAULT_WAIT_S",
+    )
+
+    def waits(self, defaults: VmDefaults) -> int:
+        """How long the VM may wait for room: what it asks, else the default."""
+        return defaults.wait_s if self.wait_s is None else self.wait_s
 
     def resources(self, defaults: VmDefaults) -> Resources:
         """What the VM gets: what it asks for, ``defaults`` for what it leaves out."""
@@ -90,6 +103,18 @@ class VmBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vms: Annotated[list[VmRequest], Field(min_length=1, max_length=1000)]
+    all_or_nothing: bool = Field(
+        default=False,
+        description="place every VM of the batch or none (gang scheduling): if they do not all fit at once, "
+        "every one ends unschedulable and no capacity is held. Its VMs may not wait for room (wait_s > 0 is "
+        "refused with 422; VMSCHED_DEFAULT_WAIT_S does not apply to them)",
+    )
+
+    @model_validator(mode="after")
+    def _a_gang_does_not_wait(self) -> VmBatchRequest:
+        if self.all_or_nothing and any(vm.wait_s for vm in self.vms):
+            raise ValueError("wait_s: the VMs of an all_or_nothing batch cannot wait for room (yet); use wait_s 0")
+        return self
 
 
 class Vm(BaseModel):
@@ -114,6 +139,13 @@ class Vm(BaseModel):
     scheduled_at: datetime | None
     started_at: datetime | None = Field(description="when its agent first reported it running on its current host")
     server_group: UUID | None = Field(default=None, description="the server group it is a member of")
+    wait_s: int = Field(default=0, description="seconds it may wait for room when no host fits it")
+    wait_until: datetime | None = Field(
+        default=None, description="when its wait for room ends (the request's time + wait_s); null: it may not wait"
+    )
+    gang_id: UUID | None = Field(
+        default=None, description="the all-or-nothing batch it belongs to (placed together or not at all)"
+    )
 
 
 class ServerGroupRequest(BaseModel):

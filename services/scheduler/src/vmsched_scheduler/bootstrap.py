@@ -31,6 +31,7 @@ from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.placement import Weights
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.round import RoundSettings, SchedulingRound
+from vmsched_scheduler.waiting.waker import Waker
 
 log = get_logger("vmsched_scheduler")
 
@@ -66,19 +67,22 @@ def build_app(settings: Settings) -> SchedulerApp:
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
     fleet = FleetCache(snapshot, min_refresh_interval=0.02)
+    weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
+    groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
     scheduling_round = SchedulingRound(
         fleet,
         snapshot,
         PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
-        RoundSettings(
-            weights=Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk),
-            offline_timeout=settings.agent_offline_timeout,
-        ),
+        RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout),
         rng=random.Random(),
-        groups=ServerGroups(engine, snapshot),
+        groups=groups,
     )
-    intake = PlacementIntake(scheduling_round, Publisher(broker), max_vms=ROUND_SIZE)
+    publisher = Publisher(broker)
+    intake = PlacementIntake(scheduling_round, publisher, max_vms=ROUND_SIZE)
     subscribe(broker, intake)
+    waker = Waker(
+        engine, snapshot, publisher, offline_timeout=settings.agent_offline_timeout, weights=weights, groups=groups
+    )
 
     async def on_ready(background: BackgroundTasks) -> None:
         # Restore claims and allocations from PostgreSQL before the first decision.
@@ -86,6 +90,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         log.info("scheduler ready", hosts=report.hosts, restored_claims=report.restored_claims)
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
         background.start(fleet.reload_forever(settings.snapshot_full_refresh))
+        background.start(waker.run_forever())
 
     app = consumer_app(
         broker,

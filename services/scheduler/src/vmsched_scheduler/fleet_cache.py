@@ -22,6 +22,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
+from vmsched_scheduler.placement.model import SelectorTerm
 from vmsched_scheduler.placement.taint_rules import Taint, Toleration
 
 log = get_logger(__name__)
@@ -57,6 +58,11 @@ def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
         allocated_cpu=measured.allocated_cpu,
         allocated_memory_mb=measured.allocated_memory_mb,
     )
+
+
+def host_selector_of(terms: Sequence[messages.HostSelectorTerm]) -> tuple[SelectorTerm, ...]:
+    """A VM's host selector as the engine reads it."""
+    return tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in terms)
 
 
 def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Toleration, ...]:

@@ -3,17 +3,18 @@
 Every VM of every message a replica holds goes into the next round (up to ``max_vms`` a round;
 what arrives while a round runs goes into the one after it, so rounds grow with the load). A
 message is answered once all its VMs are settled: one ``vm.assigned`` with those that found a
-host, one ``vm.unschedulable`` with those that did not, then the handler returns and the message
-is acked. A VM a round could not settle (:class:`~vmsched_scheduler.round.Later`) goes into a
-later round after a short pause; past ``later_limit`` seconds the message is given back to the
-broker (the handler raises a transient error), which redelivers it.
+host, one ``vm.unschedulable`` with those that did not, one ``vm.waiting`` with those that wait for
+room; then the handler returns and the message is acked. A VM a round could not settle
+(:class:`~vmsched_scheduler.round.Later`) goes into a later round after a short pause; past
+``later_limit`` seconds the message is given back to the broker (the handler raises a transient
+error), which redelivers it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from opentelemetry import context as otel_context
 
@@ -23,7 +24,16 @@ from vmsched_common.logs import bound, get_logger
 from vmsched_common.messages import VmCreate
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.metrics import ROUND_VMS
-from vmsched_scheduler.round import Assigned, Ignored, Later, NotPlaced, Outcome, RoundItem, SchedulingRound
+from vmsched_scheduler.round import (
+    Assigned,
+    Ignored,
+    Later,
+    NotPlaced,
+    Outcome,
+    RoundItem,
+    SchedulingRound,
+    Waiting,
+)
 
 log = get_logger("vmsched_scheduler")
 
@@ -51,14 +61,20 @@ class PlacementIntake:
     async def place(self, message: VmCreate) -> None:
         """Settle every VM of ``message`` and announce them; the caller acks once this returns."""
         trace = otel_context.get_current()
-        outcomes = await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms))
+        if any(vm.gang is not None for vm in message.vms):
+            outcomes = await self._settle_gang([RoundItem(vm, trace) for vm in message.vms])
+        else:
+            outcomes = list(await asyncio.gather(*(self._settle(RoundItem(vm, trace)) for vm in message.vms)))
         assigned = [o for o in outcomes if isinstance(o, Assigned)]
         not_placed = [o for o in outcomes if isinstance(o, NotPlaced)]
+        waiting = [o for o in outcomes if isinstance(o, Waiting)]
         sends = []
         if assigned:
             sends.append(self.publisher.vm_assigned([o.assignment for o in assigned]))
         if not_placed:
             sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
+        if waiting:
+            sends.append(self.publisher.vm_waiting([o.waiting for o in waiting]))
         await asyncio.gather(*sends)
         for vm, outcome in zip(message.vms, outcomes, strict=True):
             if isinstance(outcome, Assigned) and outcome.fresh:
@@ -81,8 +97,29 @@ class PlacementIntake:
             await asyncio.sleep(delay)
             delay = min(delay * 2, LAST_RETRY_DELAY)
 
+    async def _settle_gang(self, items: list[RoundItem]) -> list[Outcome]:
+        """An all-or-nothing batch: a round of its own (a batched round could cut it in two), tried
+        again whole while any of it comes back :class:`Later`."""
+        started = time.monotonic()
+        delay = FIRST_RETRY_DELAY
+        while True:
+            outcomes = await self._run_round_of(self.round.run_gang, items)
+            later = next((o for o in outcomes if isinstance(o, Later)), None)
+            if later is None:
+                return list(outcomes)
+            if time.monotonic() - started > self.later_limit:
+                raise TransientError(f"batch of {len(items)} not settled after {self.later_limit:g}s: {later.why}")
+            log.info("all-or-nothing batch not settled in this round; trying again", why=later.why)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LAST_RETRY_DELAY)
+
     async def _run_round(self, items: list[RoundItem]) -> Sequence[Outcome]:
-        outcomes = await self.round.run(items)
+        return await self._run_round_of(self.round.run, items)
+
+    async def _run_round_of(
+        self, run: Callable[[Sequence[RoundItem]], Awaitable[list[Outcome]]], items: list[RoundItem]
+    ) -> Sequence[Outcome]:
+        outcomes = await run(items)
         for outcome in outcomes:
             ROUND_VMS.labels(_kind(outcome)).inc()
         return outcomes
@@ -96,6 +133,8 @@ def _kind(outcome: Outcome) -> str:
         return "assigned"
     if isinstance(outcome, NotPlaced):
         return "not_placed"
+    if isinstance(outcome, Waiting):
+        return "waiting"
     if isinstance(outcome, Ignored):
         return "ignored"
     return "later"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -27,15 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.fit import RESOURCES, sql_fits
 from vmsched_common.groups import GroupPolicy
-from vmsched_common.lifecycle import Event, VmStatus, transition
+from vmsched_common.lifecycle import Condition, Event, VmStatus, transition
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
-NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING)
+NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
+NO_HOST_WAIT = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_WAIT)
 _FIELDS = [rule.field for rule in RESOURCES]
+# What PostgreSQL's guards refuse: in an all-or-nothing call, one of them undoes every placement.
+_REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED})
 
 # Locks, taken as every writer takes them: the VMs first, in id order, then their server groups, then
 # their hosts, in id order
@@ -96,12 +100,13 @@ _SETTLE_PLACEMENTS = text(
 _SETTLE_NO_HOSTS = text(
     f"""
     UPDATE vms v
-       SET status = '{NO_HOST.target.value}', status_reason = i.reason, strategy = i.strategy,
-           placement = CAST(i.record AS jsonb), updated_at = now()
+       SET status = CASE WHEN v.wait_until > now() THEN '{NO_HOST_WAIT.target.value}'
+                         ELSE '{NO_HOST.target.value}' END,
+           status_reason = i.reason, strategy = i.strategy, placement = CAST(i.record AS jsonb), updated_at = now()
       FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:reasons AS text[]), CAST(:strategies AS text[]),
                   CAST(:records AS text[])) AS i(vm_id, reason, strategy, record)
      WHERE v.id = i.vm_id
-    RETURNING v.id
+    RETURNING v.id, v.status, v.wait_until
     """
 )
 
@@ -150,9 +155,13 @@ class PostgresLedger:
         self._cached_default: tuple[float, Strategy] | None = None
         self._strategy_ttl = strategy_ttl
 
-    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+    async def settle(
+        self, placements: Sequence[Placement], no_hosts: Sequence[NoHost], *, all_or_nothing: bool = False
+    ) -> Settlement:
         """Placements and "no host" records of VMs still pending at their attempt (checked under the
-        VMs' locks: the statements change only those), each placement under its host's guard."""
+        VMs' locks: the statements change only those), each placement under its host's guard and its
+        server group's; with ``all_or_nothing``, the placements in a savepoint undone if either guard
+        refuses any of them (the others GANG_REFUSED)."""
         async with self.engine.begin() as connection:
             vm_ids = sorted({p.vm_id for p in placements} | {n.vm_id for n in no_hosts})
             locked = {row.id: row for row in await connection.execute(_LOCK_VMS, {"ids": vm_ids})}
@@ -169,10 +178,21 @@ class PostgresLedger:
                     await connection.execute(LOCK_GROUPS, {"ids": groups})
                 rows = await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
                 labels = {row.id: row.labels or {} for row in rows}
+                savepoint = await connection.begin_nested() if all_or_nothing else None
                 placed = await self._settle_placements(connection, moving, labels)
+                if savepoint is not None:
+                    if any(r.outcome in _REFUSED for r in placed.values()):
+                        await savepoint.rollback()
+                        placed = {
+                            vm_id: r if r.outcome in _REFUSED else PlacementResult(Committed.GANG_REFUSED)
+                            for vm_id, r in placed.items()
+                        }
+                    else:
+                        await savepoint.commit()
             unplaceable = [n for n in no_hosts if pending(n.vm_id, n.attempt)]
+            waiting: dict[UUID, datetime] = {}
             if unplaceable:
-                await connection.execute(
+                recorded = await connection.execute(
                     _SETTLE_NO_HOSTS,
                     {
                         "vm_ids": [n.vm_id for n in unplaceable],
@@ -181,10 +201,18 @@ class PostgresLedger:
                         "records": [n.record.model_dump_json() for n in unplaceable],
                     },
                 )
+                waiting = {row.id: row.wait_until for row in recorded if row.status == NO_HOST_WAIT.target.value}
         marked = {n.vm_id for n in unplaceable}
+
+        def recorded_as(vm_id: UUID) -> Committed:
+            if vm_id in waiting:
+                return Committed.WAITING
+            return Committed.PLACED if vm_id in marked else Committed.NOT_PENDING
+
         return Settlement(
             [placed.get(p.vm_id, PlacementResult(Committed.NOT_PENDING)) for p in placements],
-            [Committed.PLACED if n.vm_id in marked else Committed.NOT_PENDING for n in no_hosts],
+            [recorded_as(n.vm_id) for n in no_hosts],
+            waiting,
         )
 
     async def _settle_placements(

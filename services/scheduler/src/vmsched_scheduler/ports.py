@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -44,8 +44,9 @@ class FleetView(Protocol):
 
 
 class ClaimStore(Protocol):
-    async def claim_many(self, claims: Sequence[Claim], now: float) -> Claimed:
-        """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id."""
+    async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
+        """Check the fit rule and reserve, for each claim in order, atomically; keyed by VM id. With
+        ``all_or_nothing``, nothing is reserved unless every claim fits (the others: ``gang``)."""
         ...
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]: ...
@@ -70,7 +71,8 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class NoHost:
-    """Record that ``vm_id`` (at ``attempt``) fits nowhere: pending -> unschedulable."""
+    """Record that ``vm_id`` (at ``attempt``) fits nowhere: pending -> unschedulable, or waiting
+    when its ``wait_until`` is still ahead (PostgreSQL's clock decides)."""
 
     vm_id: UUID
     attempt: int
@@ -84,6 +86,8 @@ class Committed(enum.Enum):
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
     GROUP_REFUSED = "group_refused"  # PostgreSQL's guard: its server group's rule refuses the host
+    WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
+    GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,8 @@ class PlacementResult:
 @dataclass(frozen=True, slots=True)
 class Settlement:
     placements: list[PlacementResult]  # one per Placement, in order
-    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (recorded) or NOT_PENDING
+    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (unschedulable), WAITING or NOT_PENDING
+    wait_until: Mapping[UUID, datetime] = field(default_factory=dict)  # of the NoHosts now WAITING
 
 
 class Ledger(Protocol):
@@ -108,10 +113,13 @@ class Ledger(Protocol):
         """How many hosts PostgreSQL knows online and unpaused."""
         ...
 
-    async def settle(self, placements: Sequence[Placement], no_hosts: Sequence[NoHost]) -> Settlement:
+    async def settle(
+        self, placements: Sequence[Placement], no_hosts: Sequence[NoHost], *, all_or_nothing: bool = False
+    ) -> Settlement:
         """Commit every placement and every unschedulable VM in one transaction. A placement is
         refused (HOST_REFUSED) when its host, with the placements of this call before it, would not
-        fit it; the others are unaffected."""
+        fit it; the others are unaffected, unless ``all_or_nothing``: then none is made (the others
+        GANG_REFUSED)."""
         ...
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:

@@ -33,10 +33,10 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Assignment, Unplaced, VmToPlace
+from vmsched_common.messages import Assignment, Unplaced, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim
-from vmsched_scheduler.fleet_cache import demand_of, tolerations_of
+from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.placement import (
@@ -45,7 +45,6 @@ from vmsched_scheduler.placement import (
     DecisionContext,
     Fleet,
     PlacementRequest,
-    SelectorTerm,
     Weights,
     rejected_examples,
     scheduling_line,
@@ -58,6 +57,7 @@ from vmsched_scheduler.tracing import traced_decide, traced_step
 log = get_logger("vmsched_scheduler")
 
 EXCLUDED = "excluded"
+ALL_OR_NOTHING = "all_or_nothing"  # the reason of a VM that fits, of a batch another VM of which does not
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,14 @@ class NotPlaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """No host fits it yet; it waits for room (its wait_s has not passed)."""
+
+    waiting: WaitingVm
+    fresh: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Ignored:
     """Nothing to announce: the VM is gone, deleted, or at another attempt than the message's."""
 
@@ -95,7 +103,7 @@ class Later:
     why: str
 
 
-Outcome = Assigned | NotPlaced | Ignored | Later
+Outcome = Assigned | NotPlaced | Waiting | Ignored | Later
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,7 @@ class _Choice:
     host_id: str = ""  # the host the claim holds (the chosen one, or an earlier delivery's)
     claimed_now: bool = False
     group: GroupClaim | None = None  # its server group's rule, as the claim and the commit check it
+    gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
 
 
 class SchedulingRound:
@@ -307,6 +316,11 @@ class SchedulingRound:
                 PLACEMENTS.labels(no_host.strategy.value, "unschedulable").inc()
                 log.warning(f"No host for VM '{choice.work.item.vm.name}': {no_host.reason}", vm_id=str(no_host.vm_id))
                 outcomes[choice.work.index] = NotPlaced(_unplaced(choice.work.item.vm, no_host.record), True)
+            elif committed is Committed.WAITING:
+                PLACEMENTS.labels(no_host.strategy.value, "waiting").inc()
+                until = settled.wait_until[no_host.vm_id]
+                log.info(f"No host for VM '{choice.work.item.vm.name}' yet; waiting until {until.isoformat()}")
+                outcomes[choice.work.index] = Waiting(_waiting(choice.work.item.vm, no_host.record, until), True)
             else:
                 check.append(choice)
         if check:
@@ -330,6 +344,108 @@ class SchedulingRound:
         if needless:
             await self.claims.release_many(needless)
             await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
+
+    # -- all or nothing -------------------------------------------------------------------------
+    async def run_gang(self, items: Sequence[RoundItem]) -> list[Outcome]:
+        """Place every VM of ``items`` (one all-or-nothing batch) or none: all decided (each booked
+        before the next, so members see each other), claimed in one all-or-nothing script call,
+        settled in one savepoint undone if PostgreSQL's guard refuses any. A claim or a settlement
+        refused is given back whole and the gang decided again; a gang some VM of which fits nowhere
+        ends unschedulable, every VM of it. One outcome per item, in order."""
+        default = await self.ledger.default_strategy()
+        await self.fleet.refresh()
+        outcomes: list[Outcome] = [Later("not decided") for _ in items]
+        members = [_Open(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        for _ in range(self.settings.max_passes):
+            if await self._gang_pass(members, outcomes):
+                return outcomes
+        for work in members:
+            outcomes[work.index] = Later("all or nothing: claims refused; the snapshot keeps changing")
+        return outcomes
+
+    async def _gang_pass(self, members: list[_Open], outcomes: list[Outcome]) -> bool:
+        """One try of the whole gang; False when it is to be decided again. Each member is decided as
+        in :meth:`run` (selectors, taints, its server group), and its group's rule is checked again
+        by the all-or-nothing claim and by the settlement."""
+        self._groups = await RoundGroups.load(self.groups, (work.item.vm for work in members))
+        choices, fleet = await self._decide_all(members)
+        nowhere = [c for c in choices if c.decision.host_id is None]
+        if nowhere:
+            for choice in choices:
+                if choice.decision.host_id is not None:
+                    fleet.release(choice.decision.host_id, demand_of(choice.work.item.vm.resources))
+            if len(self.fleet.fleet) < await self.ledger.online_hosts():
+                await self.fleet.refresh(force_full=True)
+                for choice in choices:
+                    outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
+                return True
+            first = nowhere[0]
+            reason = first.decision.reason or NO_AVAILABLE_AGENTS
+            why = (
+                f"{len(nowhere)} of {len(choices)} VMs of the batch fit nowhere "
+                f"({first.work.item.vm.name}: {reason}: {_detail(first.decision)})"
+            )
+            for choice in choices:
+                if choice.decision.host_id is not None:
+                    choice.gang_failure = why
+            await self._settle([], choices, outcomes)
+            return True
+        claims = [
+            Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources, c.group) for c in choices
+        ]
+        with traced_step("claim", [c.work.item.trace for c in choices]) as spans:
+            claimed = await self.claims.claim_many(claims, self.clock(), all_or_nothing=True)
+            spans.outcomes([result.outcome for result in claimed.results])
+        refused = False
+        for choice, claim in zip(choices, claimed.results, strict=True):
+            chosen = str(choice.decision.host_id)
+            fleet.release(chosen, demand_of(choice.work.item.vm.resources))  # the truth is read again below
+            if claim.outcome == "claimed":
+                choice.host_id, choice.claimed_now = chosen, True
+            elif claim.outcome == "held":
+                choice.host_id = claim.detail
+            elif claim.outcome != "gang":
+                refused = True
+                CLAIM_CONFLICTS.labels("redis").inc()
+                choice.work.avoid.add(chosen)
+                choice.work.refused.append(
+                    RefusedClaim(host=chosen, stage="redis", outcome=claim.outcome, detail=claim.detail)
+                )
+        touched = {str(c.decision.host_id) for c in choices} | {c.host_id for c in choices if c.host_id}
+        if refused:
+            await self.fleet.reread(touched)
+            return False
+        placements = [self._placement(c) for c in choices]
+        with traced_step("commit", [c.work.item.trace for c in choices]) as spans:
+            settled = await self.ledger.settle(placements, [], all_or_nothing=True)
+            spans.outcomes([r.outcome.value for r in settled.placements])
+        guards = (Committed.HOST_REFUSED, Committed.GROUP_REFUSED)
+        if any(r.outcome in (*guards, Committed.GANG_REFUSED) for r in settled.placements):
+            for choice, result in zip(choices, settled.placements, strict=True):
+                if result.outcome in guards:
+                    CLAIM_CONFLICTS.labels("postgres").inc()
+                    choice.work.avoid.add(choice.host_id)
+                    choice.work.refused.append(
+                        RefusedClaim(host=choice.host_id, stage="postgres", outcome=result.outcome.value)
+                    )
+            await self.claims.release_many([c.work.item.vm.vm_id for c in choices if c.claimed_now])
+            await self.fleet.reread(touched)
+            return False
+        check: list[_Choice] = []
+        for choice, placement, result in zip(choices, placements, settled.placements, strict=True):
+            if result.outcome is Committed.PLACED and result.scheduled_at is not None:
+                PLACEMENTS.labels(placement.strategy.value, "scheduled").inc()
+                outcomes[choice.work.index] = Assigned(
+                    _assignment(choice.work.item.vm, placement, result.scheduled_at),
+                    True,
+                    self._log_lines(choice.work.item.vm, placement),
+                )
+            else:
+                check.append(choice)
+        await self.fleet.reread(touched)
+        if check:
+            await self._already_handled(check, outcomes)
+        return True
 
     def _log_lines(self, vm: VmToPlace, placement: Placement) -> tuple[str, ...]:
         host = self.fleet.fleet.host(placement.host_id)  # the VM is booked on it: its use includes the VM
@@ -358,10 +474,10 @@ class SchedulingRound:
     def _no_host(self, choice: _Choice) -> NoHost:
         vm = choice.work.item.vm
         decision = choice.decision
-        detail = _detail(decision)
-        reason = decision.reason or NO_AVAILABLE_AGENTS
+        detail = choice.gang_failure or _detail(decision)
+        reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
-        if decision.considered:
+        if decision.considered and not choice.gang_failure:
             request = _placement_request(choice.work, self._groups.placement_group(vm))
             context = DecisionContext(
                 now=self.clock(),
@@ -430,7 +546,7 @@ def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRe
         labels=vm.labels,
         strategy=work.strategy,
         exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
-        host_selector=tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in vm.host_selector),
+        host_selector=host_selector_of(vm.host_selector),
         tolerations=tolerations_of(vm.tolerations),
         group=group,
     )
@@ -458,6 +574,10 @@ def _unplaced(vm: VmToPlace, record: PlacementRecord) -> Unplaced:
     )
 
 
+def _waiting(vm: VmToPlace, record: PlacementRecord, until: datetime) -> WaitingVm:
+    return WaitingVm(**_unplaced(vm, record).model_dump(), wait_until=until)
+
+
 def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
     """What to announce again for a VM an earlier delivery settled (same attempt), else nothing."""
     if record is None:
@@ -481,4 +601,7 @@ def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
     if record.status is VmStatus.UNSCHEDULABLE and record.placement:
         placement = PlacementRecord.model_validate(record.placement)
         return NotPlaced(_unplaced(vm, placement), False)
+    if record.status is VmStatus.WAITING and record.placement and record.wait_until:
+        placement = PlacementRecord.model_validate(record.placement)
+        return Waiting(_waiting(vm, placement, record.wait_until), False)
     return Ignored(f"the VM is {record.status.value}")

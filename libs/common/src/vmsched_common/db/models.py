@@ -68,6 +68,12 @@ class VmRow(Base):
     server_group: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("server_groups.id", ondelete="SET NULL")
     )
+    # How long the VM may wait for room when no host fits it (0: unschedulable at once), and until
+    # when: the request's time plus wait_s (None when it may not wait).
+    wait_s: Mapped[int] = mapped_column(Integer, server_default="0")
+    wait_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The VMs of one all-or-nothing batch share it: placed together or not at all.
+    gang_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -79,6 +85,9 @@ class VmRow(Base):
             postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting')"),
         ),
         Index("ix_vms_server_group", "server_group", "status", postgresql_where=text("server_group IS NOT NULL")),
+        Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),
+        Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
+        Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
     )
 
 

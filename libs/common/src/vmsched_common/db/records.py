@@ -55,6 +55,9 @@ VM_FIELDS = (
     "started_at",
     "failed_at",
     "server_group",
+    "wait_s",
+    "wait_until",
+    "gang_id",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -139,6 +142,9 @@ class VmRecord:
     host_selector: tuple[HostSelectorTerm, ...] = ()  # terms a host's labels must all satisfy
     tolerations: tuple[Toleration, ...] = ()
     server_group: UUID | None = None  # the server group it is a member of
+    wait_s: int = 0  # how long it may wait for room when no host fits it
+    wait_until: datetime | None = None  # until when (None: it may not wait)
+    gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -165,6 +171,9 @@ class VmRecord:
             started_at=row.started_at,
             failed_at=row.failed_at,
             server_group=row.server_group,
+            wait_s=row.wait_s,
+            wait_until=row.wait_until,
+            gang_id=row.gang_id,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -184,6 +193,7 @@ class VmRecord:
             exclude_hosts=self.excluded_at(now),
             attempt=self.attempt,
             server_group=self.server_group,
+            gang=self.gang_id,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

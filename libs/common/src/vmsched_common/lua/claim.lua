@@ -5,12 +5,15 @@
 -- group's members per domain (its counts hash, kept by this script and release.lua), and counts it.
 -- KEYS: changed zset, seq counter, then per claim: host hash, claim hash, host's claimed-vm set,
 --   group's counts hash, group's claimed-vm set (placeholders for a VM of no group)
--- ARGV: now, then per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS order),
---   then group id ('' for none), reason name, hard ('1' or '0'), policy, topology key, max_per_domain, max_skew,
---   the number of eligible domains (spread) and the domains
+-- ARGV: now, all_or_nothing ('1': every claim is checked before any is reserved, and none is
+--   reserved unless all fit; those on one host count together, and so do members of one group in
+--   one domain), then per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS
+--   order), then group id ('' for none), reason name, hard ('1' or '0'), policy, topology key,
+--   max_per_domain, max_skew, the number of eligible domains (spread) and the domains
 -- Returns {results, changes}: per claim {outcome, detail}: {'claimed', host} | {'held', host} |
 --   {'unknown_host', ''} | {'offline', status} | {'paused', ''} | {'insufficient', resource name} |
---   {'group', why};
+--   {'group', why} | {'gang', ''} (all or nothing: this one fits, another does not; nothing was
+--   reserved);
 --   and per host claimed on, host, the change number it had before this call, its new one: the
 --   caller, who booked these claims on its own copy, need not read those hosts again.
 {{fit rule}}
@@ -34,58 +37,9 @@ end
 
 local changed = {}
 
--- HMGET in slices: unpack() of many thousand arguments overflows Lua's stack.
-local function fewest(key, fields, start)
-  local lowest = start
-  for first = 1, #fields, 1000 do
-    local slice = {}
-    for i = first, math.min(first + 999, #fields) do
-      slice[#slice + 1] = fields[i]
-    end
-    for _, n in ipairs(redis.call('HMGET', key, unpack(slice))) do
-      lowest = math.min(lowest, tonumber(n or '0'))
-    end
-  end
-  return lowest
-end
-
--- The domain the host is in for the group, or nil; and why the group refuses it, or nil.
-local function group_check(host_key, group_key, host, group)
-  local domain
-  if group.key == 'host' then
-    domain = host
-  else
-    domain = cjson.decode(redis.call('HGET', host_key, 'labels') or '{}')[group.key]
-    if type(domain) ~= 'string' then
-      -- In no domain: no member of a hard group; a soft group's member is not counted anywhere.
-      if group.hard then
-        return nil, group.name .. ': host has no ' .. group.key .. ' label'
-      end
-      return nil, nil
-    end
-  end
-  local here = tonumber(redis.call('HGET', group_key, domain) or '0')
-  local total, lowest = here, here
-  if group.policy == 'affinity' then
-    total = 0
-    for _, n in ipairs(redis.call('HVALS', group_key)) do
-      total = total + tonumber(n)
-    end
-  elseif group.policy == 'spread' then
-    lowest = fewest(group_key, group.eligible, here)
-  end
-  if group_refuses(group.policy, group.max_per_domain, group.max_skew, here, total, lowest) then
-    return domain, group.name .. ': ' .. group.key .. '=' .. domain .. ' holds ' .. here .. ' (' .. group.policy ..
-      ', ' .. total .. ' in all, emptiest eligible ' .. lowest .. ')'
-  end
-  return domain, nil
-end
-
-local function claim(host_key, claim_key, vms_key, group_key, group_vms_key, vm, host, need, now, group)
-  local held = redis.call('HGET', claim_key, 'host')
-  if held then
-    return {'held', held}
-  end
+-- Why the host cannot take need on top of what it holds (and of `booked`, what earlier claims of an
+-- all-or-nothing call would add), or nil when it can.
+local function refusal(host_key, need, booked)
   local h = redis.call('HMGET', host_key, unpack(READ))
   if h[1] ~= '1' then
     return {'unknown_host', ''}
@@ -101,44 +55,113 @@ local function claim(host_key, claim_key, vms_key, group_key, group_vms_key, vm,
     local at = 3 + 4 * (i - 1)
     capacity[i] = tonumber(h[at + 1] or '0')
     reserved[i] = tonumber(h[at + 2] or '0')
-    used[i] = tonumber(h[at + 3] or '0')
+    used[i] = tonumber(h[at + 3] or '0') + (booked and booked[i] or 0)
     ratio[i] = RATIO_FIELDS[i] and tonumber(h[at + 4] or '1') or 1
   end
   local missing = shortfall(need, capacity, reserved, ratio, used)
   if missing then
     return {'insufficient', missing}
   end
-  local domain
-  if group then
-    local refused
-    domain, refused = group_check(host_key, group_key, host, group)
-    if refused then
-      return {'group', refused}
-    end
-  end
-  local record = {'host', host, 'at', now}
-  for i = 1, R do
-    local f = RESOURCE_FIELDS[i]
-    if need[i] ~= 0 then
-      redis.call('HINCRBY', host_key, 'a_' .. f, need[i])
-    end
-    record[#record + 1] = f
-    record[#record + 1] = need[i]
-  end
-  redis.call('HINCRBY', host_key, 'vm_count', 1)
-  redis.call('HSET', claim_key, unpack(record))
-  redis.call('SADD', vms_key, vm)
-  if domain then
-    redis.call('HINCRBY', group_key, domain, 1)
-    redis.call('SADD', group_vms_key, vm)
-    redis.call('HSET', claim_key, 'group', group.id, 'domain', domain)
-  end
-  changed[host] = true
-  return {'claimed', host}
+  return nil
 end
 
-local results = {}
-local arg = 2
+-- A domain's members: as counted in Redis, plus what earlier claims of an all-or-nothing call
+-- would add (`pending`, domain -> count, or nil).
+local function members(group_key, domain, pending)
+  return tonumber(redis.call('HGET', group_key, domain) or '0') + (pending and pending[domain] or 0)
+end
+
+-- HMGET in slices: unpack() of many thousand arguments overflows Lua's stack.
+local function fewest(key, fields, start, pending)
+  local lowest = start
+  for first = 1, #fields, 1000 do
+    local slice = {}
+    for i = first, math.min(first + 999, #fields) do
+      slice[#slice + 1] = fields[i]
+    end
+    for j, n in ipairs(redis.call('HMGET', key, unpack(slice))) do
+      local domain = slice[j]
+      lowest = math.min(lowest, tonumber(n or '0') + (pending and pending[domain] or 0))
+    end
+  end
+  return lowest
+end
+
+-- The domain the host is in for the group, or nil; and why the group refuses it, or nil.
+local function group_check(host_key, group_key, host, group, pending)
+  local domain
+  if group.key == 'host' then
+    domain = host
+  else
+    domain = cjson.decode(redis.call('HGET', host_key, 'labels') or '{}')[group.key]
+    if type(domain) ~= 'string' then
+      -- In no domain: no member of a hard group; a soft group's member is not counted anywhere.
+      if group.hard then
+        return nil, group.name .. ': host has no ' .. group.key .. ' label'
+      end
+      return nil, nil
+    end
+  end
+  local here = members(group_key, domain, pending)
+  local total, lowest = here, here
+  if group.policy == 'affinity' then
+    total = 0
+    for _, n in ipairs(redis.call('HVALS', group_key)) do
+      total = total + tonumber(n)
+    end
+    for _, n in pairs(pending or {}) do
+      total = total + n
+    end
+  elseif group.policy == 'spread' then
+    lowest = fewest(group_key, group.eligible, here, pending)
+  end
+  if group_refuses(group.policy, group.max_per_domain, group.max_skew, here, total, lowest) then
+    return domain, group.name .. ': ' .. group.key .. '=' .. domain .. ' holds ' .. here .. ' (' .. group.policy ..
+      ', ' .. total .. ' in all, emptiest eligible ' .. lowest .. ')'
+  end
+  return domain, nil
+end
+
+-- Why the claim cannot be made, or nil and the group domain it would be counted in (nil for none).
+local function check(k, booked, pending)
+  local why = refusal(k.host_key, k.need, booked)
+  if why then
+    return why, nil
+  end
+  if k.group then
+    local domain, refused = group_check(k.host_key, k.group_key, k.host, k.group, pending)
+    if refused then
+      return {'group', refused}, nil
+    end
+    return nil, domain
+  end
+  return nil, nil
+end
+
+local function reserve(k, domain, now)
+  local record = {'host', k.host, 'at', now}
+  for i = 1, R do
+    local f = RESOURCE_FIELDS[i]
+    if k.need[i] ~= 0 then
+      redis.call('HINCRBY', k.host_key, 'a_' .. f, k.need[i])
+    end
+    record[#record + 1] = f
+    record[#record + 1] = k.need[i]
+  end
+  redis.call('HINCRBY', k.host_key, 'vm_count', 1)
+  redis.call('HSET', k.claim_key, unpack(record))
+  redis.call('SADD', k.vms_key, k.vm)
+  if domain then
+    redis.call('HINCRBY', k.group_key, domain, 1)
+    redis.call('SADD', k.group_vms_key, k.vm)
+    redis.call('HSET', k.claim_key, 'group', k.group.id, 'domain', domain)
+  end
+  changed[k.host] = true
+  return {'claimed', k.host}
+end
+
+local claims = {}
+local arg = 3
 for c = 1, (#KEYS - 2) / 5 do
   local need = {}
   for i = 1, R do
@@ -157,9 +180,57 @@ for c = 1, (#KEYS - 2) / 5 do
     end
   end
   local k = 5 * c - 2
-  results[c] = claim(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[arg], ARGV[arg + 1], need,
-    ARGV[1], group)
+  claims[c] = {
+    host_key = KEYS[k], claim_key = KEYS[k + 1], vms_key = KEYS[k + 2], group_key = KEYS[k + 3],
+    group_vms_key = KEYS[k + 4], vm = ARGV[arg], host = ARGV[arg + 1], need = need, group = group
+  }
   arg = at + 8 + eligible_count
+end
+
+local results = {}
+if ARGV[2] == '1' then
+  -- All or nothing: check every claim, each host with what earlier ones put on it and each group
+  -- domain with the members earlier ones put in it, before any is kept.
+  local booked, pending, domains, refused = {}, {}, {}, false
+  for c, k in ipairs(claims) do
+    local held = redis.call('HGET', k.claim_key, 'host')
+    if held then
+      results[c] = {'held', held}
+    else
+      local group_pending = k.group and pending[k.group.id]
+      local why, domain = check(k, booked[k.host_key], group_pending)
+      if why then
+        results[c], refused = why, true
+      else
+        local sum = booked[k.host_key] or {}
+        for i = 1, R do
+          sum[i] = (sum[i] or 0) + k.need[i]
+        end
+        booked[k.host_key] = sum
+        if domain then
+          group_pending = group_pending or {}
+          group_pending[domain] = (group_pending[domain] or 0) + 1
+          pending[k.group.id] = group_pending
+        end
+        domains[c] = domain
+      end
+    end
+  end
+  for c, k in ipairs(claims) do
+    if not results[c] then
+      results[c] = refused and {'gang', ''} or reserve(k, domains[c], ARGV[1])
+    end
+  end
+else
+  for c, k in ipairs(claims) do
+    local held = redis.call('HGET', k.claim_key, 'host')
+    if held then
+      results[c] = {'held', held}
+    else
+      local why, domain = check(k, nil, nil)
+      results[c] = why or reserve(k, domain, ARGV[1])
+    end
+  end
 end
 local changes = {}
 for host in pairs(changed) do

@@ -62,7 +62,9 @@ async def create_vm(
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
 async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
     try:
-        vms, _ = await services.repository.create_vms(body.vms, defaults=VmDefaults.of(services.settings))
+        vms, _ = await services.repository.create_vms(
+            body.vms, defaults=VmDefaults.of(services.settings), all_or_nothing=body.all_or_nothing
+        )
     except UnknownServerGroup as error:
         first = next(i for i, vm in enumerate(body.vms) if vm.server_group == error.group_id)
         raise _unknown_group(error, ["body", "vms", first, "server_group"]) from None

@@ -4,6 +4,7 @@ restart; a host is deleted with its queue, and comes back as new when its agent 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -133,7 +134,9 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
                 timeout=30,
                 what="the VM deleted",
             )
-        # The hypervisor is decommissioned: its agent stopped, then the host is deleted.
+        # The hypervisor is decommissioned: its agent stopped, then the host is deleted. (Once its
+        # last heartbeat is folded: one still in flight would declare the host again, as new.)
+        await _last_heartbeat_folded(api, host_id)
         assert await _queue_exists(servers, host_id)
         deleted = await api.delete(f"/v1/hosts/{host_id}")
         assert deleted.status_code == 204, deleted.text
@@ -170,6 +173,18 @@ def _fleet(servers: Servers, host_id: str, *, suite: str | None = None) -> Simul
     return SimulatedFleet(
         [HostSpec(id=host_id, capacity=CAPACITY, labels=labels)], amqp_url=servers.amqp_url, heartbeat_interval=1.0
     )
+
+
+async def _last_heartbeat_folded(api: httpx.AsyncClient, host_id: str) -> None:
+    """Wait until the host's last heartbeat stays the same for two heartbeat intervals."""
+    seen: list[object] = []
+
+    async def probe() -> list[object]:
+        seen.append((await api.get(f"/v1/hosts/{host_id}")).json()["last_heartbeat"])
+        await asyncio.sleep(0.5)
+        return seen
+
+    await eventually(probe, lambda s: len(s) >= 5 and len(set(map(str, s[-5:]))) == 1, timeout=30, what="silence")
 
 
 async def _online(api: httpx.AsyncClient, host_id: str) -> httpx.Response:

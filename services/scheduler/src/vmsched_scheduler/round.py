@@ -134,6 +134,9 @@ class _Choice:
     host_id: str = ""  # the host the claim holds (the chosen one, or an earlier delivery's)
     claimed_now: bool = False
     group: GroupClaim | None = None  # its server group's rule, as the claim and the commit check it
+    # Its server group as the engine saw it when deciding. Kept here, not on the round: a gang's
+    # round may run beside a batched one.
+    placement_group: PlacementGroup | None = None
     gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
 
 
@@ -156,7 +159,6 @@ class SchedulingRound:
         self.clock = clock
         self.rng = rng or random.Random()
         self.groups = groups
-        self._groups = RoundGroups({}, {})  # the pass's: read again at the start of each
 
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
         """Settle what can be settled of ``items``; one outcome per item, in order."""
@@ -173,8 +175,8 @@ class SchedulingRound:
         return outcomes
 
     async def _pass(self, open_vms: list[_Open], outcomes: list[Outcome]) -> list[_Open]:
-        self._groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
-        choices, fleet = await self._decide_all(open_vms)
+        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
+        choices, fleet = await self._decide_all(open_vms, groups)
         placing = [c for c in choices if c.decision.host_id is not None]
         nowhere = [c for c in choices if c.decision.host_id is None]
         if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
@@ -190,7 +192,7 @@ class SchedulingRound:
         return again
 
     # -- 1. decide ------------------------------------------------------------------------------
-    async def _decide_all(self, open_vms: list[_Open]) -> tuple[list[_Choice], Fleet]:
+    async def _decide_all(self, open_vms: list[_Open], groups: RoundGroups) -> tuple[list[_Choice], Fleet]:
         """Every VM decided on the current copy of the fleet, each booked on it before the next is
         decided; the copy is returned with the choices (the claims' bookings belong to it)."""
         now = self.clock()
@@ -205,16 +207,17 @@ class SchedulingRound:
             own = context
             if work.strategy is Strategy.ROUND_ROBIN:
                 own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
-            choice = self._decide(work, own)
+            choice = self._decide(work, own, groups)
             if choice.decision.host_id is not None:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
-                self._groups.book(work.item.vm, fleet, choice.decision.host_id)
+                groups.book(work.item.vm, fleet, choice.decision.host_id)
             choices.append(choice)
         return choices, fleet
 
-    def _decide(self, work: _Open, context: DecisionContext) -> _Choice:
+    def _decide(self, work: _Open, context: DecisionContext, groups: RoundGroups) -> _Choice:
         vm = work.item.vm
-        request = _placement_request(work, self._groups.placement_group(vm))
+        placement_group = groups.placement_group(vm)
+        request = _placement_request(work, placement_group)
         started = time.perf_counter()
         decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
         ignored = False
@@ -232,8 +235,8 @@ class SchedulingRound:
                 request = replace(request, exclude_hosts=frozenset(work.avoid))
         seconds = time.perf_counter() - started
         DECISION_SECONDS.observe(seconds)
-        group = self._groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
-        return _Choice(work, decision, seconds, ignored, group=group)
+        group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
+        return _Choice(work, decision, seconds, ignored, group=group, placement_group=placement_group)
 
     # -- 2. claim -------------------------------------------------------------------------------
     async def _claim(self, placing: list[_Choice], fleet: Fleet) -> list[_Open]:
@@ -367,8 +370,8 @@ class SchedulingRound:
         """One try of the whole gang; False when it is to be decided again. Each member is decided as
         in :meth:`run` (selectors, taints, its server group), and its group's rule is checked again
         by the all-or-nothing claim and by the settlement."""
-        self._groups = await RoundGroups.load(self.groups, (work.item.vm for work in members))
-        choices, fleet = await self._decide_all(members)
+        groups = await RoundGroups.load(self.groups, (work.item.vm for work in members))
+        choices, fleet = await self._decide_all(members, groups)
         nowhere = [c for c in choices if c.decision.host_id is None]
         if nowhere:
             for choice in choices:
@@ -478,7 +481,7 @@ class SchedulingRound:
         reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered and not choice.gang_failure:
-            request = _placement_request(choice.work, self._groups.placement_group(vm))
+            request = _placement_request(choice.work, choice.placement_group)
             context = DecisionContext(
                 now=self.clock(),
                 offline_timeout=self.settings.offline_timeout,

@@ -18,6 +18,7 @@ from services.scheduler.tests.placement.support import (
     placement_requests,
     reference_first_failure,
     reference_online,
+    reference_penalty,
     reference_reason,
 )
 from vmsched_common.groups import GroupPolicy
@@ -86,7 +87,7 @@ def reference_failures(hosts: list[HostState], req: PlacementRequest, ctx: Decis
     return failures
 
 
-def reference_penalty(h: HostState, g: PlacementGroup) -> int:
+def reference_group_penalty(h: HostState, g: PlacementGroup) -> int:
     if g.rule.policy is GroupPolicy.SOFT_ANTI_AFFINITY:
         return members_in(h, g)
     if g.rule.policy is GroupPolicy.SOFT_AFFINITY and sum(g.members.values()) > 0:
@@ -111,8 +112,12 @@ def test_decide_never_picks_a_host_a_group_forbids_and_finds_none_only_when_none
     if passing:
         assert decision.host_id is not None
         by_id = {h.id: h for h in hosts}
-        best = min(reference_penalty(by_id[host_id], g) for host_id in passing)
-        assert reference_penalty(by_id[decision.host_id], g) == best
+
+        def penalty(host_id: str) -> int:
+            # Every weigher's, summed as the engine sums them: the group's soft policy is one of them.
+            return reference_group_penalty(by_id[host_id], g) + reference_penalty(by_id[host_id], req)
+
+        assert penalty(decision.host_id) == min(penalty(host_id) for host_id in passing)
     else:
         assert decision.host_id is None
         online = any(reference_online(h, ctx) for h in {h.id: h for h in hosts}.values())

@@ -20,6 +20,7 @@ from services.scheduler.tests.placement.support import (
     reference_online,
     reference_reason,
 )
+from services.scheduler.tests.placement.support import reference_penalty as reference_other_penalties
 from vmsched_common.groups import GroupPolicy
 from vmsched_scheduler.placement import DecisionContext, Fleet, HostState, PlacementRequest, decide, explain
 from vmsched_scheduler.placement.model import PlacementGroup
@@ -111,8 +112,13 @@ def test_decide_never_picks_a_host_a_group_forbids_and_finds_none_only_when_none
     if passing:
         assert decision.host_id is not None
         by_id = {h.id: h for h in hosts}
-        best = min(reference_penalty(by_id[host_id], g) for host_id in passing)
-        assert reference_penalty(by_id[decision.host_id], g) == best
+
+        # Every weigher's penalty adds up (taints, gpu_affinity, then the group's soft policy).
+        def total(h: HostState) -> int:
+            return reference_penalty(h, g) + reference_other_penalties(h, req)
+
+        best = min(total(by_id[host_id]) for host_id in passing)
+        assert total(by_id[decision.host_id]) == best
     else:
         assert decision.host_id is None
         online = any(reference_online(h, ctx) for h in {h.id: h for h in hosts}.values())

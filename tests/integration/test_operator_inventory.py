@@ -133,7 +133,14 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
                 timeout=30,
                 what="the VM deleted",
             )
-        # The hypervisor is decommissioned: its agent stopped, then the host is deleted.
+        # The hypervisor is decommissioned: its agent stopped (its last heartbeat, "draining", folded:
+        # a heartbeat folded after the delete would register the host again), then the host deleted.
+        await eventually(
+            lambda: api.get(f"/v1/hosts/{host_id}"),
+            lambda r: r.json()["status"] in ("draining", "offline"),
+            timeout=30,
+            what="the stopped agent's last heartbeat folded",
+        )
         assert await _queue_exists(servers, host_id)
         deleted = await api.delete(f"/v1/hosts/{host_id}")
         assert deleted.status_code == 204, deleted.text

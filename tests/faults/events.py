@@ -20,7 +20,8 @@ class EventCounter:
     def __init__(self, amqp_url: str, routing_key: str) -> None:
         self.amqp_url = amqp_url
         self.routing_key = routing_key
-        self.by_vm: dict[str, list[str]] = defaultdict(list)
+        self.by_vm: dict[str, list[str]] = defaultdict(list)  # vm_id -> the message ids that named it
+        self.hosts_by_vm: dict[str, list[str]] = defaultdict(list)  # vm_id -> the hosts those messages named
         self.total = 0
 
     async def __aenter__(self) -> EventCounter:
@@ -39,6 +40,8 @@ class EventCounter:
             body = json.loads(message.body)
             for vm in body.get("assignments") or body.get("vms") or [body]:
                 self.by_vm[vm["vm_id"]].append(message.message_id or "")
+                if "hypervisor_id" in vm:
+                    self.hosts_by_vm[vm["vm_id"]].append(vm["hypervisor_id"])
 
     async def __aexit__(self, *exc: object | TracebackType | None) -> None:
         await self._connection.close()

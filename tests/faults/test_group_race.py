@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str)
         conn = await asyncpg.connect(servers.asyncpg_dsn)
         try:
             rows: list[asyncpg.Record] = await conn.fetch(
-                """SELECT v.status, v.hypervisor_id, h.labels ->> 'zone' AS zone,
+                """SELECT v.status, v.status_reason, v.hypervisor_id, h.labels ->> 'zone' AS zone,
                           jsonb_array_length(coalesce(v.placement -> 'refused_claims', '[]')) AS refused
                      FROM vms v LEFT JOIN hosts h ON h.id = v.hypervisor_id
                     WHERE v.server_group = $1""",
@@ -122,7 +123,8 @@ async def test_four_schedulers_never_put_two_anti_affinity_members_on_one_host(
         f"{refused} claims refused"
     )
     assert shared == 0
-    assert len(placed) == MEMBERS  # every host took one: none was refused for a race it lost
+    unplaced = Counter(f"{row['status']}: {row['status_reason']}" for row in rows if row["status"] not in ALLOCATING)
+    assert len(placed) == MEMBERS, unplaced  # every host took one: none was refused for a race it lost
 
 
 @pytest.mark.parametrize("repetition", range(REPETITIONS))

@@ -218,29 +218,38 @@ class PostgresLedger:
     async def _settle_placements(
         self, connection: AsyncConnection, moving: list[Placement], labels: Mapping[str, Mapping[str, str]]
     ) -> dict[UUID, PlacementResult]:
-        """The placements under the group rule and each host's fit rule, in one statement; again
-        without a spread member the fit rule refused, if a member of its group came after it."""
+        """The placements under the group rule and each host's fit rule, in one statement; with a
+        spread among them, under a savepoint, and again without a spread member the fit rule refused
+        if a member of its group came after it."""
+        if not any(p.group is not None and p.group.rule.policy is GroupPolicy.SPREAD for p in moving):
+            return await self._settle_once(connection, moving, labels)
         unfit: set[UUID] = set()
         while True:
             savepoint = await connection.begin_nested()
             trying = [p for p in moving if p.vm_id not in unfit]
-            refused = await refused_by_groups(connection, trying, labels)
-            placed = {vm_id: PlacementResult(Committed.GROUP_REFUSED) for vm_id in refused}
+            placed = await self._settle_once(connection, trying, labels)
             placed.update({vm_id: PlacementResult(Committed.HOST_REFUSED) for vm_id in unfit})
-            settling = [p for p in trying if p.vm_id not in refused]
-            if settling:
-                for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(settling)):
-                    placed[row.vm_id] = (
-                        PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at)
-                        if row.scheduled_at is not None
-                        else PlacementResult(Committed.HOST_REFUSED)
-                    )
-            again = _unbalanced_spreads(settling, placed)
+            again = _unbalanced_spreads(trying, placed)
             if not again:
                 await savepoint.commit()
                 return placed
             await savepoint.rollback()
             unfit |= again
+
+    async def _settle_once(
+        self, connection: AsyncConnection, moving: list[Placement], labels: Mapping[str, Mapping[str, str]]
+    ) -> dict[UUID, PlacementResult]:
+        refused = await refused_by_groups(connection, moving, labels)
+        placed = {vm_id: PlacementResult(Committed.GROUP_REFUSED) for vm_id in refused}
+        settling = [p for p in moving if p.vm_id not in refused]
+        if settling:
+            for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(settling)):
+                placed[row.vm_id] = (
+                    PlacementResult(Committed.PLACED, row.scheduled_at, row.created_at)
+                    if row.scheduled_at is not None
+                    else PlacementResult(Committed.HOST_REFUSED)
+                )
+        return placed
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         if not vm_ids:

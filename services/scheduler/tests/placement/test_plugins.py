@@ -25,7 +25,18 @@ def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> 
 
 
 def test_filters_run_in_the_documented_order() -> None:
-    assert FILTER_NAMES == ("excluded", "offline", "paused", "labels", "host_selector", "cpu", "memory", "disk", "gpu")
+    assert FILTER_NAMES == (
+        "excluded",
+        "offline",
+        "paused",
+        "labels",
+        "host_selector",
+        "cpu",
+        "memory",
+        "disk",
+        "gpu",
+        "extra",
+    )
 
 
 def test_the_resource_filters_are_the_fit_rules_resources_in_its_order() -> None:

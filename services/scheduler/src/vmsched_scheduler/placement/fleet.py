@@ -51,6 +51,7 @@ class FleetColumns:
         "allocated",
         "divisor",
         "effective",
+        "extra_free_columns",
         "free",
         "hosts",
         "ids",
@@ -81,6 +82,9 @@ class FleetColumns:
         # ``label_values``), so "carries key=value" is one vectorised comparison.
         self.label_codes: dict[str, CodeArray] = {}
         self.label_values: dict[str, dict[str, int]] = {}
+        # Per named extra resource asked about: what each host has free of it (0 where it has none).
+        # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
+        self.extra_free_columns: dict[str, FloatArray] = {}
         self.scratch = Scratch(len(self.ids))
 
     def __len__(self) -> int:
@@ -140,6 +144,15 @@ class FleetColumns:
             self.label_codes[key] = codes
         return codes
 
+    def extra_free(self, name: str) -> FloatArray:
+        """What every host has free of the named extra resource (read-only; kept current by every
+        fleet update once asked for)."""
+        column = self.extra_free_columns.get(name)
+        if column is None:
+            column = np.fromiter((_extra_free(h, name) for h in self.hosts), np.float64, len(self.hosts))
+            self.extra_free_columns[name] = column
+        return column
+
     def _code(self, key: str, value: str | None) -> int:
         if value is None:
             return NO_LABEL
@@ -165,6 +178,8 @@ class FleetColumns:
         self.load[:, index] = self.utilisation[:2, index] if measured is None else measured
         for key, codes in self.label_codes.items():
             codes[index] = self._code(key, host.labels.get(key))
+        for name, column in self.extra_free_columns.items():
+            column[index] = _extra_free(host, name)
 
     def insert_rows(self, new_hosts: Sequence[HostState]) -> None:
         """Insert hosts whose ids are not in the fleet; ``new_hosts`` must be sorted by id."""
@@ -185,6 +200,8 @@ class FleetColumns:
         for key, codes in self.label_codes.items():
             carried = [self._code(key, host.labels.get(key)) for host in new_hosts]
             self.label_codes[key] = np.insert(codes, positions, carried)
+        for name, column in self.extra_free_columns.items():
+            self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
         self.scratch = Scratch(len(self.ids))
 
     def delete_row(self, index: int) -> None:
@@ -201,7 +218,14 @@ class FleetColumns:
         self.load = np.delete(self.load, index, axis=1)
         for key, codes in self.label_codes.items():
             self.label_codes[key] = np.delete(codes, index)
+        for name, column in self.extra_free_columns.items():
+            self.extra_free_columns[name] = np.delete(column, index)
         self.scratch = Scratch(len(self.ids))
+
+
+def _extra_free(host: HostState, name: str) -> float:
+    """Capacity minus allocation of one named extra resource (never overcommitted, nothing reserved)."""
+    return float(dict(host.capacity.extra).get(name, 0) - dict(host.allocated.extra).get(name, 0))
 
 
 class Scratch:

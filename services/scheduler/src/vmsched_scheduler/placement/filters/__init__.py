@@ -9,6 +9,7 @@ from vmsched_scheduler.placement.filters.base import HostFilter
 from vmsched_scheduler.placement.filters.cpu import CpuFilter
 from vmsched_scheduler.placement.filters.disk import DiskFilter
 from vmsched_scheduler.placement.filters.excluded import ExcludedFilter
+from vmsched_scheduler.placement.filters.extra import ExtraFilter
 from vmsched_scheduler.placement.filters.gpu import GpuFilter
 from vmsched_scheduler.placement.filters.host_selector import HostSelectorFilter
 from vmsched_scheduler.placement.filters.labels import LabelsFilter
@@ -30,6 +31,7 @@ FILTERS: tuple[HostFilter, ...] = (
     MemoryFilter(),
     DiskFilter(),
     GpuFilter(),
+    ExtraFilter(),
 )
 FILTERS_BY_NAME: Mapping[str, HostFilter] = MappingProxyType({f.NAME: f for f in FILTERS})
 FILTER_NAMES: tuple[str, ...] = tuple(f.NAME for f in FILTERS)
@@ -43,6 +45,7 @@ __all__ = [
     "CpuFilter",
     "DiskFilter",
     "ExcludedFilter",
+    "ExtraFilter",
     "GpuFilter",
     "HostFilter",
     "HostSelectorFilter",

@@ -20,7 +20,7 @@ same answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,6 +146,33 @@ def shortfalls(
 
 def fits(requested: Amounts, capacity: Amounts, reserved: Amounts, ratios: Ratios, allocated: Amounts) -> bool:
     return not shortfalls(requested, capacity, reserved, ratios, allocated)
+
+
+# -- named extra resources -----------------------------------------------------------------------------
+
+# The name rejections and reasons give every named extra resource (seed 002's open resource map).
+EXTRA = "extra"
+
+
+def extra_shortfall(
+    requested: Mapping[str, int], capacity: Mapping[str, int], allocated: Mapping[str, int]
+) -> Shortfall | None:
+    """The rule for named extra resources (``{"fpga": 1}``): each counts as GPUs do, whole units,
+    never overcommitted, nothing reserved, checked only when asked for::
+
+        allocated[name] + requested[name] <= capacity[name]
+
+    A host that does not report a name has none of it. None when every name fits; else the first
+    name, in sorted order, that does not (its unit in the reason is the name)."""
+    for name in sorted(requested):
+        asked = int(requested[name])
+        if asked <= 0:
+            continue
+        total = int(capacity.get(name, 0))
+        used = int(allocated.get(name, 0))
+        if used + asked > total:
+            return Shortfall(EXTRA, asked, total - used, total, 0, 1.0, used, f" {name}")
+    return None
 
 
 # -- the same rule in Lua and SQL -------------------------------------------------------------------

@@ -25,7 +25,7 @@ from vmsched_scheduler.placement import (
     Toleration,
     Weights,
 )
-from vmsched_scheduler.placement.model import NO_DEMAND, PlacementGroup
+from vmsched_scheduler.placement.model import NO_DEMAND, PlacementGroup, extras_of
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0
@@ -53,13 +53,15 @@ def host(
     reserved: Demand = NO_DEMAND,
     usage: HostUsage | None = None,
     taints: Sequence[Taint] = (),
+    extra: Mapping[str, int] | None = None,
+    used_extra: Mapping[str, int] | None = None,
 ) -> HostState:
     return HostState(
         id=host_id,
         status=status,
         labels=dict(labels or {}),
-        capacity=Demand(cpu, memory_mb, disk_gb, gpu),
-        allocated=Demand(used_cpu, used_memory_mb, used_disk_gb, used_gpu),
+        capacity=Demand(cpu, memory_mb, disk_gb, gpu, extras_of(extra or {})),
+        allocated=Demand(used_cpu, used_memory_mb, used_disk_gb, used_gpu, extras_of(used_extra or {})),
         vm_count=vm_count,
         scheduling_paused=paused,
         last_heartbeat=NOW - heartbeat_age,
@@ -85,11 +87,12 @@ def request(
     host_selector: Sequence[SelectorTerm] = (),
     tolerations: Sequence[Toleration] = (),
     in_group: PlacementGroup | None = None,
+    extra: Mapping[str, int] | None = None,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
         name=name,
-        demand=Demand(cpu, memory_mb, disk_gb, gpu),
+        demand=Demand(cpu, memory_mb, disk_gb, gpu, extras_of(extra or {})),
         labels=dict(labels or {}),
         strategy=strategy,
         exclude_hosts=frozenset(exclude),
@@ -167,6 +170,9 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
     for position, name in enumerate(("cpu", "memory", "disk", "gpu")):
         if demand[position] > 0 and effective[position] - allocated[position] < demand[position]:
             return name
+    has, used = dict(h.capacity.extra), dict(h.allocated.extra)
+    if any(count > 0 and has.get(name, 0) - used.get(name, 0) < count for name, count in req.demand.extra):
+        return "extra"
     return None
 
 
@@ -223,6 +229,7 @@ FILTER_ORDER = (
     "memory",
     "disk",
     "gpu",
+    "extra",
     "spread",
 )
 
@@ -282,6 +289,13 @@ LABEL_KEYS = ["zone", "rack", "gpu"]
 LABEL_VALUES = ["a", "b", "c"]
 
 label_maps = st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=3)
+EXTRA_NAMES = ["fpga", "nic"]
+# Most hosts and VMs have no extras; some have one or both names, in small counts.
+extra_maps = st.one_of(
+    st.just(()),
+    st.just(()),
+    st.dictionaries(st.sampled_from(EXTRA_NAMES), st.integers(0, 3), max_size=2).map(extras_of),
+)
 
 TAINT_KEYS = ["gpu", "dedicated", "spot"]
 EFFECTS = ["NoSchedule", "PreferNoSchedule"]
@@ -332,12 +346,14 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
     used_cpu, used_memory, used_disk, used_gpu = (
         max(0, math.floor(total * fill) + draw(st.sampled_from([0, 0, 0, -1, 1]))) for total in effective
     )
+    extra = draw(extra_maps)
+    used_extra = {name: max(0, math.floor(count * fill) + draw(st.sampled_from([0, 0, 1]))) for name, count in extra}
     return HostState(
         id=host_id if host_id is not None else draw(st.sampled_from(HOST_IDS)),
         status=draw(st.sampled_from(["online"] * 6 + ["draining", "offline"])),
         labels=draw(label_maps),
-        capacity=Demand(cpu, memory_mb, disk_gb, gpu),
-        allocated=Demand(used_cpu, used_memory, used_disk, used_gpu),
+        capacity=Demand(cpu, memory_mb, disk_gb, gpu, extra),
+        allocated=Demand(used_cpu, used_memory, used_disk, used_gpu, extras_of(used_extra)),
         vm_count=draw(st.integers(0, 20)),
         scheduling_paused=draw(st.sampled_from([False] * 7 + [True])),
         last_heartbeat=NOW - draw(st.sampled_from([0.0, 1.0, 1.0, 2.5, 14.9, TIMEOUT, 15.1, 60.0])),
@@ -370,7 +386,11 @@ def healthy_host_states(draw: st.DrawFn) -> HostState:
     base = draw(host_states())
     fill = draw(st.sampled_from([0.0, 0.25, 0.5, 0.6]))
     capacity = Demand(
-        draw(st.integers(4, 32)), draw(st.sampled_from([4096, 8192, 16384])), 200, draw(st.integers(0, 2))
+        draw(st.integers(4, 32)),
+        draw(st.sampled_from([4096, 8192, 16384])),
+        200,
+        draw(st.integers(0, 2)),
+        draw(extra_maps),
     )
     return replace(
         base,
@@ -381,7 +401,13 @@ def healthy_host_states(draw: st.DrawFn) -> HostState:
         capacity=capacity,
         reserved=Demand(0, 0, 0, 0),
         disk_ratio=1.0,
-        allocated=Demand(*(math.floor(total * fill) for total in capacity.as_tuple())),
+        allocated=Demand(
+            math.floor(capacity.cpu * fill),
+            math.floor(capacity.memory_mb * fill),
+            math.floor(capacity.disk_gb * fill),
+            math.floor(capacity.gpu * fill),
+            extras_of({name: math.floor(count * fill) for name, count in capacity.extra}),
+        ),
     )
 
 
@@ -419,6 +445,7 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
             draw(st.sampled_from([0, 512, 1024, 2048])),
             draw(st.integers(0, 60)),
             draw(st.sampled_from([0, 0, 0, 1])),
+            draw(extra_maps),
         ),
         labels=labels,
         strategy=strategy if strategy is not None else draw(st.sampled_from(list(Strategy))),

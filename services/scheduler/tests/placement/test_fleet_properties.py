@@ -9,10 +9,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from services.scheduler.tests.placement.support import HOST_IDS, LABEL_KEYS, LABEL_VALUES, host_states
+from services.scheduler.tests.placement.support import (
+    EXTRA_NAMES,
+    HOST_IDS,
+    LABEL_KEYS,
+    LABEL_VALUES,
+    extra_maps,
+    host_states,
+)
 from vmsched_scheduler.placement import Demand, Fleet, HostState
 
-demands = st.builds(Demand, st.integers(0, 4), st.integers(0, 2048), st.integers(0, 20), st.integers(0, 1))
+demands = st.builds(Demand, st.integers(0, 4), st.integers(0, 2048), st.integers(0, 20), st.integers(0, 1), extra_maps)
 
 
 class FleetMachine(RuleBasedStateMachine):
@@ -21,6 +28,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet = Fleet.from_hosts([])
         self.expected: dict[str, HostState] = {}
         self.watched_labels: set[tuple[str, str]] = set()
+        self.watched_extras: set[str] = set()
 
     @rule(state=host_states())
     def upsert(self, state: HostState) -> None:
@@ -49,7 +57,13 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet.release(host_id, demand)
         if host_id in self.expected:
             h = self.expected[host_id]
-            left = Demand(*(max(0, a - b) for a, b in zip(h.allocated.as_tuple(), demand.as_tuple(), strict=True)))
+            cpu, memory_mb, disk_gb, gpu = (
+                max(0, a - b) for a, b in zip(h.allocated.as_tuple(), demand.as_tuple(), strict=True)
+            )
+            extra = dict(h.allocated.extra)
+            for name, count in demand.extra:
+                extra[name] = max(0, extra.get(name, 0) - count)
+            left = Demand(cpu, memory_mb, disk_gb, gpu, tuple(sorted((n, c) for n, c in extra.items() if c)))
             self.expected[host_id] = replace(h, allocated=left, vm_count=max(0, h.vm_count - 1))
 
     @rule(key=st.sampled_from(LABEL_KEYS), value=st.sampled_from(LABEL_VALUES))
@@ -57,6 +71,12 @@ class FleetMachine(RuleBasedStateMachine):
         """Use a label mask, so that the fleet has to keep it current from now on."""
         self.fleet.columns.label_mask(key, value)
         self.watched_labels.add((key, value))
+
+    @rule(name=st.sampled_from(EXTRA_NAMES))
+    def watch_extra(self, name: str) -> None:
+        """Ask for an extra resource's column, so that the fleet has to keep it current from now on."""
+        self.fleet.columns.extra_free(name)
+        self.watched_extras.add(name)
 
     @invariant()
     def columns_match_a_fleet_built_from_scratch(self) -> None:
@@ -68,6 +88,8 @@ class FleetMachine(RuleBasedStateMachine):
             assert np.array_equal(getattr(columns, name), getattr(fresh, name)), name
         for key, value in self.watched_labels:
             assert np.array_equal(columns.label_mask(key, value), fresh.label_mask(key, value)), (key, value)
+        for name in self.watched_extras:
+            assert np.array_equal(columns.extra_free(name), fresh.extra_free(name)), name
         assert len(columns.scratch.eligible) == len(self.expected)
 
 

@@ -41,6 +41,7 @@ def test_filters_run_in_the_documented_order() -> None:
         "memory",
         "disk",
         "gpu",
+        "extra",
         "spread",
     )
 

@@ -59,6 +59,7 @@ class FleetColumns:
         "allocated",
         "divisor",
         "effective",
+        "extra_free_columns",
         "free",
         "gpu_hosts",
         "has_gpus",
@@ -101,6 +102,9 @@ class FleetColumns:
         self._taint_set_codes: dict[tuple[Taint, ...], int] = {(): 0}
         self.taint_codes, self.no_schedule, self.prefer_no_schedule = self._taint_columns(self.hosts)
         self._count()
+        # Per named extra resource asked about: what each host has free of it (0 where it has none).
+        # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
+        self.extra_free_columns: dict[str, FloatArray] = {}
         self.scratch = Scratch(len(self.ids))
 
     def __len__(self) -> int:
@@ -181,6 +185,15 @@ class FleetColumns:
         self.prefer_no_schedule_hosts = int(np.count_nonzero(self.prefer_no_schedule))
         self.gpu_hosts = int(np.count_nonzero(self.has_gpus))
 
+    def extra_free(self, name: str) -> FloatArray:
+        """What every host has free of the named extra resource (read-only; kept current by every
+        fleet update once asked for)."""
+        column = self.extra_free_columns.get(name)
+        if column is None:
+            column = np.fromiter((_extra_free(h, name) for h in self.hosts), np.float64, len(self.hosts))
+            self.extra_free_columns[name] = column
+        return column
+
     def _code(self, key: str, value: str | None) -> int:
         if value is None:
             return NO_LABEL
@@ -213,6 +226,8 @@ class FleetColumns:
         self.load[:, index] = self.utilisation[:2, index] if measured is None else measured
         for key, codes in self.label_codes.items():
             codes[index] = self._code(key, host.labels.get(key))
+        for name, column in self.extra_free_columns.items():
+            column[index] = _extra_free(host, name)
 
     def insert_rows(self, new_hosts: Sequence[HostState]) -> None:
         """Insert hosts whose ids are not in the fleet; ``new_hosts`` must be sorted by id."""
@@ -238,6 +253,8 @@ class FleetColumns:
         self.no_schedule = np.insert(self.no_schedule, positions, no_schedule)
         self.prefer_no_schedule = np.insert(self.prefer_no_schedule, positions, prefer)
         self._count()
+        for name, column in self.extra_free_columns.items():
+            self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
         self.scratch = Scratch(len(self.ids))
 
     def delete_row(self, index: int) -> None:
@@ -258,7 +275,14 @@ class FleetColumns:
         self.no_schedule = np.delete(self.no_schedule, index)
         self.prefer_no_schedule = np.delete(self.prefer_no_schedule, index)
         self._count()
+        for name, column in self.extra_free_columns.items():
+            self.extra_free_columns[name] = np.delete(column, index)
         self.scratch = Scratch(len(self.ids))
+
+
+def _extra_free(host: HostState, name: str) -> float:
+    """Capacity minus allocation of one named extra resource (never overcommitted, nothing reserved)."""
+    return float(dict(host.capacity.extra).get(name, 0) - dict(host.allocated.extra).get(name, 0))
 
 
 class Scratch:

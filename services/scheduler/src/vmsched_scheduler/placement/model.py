@@ -22,6 +22,25 @@ CPU, MEMORY, DISK, GPU = 0, 1, 2, 3
 ONLINE = "online"
 
 
+# Named extra resources (``(("fpga", 2),)``): sorted by name, no zero counts. Most hosts and VMs
+# have none, and an empty tuple costs nothing to add or compare.
+Extras = tuple[tuple[str, int], ...]
+
+
+def extras_of(counts: Mapping[str, int]) -> Extras:
+    """The canonical form of a ``{name: count}`` map."""
+    return tuple(sorted((name, int(count)) for name, count in counts.items() if count))
+
+
+def _combined(mine: Extras, theirs: Extras, sign: int) -> Extras:
+    if not theirs:
+        return mine
+    merged = dict(mine)
+    for name, count in theirs:
+        merged[name] = max(0, merged.get(name, 0) + sign * count)
+    return extras_of(merged)
+
+
 @dataclass(frozen=True, slots=True)
 class Demand:
     """An amount of every resource: what a VM asks for, or what a host has or has handed out."""
@@ -30,6 +49,7 @@ class Demand:
     memory_mb: int
     disk_gb: int
     gpu: int = 0
+    extra: Extras = ()  # named extra resources, outside the fixed (cpu, memory, disk, gpu) rows
 
     def plus(self, other: Demand) -> Demand:
         return Demand(
@@ -37,6 +57,7 @@ class Demand:
             self.memory_mb + other.memory_mb,
             self.disk_gb + other.disk_gb,
             self.gpu + other.gpu,
+            _combined(self.extra, other.extra, 1),
         )
 
     def minus_floored(self, other: Demand) -> Demand:
@@ -46,6 +67,7 @@ class Demand:
             max(0, self.memory_mb - other.memory_mb),
             max(0, self.disk_gb - other.disk_gb),
             max(0, self.gpu - other.gpu),
+            _combined(self.extra, other.extra, -1),
         )
 
     def as_tuple(self) -> tuple[int, int, int, int]:
@@ -120,16 +142,14 @@ class HostState:
     @property
     def effective_capacity(self) -> Demand:
         """What may be handed out of each resource: the fit rule's ``allocatable`` (after reserved
-        capacity and overcommit; GPUs are never overcommitted)."""
+        capacity and overcommit; GPUs and extras are never overcommitted)."""
         ratios = self.ratios
-        return Demand(
-            *(
-                allocatable(
-                    getattr(self.capacity, rule.field), getattr(self.reserved, rule.field), ratio_of(rule, ratios)
-                )
-                for rule in RESOURCES
-            )
+        cpu, memory_mb, disk_gb, gpu = (
+            allocatable(getattr(self.capacity, rule.field), getattr(self.reserved, rule.field), ratio_of(rule, ratios))
+            for rule in RESOURCES
         )
+        # Extras are never overcommitted and nothing of them is reserved (fit.extra_shortfall).
+        return Demand(cpu, memory_mb, disk_gb, gpu, self.capacity.extra)
 
     @property
     def measured_load(self) -> tuple[float, float] | None:
@@ -227,6 +247,7 @@ class RequestVector:
     host_selector: tuple[SelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None
+    extra: Extras = ()  # named extra resources asked for
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -243,6 +264,7 @@ class RequestVector:
             host_selector=request.host_selector,
             tolerations=request.tolerations,
             group=request.group,
+            extra=demand.extra,
         )
 
     def demanded(self, resource: int) -> int:

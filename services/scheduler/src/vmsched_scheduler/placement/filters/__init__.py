@@ -9,6 +9,7 @@ from vmsched_scheduler.placement.filters.base import HostFilter
 from vmsched_scheduler.placement.filters.cpu import CpuFilter
 from vmsched_scheduler.placement.filters.disk import DiskFilter
 from vmsched_scheduler.placement.filters.excluded import ExcludedFilter
+from vmsched_scheduler.placement.filters.extra import ExtraFilter
 from vmsched_scheduler.placement.filters.gpu import GpuFilter
 from vmsched_scheduler.placement.filters.host_selector import HostSelectorFilter
 from vmsched_scheduler.placement.filters.labels import LabelsFilter
@@ -38,6 +39,7 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     MemoryFilter(),
     DiskFilter(),
     GpuFilter(),
+    ExtraFilter(),
 )
 SPREAD_FILTER = SpreadFilter(_BEFORE_SPREAD)
 FILTERS: tuple[HostFilter, ...] = (*_BEFORE_SPREAD, SPREAD_FILTER)
@@ -54,6 +56,7 @@ __all__ = [
     "CpuFilter",
     "DiskFilter",
     "ExcludedFilter",
+    "ExtraFilter",
     "GpuFilter",
     "HostFilter",
     "HostSelectorFilter",

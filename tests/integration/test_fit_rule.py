@@ -5,32 +5,25 @@ answer, down to the resource a refusal names."""
 
 from __future__ import annotations
 
-import asyncio
 import random
-import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.servers import Servers, drop_database
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
+from tests.integration.stores import Stores, module_stores
+from tests.servers import Servers
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.fit import shortfalls
 from vmsched_common.messages import ZERO, Overcommit, Resources
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import HostWrite, Snapshot
+from vmsched_common.snapshot import HostWrite
 from vmsched_scheduler.fleet_cache import demand_of
-from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.placement import FILTERS, DecisionContext, Fleet, HostState, PlacementRequest, Weights
 from vmsched_scheduler.placement.filters.resources import ResourceFilter
 from vmsched_scheduler.placement.model import RequestVector
@@ -38,65 +31,13 @@ from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 RESOURCE_FILTERS = [f for f in FILTERS if isinstance(f, ResourceFilter)]
-
-
-class LoopThread:
-    """An event loop in a thread of its own: Hypothesis calls the test synchronously, and the servers'
-    clients live on this loop for the whole module."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
-
-
-@dataclass
-class Stores:
-    loop: LoopThread
-    engine: AsyncEngine
-    redis: Redis
-    snapshot: Snapshot
-    ledger: PostgresLedger
 
 
 @pytest.fixture(scope="module")
 def stores(servers: Servers) -> Iterator[Stores]:
-    loop = LoopThread()
-    base, name = servers.database_url.rsplit("/", 1)
-    database = f"{base}/{name}_fit"
-
-    async def open_stores() -> Stores:
-        await upgrade_schema(database)
-        engine = create_engine(database, pool_size=2)
-        redis = Redis.from_url(servers.redis_url, decode_responses=True)
-        snapshot = Snapshot(redis, f"{servers.redis_key_prefix}-fit")
-        return Stores(loop, engine, redis, snapshot, PostgresLedger(engine, default_strategy=Strategy.BEST_FIT))
-
-    opened = loop.run(open_stores())
-    try:
+    with module_stores(servers, "fit") as opened:
         yield opened
-    finally:
-
-        async def close() -> None:
-            keys = [key async for key in opened.redis.scan_iter(match=f"{opened.snapshot.prefix}:*")]
-            if keys:
-                await opened.redis.delete(*keys)
-            await opened.redis.aclose()
-            await opened.engine.dispose()
-
-        loop.run(close())
-        loop.close()
-        drop_database(servers.database_url, f"{name}_fit")
 
 
 amounts = st.sampled_from([0, 0, 1, 2, 3, 4, 7, 8, 10, 16, 100])

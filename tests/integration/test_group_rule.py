@@ -15,20 +15,15 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.integration.test_fit_rule import LoopThread
-from tests.servers import Servers, drop_database
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
+from tests.integration.stores import Stores, module_stores
+from tests.servers import Servers
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.groups import GroupPolicy, GroupRule, domain_of, refusal
 from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, GroupClaim, HostWrite, Snapshot
-from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_common.snapshot import Claim, GroupClaim, HostWrite
 from vmsched_scheduler.placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, explain
 from vmsched_scheduler.placement.model import PlacementGroup
 from vmsched_scheduler.ports import Committed, Placement
@@ -39,43 +34,10 @@ ROOMY = Resources(cpu=64, memory_mb=65536, disk_gb=1000)
 NEED = Resources(cpu=1, memory_mb=512, disk_gb=1)
 
 
-@dataclass
-class Stores:
-    loop: LoopThread
-    engine: AsyncEngine
-    redis: Redis
-    snapshot: Snapshot
-    ledger: PostgresLedger
-
-
 @pytest.fixture(scope="module")
 def stores(servers: Servers) -> Iterator[Stores]:
-    loop = LoopThread()
-    base, name = servers.database_url.rsplit("/", 1)
-    database = f"{base}/{name}_groups"
-
-    async def open_stores() -> Stores:
-        await upgrade_schema(database)
-        engine = create_engine(database, pool_size=2)
-        redis = Redis.from_url(servers.redis_url, decode_responses=True)
-        snapshot = Snapshot(redis, f"{servers.redis_key_prefix}-groups")
-        return Stores(loop, engine, redis, snapshot, PostgresLedger(engine, default_strategy=Strategy.BEST_FIT))
-
-    opened = loop.run(open_stores())
-    try:
+    with module_stores(servers, "groups") as opened:
         yield opened
-    finally:
-
-        async def close() -> None:
-            keys = [key async for key in opened.redis.scan_iter(match=f"{opened.snapshot.prefix}:*")]
-            if keys:
-                await opened.redis.delete(*keys)
-            await opened.redis.aclose()
-            await opened.engine.dispose()
-
-        loop.run(close())
-        loop.close()
-        drop_database(servers.database_url, f"{name}_groups")
 
 
 DOMAINS = ["a", "b", "c", "d"]

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vmsched_scheduler.placement.model import GPU, ONLINE, Demand, HostState
-from vmsched_scheduler.placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint
+from vmsched_scheduler.placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, untolerated
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -144,6 +144,18 @@ class FleetColumns:
         else:
             mask = np.isin(codes, wanted)
         return mask
+
+    def untolerated_mask(self, tolerations: Sequence[Toleration], effect: str) -> BoolArray:
+        """Which hosts carry a taint of ``effect`` that none of ``tolerations`` tolerates (a fresh
+        array): judged once per distinct set of taints in the fleet (a handful), spread to the hosts
+        by their set's code."""
+        judged = np.fromiter(
+            (bool(untolerated(taints, tolerations, effect)) for taints in self.taint_sets),
+            np.bool_,
+            len(self.taint_sets),
+        )
+        by_host: BoolArray = judged[self.taint_codes]
+        return by_host
 
     def label_key_mask(self, key: str) -> BoolArray:
         """Which hosts carry the label ``key``, whatever its value (a fresh array)."""

@@ -24,13 +24,8 @@ class TaintsFilter:
         if not request.tolerations:
             passes: BoolArray = np.logical_not(columns.no_schedule)
             return passes
-        tolerated = np.fromiter(
-            (not untolerated(taints, request.tolerations, NO_SCHEDULE) for taints in columns.taint_sets),
-            np.bool_,
-            len(columns.taint_sets),
-        )
-        by_host: BoolArray = tolerated[columns.taint_codes]
-        return by_host
+        passes = np.logical_not(columns.untolerated_mask(request.tolerations, NO_SCHEDULE))
+        return passes
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         refused = untolerated(fleet.host_at(index).taints, request.tolerations, NO_SCHEDULE)

@@ -4,8 +4,6 @@ filter's (``filters/taints.py``); columnar the same way."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from vmsched_scheduler.placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_scheduler.placement.model import RequestVector
 from vmsched_scheduler.placement.taint_rules import PREFER_NO_SCHEDULE, untolerated
@@ -19,13 +17,7 @@ class PreferNoScheduleWeigher:
             return None
         if not request.tolerations:
             return columns.prefer_no_schedule
-        avoided = np.fromiter(
-            (bool(untolerated(taints, request.tolerations, PREFER_NO_SCHEDULE)) for taints in columns.taint_sets),
-            np.bool_,
-            len(columns.taint_sets),
-        )
-        by_host: BoolArray = avoided[columns.taint_codes]
-        return by_host
+        return columns.untolerated_mask(request.tolerations, PREFER_NO_SCHEDULE)
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         avoided = untolerated(fleet.host_at(index).taints, request.tolerations, PREFER_NO_SCHEDULE)

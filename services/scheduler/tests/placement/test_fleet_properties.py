@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from hypothesis import settings
@@ -14,10 +15,14 @@ from services.scheduler.tests.placement.support import (
     HOST_IDS,
     LABEL_KEYS,
     LABEL_VALUES,
+    NOW,
     extra_maps,
     host_states,
 )
-from vmsched_scheduler.placement import Demand, Fleet, HostState
+from vmsched_scheduler.placement import Demand, Fleet, HostState, Weights
+from vmsched_scheduler.placement.filters.offline import Available
+from vmsched_scheduler.placement.fleet import DerivedColumn
+from vmsched_scheduler.placement.strategies.scoring import WeightedLoad, WeightedShares
 
 demands = st.builds(Demand, st.integers(0, 4), st.integers(0, 2048), st.integers(0, 20), st.integers(0, 1), extra_maps)
 
@@ -29,6 +34,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.expected: dict[str, HostState] = {}
         self.watched_labels: set[tuple[str, str]] = set()
         self.watched_extras: set[str] = set()
+        self.derived: list[DerivedColumn[Any]] = []
 
     @rule(state=host_states())
     def upsert(self, state: HostState) -> None:
@@ -78,6 +84,19 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet.columns.extra_free(name)
         self.watched_extras.add(name)
 
+    @rule(weights=st.builds(Weights, st.sampled_from([0.0, 0.4, 1.0]), st.sampled_from([0.4, 0.3]), st.just(0.2)))
+    def watch_scores(self, weights: Weights) -> None:
+        """Rank by a kept score column, so that the fleet keeps it current (or drops it) from now on."""
+        for spec in (WeightedShares(weights), WeightedLoad(weights)):
+            self.fleet.columns.derived(spec)
+            self.derived = [kept for kept in self.derived if type(kept) is not type(spec)] + [spec]
+
+    @rule(now=st.floats(NOW - 5, NOW + 60), timeout=st.sampled_from([15.0, 30.0]))
+    def watch_availability(self, now: float, timeout: float) -> None:
+        spec = Available(now, timeout)
+        self.fleet.columns.derived(spec)
+        self.derived = [kept for kept in self.derived if type(kept) is not Available] + [spec]
+
     @invariant()
     def columns_match_a_fleet_built_from_scratch(self) -> None:
         fresh = Fleet.from_hosts(self.expected.values()).columns
@@ -90,6 +109,9 @@ class FleetMachine(RuleBasedStateMachine):
             assert np.array_equal(columns.label_mask(key, value), fresh.label_mask(key, value)), (key, value)
         for name in self.watched_extras:
             assert np.array_equal(columns.extra_free(name), fresh.extra_free(name)), name
+        for spec in self.derived:
+            # Kept row by row, yet bit-identical to the column computed whole.
+            assert np.array_equal(columns.derived(spec), spec.compute(fresh)), spec
         assert len(columns.scratch.eligible) == len(self.expected)
 
 

@@ -11,8 +11,9 @@ Updating one known host rewrites one row in place; adding or removing a host shi
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,29 @@ SMALL_VALUE_SET = 4
 REBUILD_SHARE = 0.125
 
 
+ColumnT = TypeVar("ColumnT", bound=npt.NDArray[Any], covariant=True)
+
+
+class DerivedColumn(Protocol[ColumnT]):
+    """A column computed from the others that many decisions in a row read unchanged (a score that
+    does not depend on the VM, the availability of every host at one instant): the fleet keeps it,
+    rewrites the one row a host update touches, and drops it when hosts come or go."""
+
+    @property
+    def key(self) -> Hashable:
+        """What the column depends on besides the fleet (weights, an instant); a new key replaces
+        the kept column of the same kind."""
+        ...
+
+    def compute(self, columns: FleetColumns) -> ColumnT:
+        """The whole column (a fresh array)."""
+        ...
+
+    def row(self, columns: FleetColumns, index: int) -> float | bool:
+        """Row ``index`` of the column, by the same arithmetic as ``compute`` (bit-identical)."""
+        ...
+
+
 class FleetColumns:
     """The arrays filters and strategies read. Treat every array as read-only outside ``Fleet``.
 
@@ -55,6 +79,7 @@ class FleetColumns:
     """
 
     __slots__ = (
+        "_derived",
         "_taint_set_codes",
         "allocated",
         "divisor",
@@ -105,6 +130,8 @@ class FleetColumns:
         # Per named extra resource asked about: what each host has free of it (0 where it has none).
         # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
         self.extra_free_columns: dict[str, FloatArray] = {}
+        # Per kind of derived column: the one kept, with its spec (see ``derived``).
+        self._derived: dict[type, tuple[DerivedColumn[npt.NDArray[Any]], npt.NDArray[Any]]] = {}
         self.scratch = Scratch(len(self.ids))
 
     def __len__(self) -> int:
@@ -206,6 +233,16 @@ class FleetColumns:
             self.extra_free_columns[name] = column
         return column
 
+    def derived(self, spec: DerivedColumn[ColumnT]) -> ColumnT:
+        """``spec``'s column (read-only): computed once, then kept current row by row by every host
+        update until a spec of the same kind (class) with another key asks."""
+        kept = self._derived.get(type(spec))
+        if kept is not None and kept[0].key == spec.key:
+            return cast(ColumnT, kept[1])
+        column = spec.compute(self)
+        self._derived[type(spec)] = (spec, column)
+        return column
+
     def _code(self, key: str, value: str | None) -> int:
         if value is None:
             return NO_LABEL
@@ -240,6 +277,8 @@ class FleetColumns:
             codes[index] = self._code(key, host.labels.get(key))
         for name, column in self.extra_free_columns.items():
             column[index] = _extra_free(host, name)
+        for spec, derived in self._derived.values():
+            derived[index] = spec.row(self, index)
 
     def insert_rows(self, new_hosts: Sequence[HostState]) -> None:
         """Insert hosts whose ids are not in the fleet; ``new_hosts`` must be sorted by id."""
@@ -267,6 +306,7 @@ class FleetColumns:
         self._count()
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
+        self._derived.clear()
         self.scratch = Scratch(len(self.ids))
 
     def delete_row(self, index: int) -> None:
@@ -289,6 +329,7 @@ class FleetColumns:
         self._count()
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.delete(column, index)
+        self._derived.clear()
         self.scratch = Scratch(len(self.ids))
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from vmsched_common.settings import Strategy
 from vmsched_scheduler.placement.fleet import FleetColumns, FloatArray
-from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
-from vmsched_scheduler.placement.strategies.scoring import LowestScoreWins, weighted_sum
+from vmsched_scheduler.placement.model import DecisionContext, RequestVector
+from vmsched_scheduler.placement.strategies.scoring import LowestScoreWins, WeightedShares
 
 
 class LeastLoaded(LowestScoreWins):
     NAME = Strategy.LEAST_LOADED
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
-        used, floats = columns.utilisation, columns.scratch.floats
-        return weighted_sum(context.weights, used[CPU], used[MEMORY], used[DISK], out=floats[0], work=floats[1])
+        return columns.derived(WeightedShares(context.weights))

@@ -7,10 +7,12 @@ host id, which is the lowest row).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from vmsched_scheduler.placement.fleet import BoolArray, FleetColumns, FloatArray, Scratch
-from vmsched_scheduler.placement.model import DecisionContext, RequestVector, Weights
+from vmsched_scheduler.placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector, Weights
 from vmsched_scheduler.placement.strategies.base import Ranking
 
 # Added to the scores of hosts that failed a filter: above any real score (shares are finite and
@@ -32,15 +34,52 @@ def weighted_sum(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class WeightedShares:
+    """Every host's weighted sum of its allocated shares (``measured=False``: ``least_loaded``'s
+    score) or of its measured load with the allocated disk share (``measured=True``:
+    ``least_utilized``'s). Neither depends on the VM, so the fleet keeps the column
+    (:meth:`FleetColumns.derived`) and a decision reads it instead of computing it again."""
+
+    weights: Weights
+
+    @property
+    def key(self) -> Weights:
+        return self.weights
+
+    def rows(self, columns: FleetColumns) -> tuple[FloatArray, FloatArray, FloatArray]:
+        used = columns.utilisation
+        return used[CPU], used[MEMORY], used[DISK]
+
+    def compute(self, columns: FleetColumns) -> FloatArray:
+        cpu, memory, disk = self.rows(columns)
+        return weighted_sum(self.weights, cpu, memory, disk, out=np.empty(len(columns)), work=np.empty(len(columns)))
+
+    def row(self, columns: FleetColumns, index: int) -> float:
+        # The same operations in the same order as ``weighted_sum``: the same bits.
+        cpu, memory, disk = self.rows(columns)
+        weights = self.weights
+        return float(cpu[index] * weights.cpu + memory[index] * weights.memory + disk[index] * weights.disk)
+
+
+class WeightedLoad(WeightedShares):
+    """``least_utilized``'s score: the measured cpu and memory load, the allocated disk share."""
+
+    __slots__ = ()
+
+    def rows(self, columns: FleetColumns) -> tuple[FloatArray, FloatArray, FloatArray]:
+        return columns.load[CPU], columns.load[MEMORY], columns.utilisation[DISK]
+
+
 def rank_lowest(
     scores: FloatArray, eligible: BoolArray, eligible_count: int, limit: int, *, scratch: Scratch
 ) -> Ranking:
     """The eligible rows with the lowest scores, ascending; equal scores in row (host id) order.
 
-    Overwrites ``scores`` (a scratch array of the caller's).
+    Leaves ``scores`` as it was (it may be a column the fleet keeps); works in ``scratch.floats[3]``.
     """
     penalty = np.multiply(np.logical_not(eligible, out=scratch.ineligible), INELIGIBLE_PENALTY, out=scratch.floats[3])
-    masked = np.add(scores, penalty, out=scores)
+    masked = np.add(scores, penalty, out=penalty)
     picks: list[int] = []
     picked_scores: list[float] = []
     for _ in range(min(limit, eligible_count)):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
-from tests.faults.conftest import fault_stack, submit, wait_settled
+from tests.faults.conftest import submit, wait_settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
@@ -39,13 +38,7 @@ ALLOCATING = ["scheduled", "running", "unknown", "deleting"]
 
 
 @pytest.fixture(scope="module")
-def group_race_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with fault_stack(servers, Path(tmp_path_factory.mktemp("group-race-logs")), schedulers=4) as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-async def group_race_fleet(group_race_stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
+async def group_race_fleet(four_schedulers: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
     hosts = generate_hosts(
         HOSTS,
         prefix=SUITE,
@@ -54,7 +47,7 @@ async def group_race_fleet(group_race_stack: Stack, servers: Servers) -> AsyncIt
         zones=ZONES,
     )
     async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=2.0) as fleet:
-        async with httpx.AsyncClient(base_url=group_race_stack.api_url, timeout=30) as api:
+        async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=30) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(SUITE) and h["status"] == "online") == HOSTS,
@@ -112,9 +105,9 @@ async def delete(api: httpx.AsyncClient, vm_id: str) -> None:
 
 @pytest.mark.parametrize("repetition", range(REPETITIONS))
 async def test_four_schedulers_never_put_two_anti_affinity_members_on_one_host(
-    group_race_stack: Stack, group_race_fleet: SimulatedFleet, servers: Servers, repetition: int
+    four_schedulers: Stack, group_race_fleet: SimulatedFleet, servers: Servers, repetition: int
 ) -> None:
-    rows = await race(group_race_stack, servers, {"policy": "anti-affinity"}, f"anti{repetition}")
+    rows = await race(four_schedulers, servers, {"policy": "anti-affinity"}, f"anti{repetition}")
     placed = [row["hypervisor_id"] for row in rows if row["status"] in ALLOCATING]
     shared = len(placed) - len(set(placed))
     refused = sum(row["refused"] for row in rows)
@@ -129,9 +122,9 @@ async def test_four_schedulers_never_put_two_anti_affinity_members_on_one_host(
 
 @pytest.mark.parametrize("repetition", range(REPETITIONS))
 async def test_four_schedulers_keep_a_spread_over_zones_within_max_skew(
-    group_race_stack: Stack, group_race_fleet: SimulatedFleet, servers: Servers, repetition: int
+    four_schedulers: Stack, group_race_fleet: SimulatedFleet, servers: Servers, repetition: int
 ) -> None:
-    rows = await race(group_race_stack, servers, {"policy": "spread", "topology_key": "zone"}, f"spread{repetition}")
+    rows = await race(four_schedulers, servers, {"policy": "spread", "topology_key": "zone"}, f"spread{repetition}")
     per_zone = {f"z{n}": 0 for n in range(1, ZONES + 1)}
     for row in rows:
         if row["status"] in ALLOCATING:

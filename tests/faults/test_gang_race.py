@@ -1,0 +1,121 @@
+"""Four scheduler processes race to place all-or-nothing batches that cannot all fit: every batch ends
+wholly placed or wholly unschedulable, no host is overcommitted, and no claim is left behind: per host,
+the snapshot's allocation and claims equal what PostgreSQL's VMs hold, counted from the rows.
+
+Each race runs ``VMSCHED_GANG_RACES`` times (default 1; ``VMSCHED_GANG_RACES=10 .venv/bin/python -m
+pytest tests/faults/test_gang_race.py`` for the issue's ten).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from devtools.stack import Stack
+from tests.faults.conftest import online_fleet, wait_settled
+from tests.faults.invariants import ALLOCATING, check
+from tests.servers import Servers
+from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.messages import Resources
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SUITE = "gangrace"
+HOSTS = 20
+HOST_CPU = 8
+GANGS = 40  # of GANG_SIZE VMs of VM_CPU each: room for half of them at best
+GANG_SIZE = 4
+VM_CPU = 2
+REPETITIONS = int(os.environ.get("VMSCHED_GANG_RACES", "1"))
+
+
+@pytest.fixture(scope="module")
+async def gang_race_fleet(four_schedulers: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
+    capacity = Resources(cpu=HOST_CPU, memory_mb=65536, disk_gb=1000)
+    async with online_fleet(four_schedulers, servers, SUITE, HOSTS, capacity, heartbeat_interval=2.0) as fleet:
+        yield fleet
+
+
+async def post_gangs(api: httpx.AsyncClient, repetition: int) -> dict[str, list[str]]:
+    """Every gang at once (one batch request each); gang id -> its VMs' ids."""
+
+    async def one(n: int) -> tuple[str, list[str]]:
+        vms = [
+            {"name": f"r{repetition}-g{n}-{m}", "cpu": VM_CPU, "memory_mb": 512, "disk_gb": 5,
+             "labels": {"suite": SUITE}}
+            for m in range(GANG_SIZE)
+        ]  # fmt: skip
+        response = await api.post("/v1/vms/batch", json={"vms": vms, "all_or_nothing": True})
+        assert response.status_code == 202, response.text
+        items = response.json()["items"]
+        return items[0]["gang_id"], [item["id"] for item in items]
+
+    return dict(await asyncio.gather(*(one(n) for n in range(GANGS))))
+
+
+async def snapshot_against_rows(servers: Servers) -> list[str]:
+    """Per host of the suite: where the snapshot's a_cpu or claim count differs from PostgreSQL's VMs."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    try:
+        rows = await conn.fetch(
+            """SELECT h.id, h.alloc_cpu, coalesce(sum(v.cpu), 0) AS held, count(v.id) AS vms
+                 FROM hosts h LEFT JOIN vms v ON v.hypervisor_id = h.id AND v.status = ANY($2::text[])
+                WHERE h.id LIKE $1 GROUP BY h.id, h.alloc_cpu""",
+            f"{SUITE}-%",
+            list(ALLOCATING),
+        )
+        problems = []
+        for row in rows:
+            key = f"{servers.redis_key_prefix}:host:{row['id']}"
+            snapshot_cpu = int(await redis.hget(key, "a_cpu") or 0)
+            claims = int(await redis.scard(f"{key}:vms"))
+            if (snapshot_cpu, claims) != (row["held"], row["vms"]):
+                problems.append(
+                    f"{row['id']}: snapshot a_cpu={snapshot_cpu} with {claims} claims, "
+                    f"PostgreSQL's VMs hold {row['held']} cpu in {row['vms']} VMs (alloc_cpu={row['alloc_cpu']})"
+                )
+        return problems
+    finally:
+        await conn.close()
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("repetition", range(REPETITIONS))
+async def test_four_schedulers_place_each_all_or_nothing_batch_whole_or_not_at_all(
+    four_schedulers: Stack, gang_race_fleet: SimulatedFleet, servers: Servers, repetition: int
+) -> None:
+    async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=120) as api:
+        gangs = await post_gangs(api, repetition)
+        vm_ids = [vm_id for ids in gangs.values() for vm_id in ids]
+        await wait_settled(servers, vm_ids, timeout=180)
+        conn = await asyncpg.connect(servers.asyncpg_dsn)
+        try:
+            rows = await conn.fetch("SELECT id::text, status FROM vms WHERE id = ANY($1::uuid[])", vm_ids)
+        finally:
+            await conn.close()
+        status = {row["id"]: row["status"] for row in rows}
+        outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+        for gang, ids in gangs.items():
+            for vm_id in ids:
+                outcomes[gang]["placed" if status[vm_id] in ALLOCATING else status[vm_id]] += 1
+        split = {gang: dict(counted) for gang, counted in outcomes.items() if len(counted) > 1}
+        placed = sum(1 for counted in outcomes.values() if counted["placed"] == GANG_SIZE)
+        print(f"gang race {repetition}: {placed} of {GANGS} batches placed whole, {len(split)} split")
+        assert split == {}, split
+        assert 0 < placed <= HOSTS * HOST_CPU // (GANG_SIZE * VM_CPU)
+        report = await check(servers.asyncpg_dsn, vm_ids, gang_race_fleet)
+        assert report.problems == [], report.problems
+        assert await snapshot_against_rows(servers) == []
+        # Leave the hosts empty for the next repetition.
+        for vm_id in vm_ids:
+            if status[vm_id] in ALLOCATING:
+                assert (await api.delete(f"/v1/vms/{vm_id}")).status_code == 202
+        await wait_settled(servers, vm_ids, timeout=120)

@@ -11,13 +11,17 @@ from uuid import UUID
 
 from vmsched_common.db.records import VmRecord
 from vmsched_common.fit import fits, shortfalls
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import Event, VmStatus, sources
 from vmsched_common.messages import ZERO, Overcommit, Resources, RestartPolicy
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
+from vmsched_common.vm_changes import preempted
 from vmsched_scheduler.fleet_cache import to_host_state
-from vmsched_scheduler.placement import Fleet
+from vmsched_scheduler.placement import Demand, Fleet
+from vmsched_scheduler.placement.preemption import Resident
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
+
+PREEMPTIBLE = {VmStatus(status) for status in sources(Event.PREEMPTED)}
 
 
 @dataclass
@@ -103,6 +107,22 @@ class MemorySnapshot:
             host.vm_count -= 1
             hosts.append(held[0])
         return hosts
+
+    async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
+        held = self.claims.get(claim.vm_id)
+        if held is not None:
+            return Claimed([ClaimResult("held", held[0])], {})
+        host = self.hosts[claim.host_id]
+        freed = host.allocated
+        for victim in victims:
+            victim_claim = self.claims.get(victim)
+            if victim_claim is None or victim_claim[0] != claim.host_id:
+                return Claimed([ClaimResult("victim_moved", str(victim))], {})
+            freed = _plus(freed, victim_claim[1], -1)
+        if missing := shortfalls(claim.resources, host.capacity, host.reserved, host.overcommit, freed):
+            return Claimed([ClaimResult("insufficient", missing[0].resource)], {})
+        await self.release_many(victims)
+        return Claimed(self._claim_each([claim]), {})
 
     async def next_round_robin(self, count: int = 1) -> int:
         first = self.cursor + 1
@@ -229,6 +249,44 @@ class MemoryLedger:
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         return {vm_id: self.vms[vm_id] for vm_id in vm_ids if vm_id in self.vms}
+
+    async def residents(self, host_ids: Sequence[str], below: int) -> Mapping[str, list[Resident]]:
+        found: dict[str, list[Resident]] = {}
+        for vm in self.vms.values():
+            if (
+                vm.hypervisor_id is not None
+                and vm.hypervisor_id in host_ids
+                and vm.status in PREEMPTIBLE
+                and vm.priority < below
+            ):
+                demand = Demand(vm.resources.cpu, vm.resources.memory_mb, vm.resources.disk_gb, vm.resources.gpu)
+                found.setdefault(vm.hypervisor_id, []).append(Resident(str(vm.id), vm.priority, demand))
+        return found
+
+    async def settle_preemption(
+        self, placement: Placement, victims: Sequence[UUID], priority: int
+    ) -> tuple[PlacementResult, list[VmRecord]]:
+        vm = self.vms.get(placement.vm_id)
+        if vm is None or vm.status is not VmStatus.PENDING or vm.attempt != placement.attempt:
+            return PlacementResult(Committed.NOT_PENDING), []
+        changes = []
+        for victim_id in victims:
+            victim = self.vms.get(victim_id)
+            change = preempted(victim, vm, priority) if victim is not None and victim.priority < priority else None
+            if change is None or change.before.hypervisor_id != placement.host_id:
+                return PlacementResult(Committed.VICTIM_MOVED), []
+            changes.append(change)
+        host = self.hosts[placement.host_id]
+        freed = host.allocated
+        for change in changes:
+            freed = _plus(freed, change.before.resources, -1)
+        if not fits(placement.resources, host.capacity, host.reserved, host.overcommit, freed):
+            return PlacementResult(Committed.HOST_REFUSED), []
+        for change in changes:
+            self.vms[change.after.id] = change.after
+        host.allocated, host.vm_count = freed, host.vm_count - len(changes)
+        settled = await self.settle([placement], [])
+        return settled.placements[0], [change.after for change in changes]
 
 
 def new_vm_record(vm_id: UUID, name: str, resources: Resources, *, attempt: int = 1) -> VmRecord:

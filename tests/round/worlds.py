@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 from uuid import UUID
 
@@ -75,6 +75,7 @@ class World(Protocol):
         labels: dict[str, str] | None = None,
         exclude: Sequence[str] = (),
         strategy: Strategy | None = None,
+        priority: int = 0,
     ) -> VmToPlace:
         """A pending VM, and what vm.create carries for it."""
         ...
@@ -101,7 +102,12 @@ class World(Protocol):
 
 
 def vm_to_place(
-    resources: Resources, name: str, labels: dict[str, str] | None, exclude: Sequence[str], strategy: Strategy | None
+    resources: Resources,
+    name: str,
+    labels: dict[str, str] | None,
+    exclude: Sequence[str],
+    strategy: Strategy | None,
+    priority: int = 0,
 ) -> VmToPlace:
     return VmToPlace(
         vm_id=uuid.uuid4(),
@@ -110,6 +116,7 @@ def vm_to_place(
         labels=labels or {},
         exclude_hosts=list(exclude),
         strategy=strategy,
+        priority=priority,
     )
 
 
@@ -155,9 +162,10 @@ class MemoryWorld:
         labels: dict[str, str] | None = None,
         exclude: Sequence[str] = (),
         strategy: Strategy | None = None,
+        priority: int = 0,
     ) -> VmToPlace:
-        vm = vm_to_place(resources, name, labels, exclude, strategy)
-        self.ledger.vms[vm.vm_id] = new_vm_record(vm.vm_id, name, resources)
+        vm = vm_to_place(resources, name, labels, exclude, strategy, priority)
+        self.ledger.vms[vm.vm_id] = replace(new_vm_record(vm.vm_id, name, resources), priority=priority)
         return vm
 
     async def vm(self, vm_id: UUID) -> VmRecord:
@@ -264,15 +272,16 @@ class ServersWorld:
         labels: dict[str, str] | None = None,
         exclude: Sequence[str] = (),
         strategy: Strategy | None = None,
+        priority: int = 0,
     ) -> VmToPlace:
-        vm = vm_to_place(resources, name, labels, exclude, strategy)
+        vm = vm_to_place(resources, name, labels, exclude, strategy, priority)
         async with self.engine.begin() as connection:
             await connection.execute(
                 text(
-                    "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, gpu) "
-                    "VALUES (:id, :name, 'pending', :cpu, :memory_mb, :disk_gb, :gpu)"
+                    "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, gpu, priority) "
+                    "VALUES (:id, :name, 'pending', :cpu, :memory_mb, :disk_gb, :gpu, :priority)"
                 ),
-                {"id": vm.vm_id, "name": name, **resources.model_dump()},
+                {"id": vm.vm_id, "name": name, "priority": priority, **resources.model_dump()},
             )
         return vm
 

@@ -21,6 +21,7 @@ from vmsched_common.messages import (
     VmCreate,
     VmDeleted,
     VmOrphaned,
+    VmPreempted,
     VmStatusReport,
     VmUnschedulable,
     VmWaiting,
@@ -143,6 +144,19 @@ def vm_orphaned(broker: RabbitBroker) -> RabbitPublisher:
     )
 
 
+def vm_preempted(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_PREEMPTED,
+        persist=True,
+        schema=VmPreempted,
+        title=topology.VM_PREEMPTED,
+        description="A VM of higher priority that fit nowhere took this VM's room (published by a scheduler, once "
+        "PostgreSQL records both): its capacity is the preemptor's, its agent is told to delete it, then its "
+        "restart policy applies. message_id is '<vm_id>:preempted:<preempted_by>'.",
+    )
+
+
 def agent_command(broker: RabbitBroker) -> RabbitPublisher:
     return broker.publisher(
         exchange=topology.AGENTS_EXCHANGE,
@@ -163,6 +177,7 @@ EVENTS: tuple[Declare, ...] = (
     vm_waiting,
     vm_deleted,
     vm_orphaned,
+    vm_preempted,
     vm_status,
     agent_heartbeat,
     agent_command,

@@ -27,6 +27,7 @@ class VmStatus(StrEnum):
     FAILED = "failed"
     UNSCHEDULABLE = "unschedulable"  # no host could take it
     WAITING = "waiting"  # no host can take it yet; it may wait (wait_s) for room to appear
+    PREEMPTED = "preempted"  # a VM of higher priority took its room; its agent is told to delete it
 
 
 class Event(StrEnum):
@@ -45,6 +46,7 @@ class Event(StrEnum):
     RESTART = "restart"  # the restart policy brings a failed VM back after RESTART_DELAY
     ROOM_APPEARED = "room_appeared"  # the waker saw capacity appear that a waiting VM fits
     WAIT_EXPIRED = "wait_expired"  # a waiting VM's wait_s passed
+    PREEMPTED = "preempted"  # a VM of higher priority that fit nowhere took its room
 
 
 class Capacity(StrEnum):
@@ -100,6 +102,25 @@ TRANSITIONS: tuple[Transition, ...] = (
         note="decided again by the one pipeline; attempt + 1",
     ),
     Transition(E.WAIT_EXPIRED, S.WAITING, S.UNSCHEDULABLE, emits="vm.unschedulable", note="with the last reason"),
+    Transition(
+        E.PREEMPTED,
+        S.SCHEDULED,
+        S.PREEMPTED,
+        Capacity.RELEASE,
+        emits="vm.preempted",
+        note="its room goes to the preemptor in the same transaction; its agent is told to delete it",
+    ),
+    Transition(
+        E.PREEMPTED,
+        S.RUNNING,
+        S.PREEMPTED,
+        Capacity.RELEASE,
+        emits="vm.preempted",
+        note="its room goes to the preemptor in the same transaction; its agent is told to delete it",
+    ),
+    Transition(E.AGENT_DELETED, S.PREEMPTED, S.FAILED, note="the restart policy applies"),
+    Transition(E.HOST_LOST, S.PREEMPTED, S.FAILED, note="nothing left to delete; the restart policy applies"),
+    Transition(E.DELETE_REQUESTED, S.PREEMPTED, S.DELETED, emits="vm.deleted", note="its delete is already sent"),
     Transition(E.AGENT_RUNNING, S.SCHEDULED, S.RUNNING),
     Transition(E.AGENT_RUNNING, S.UNKNOWN, S.RUNNING, note="its host is back"),
     Transition(
@@ -156,6 +177,10 @@ del S, E
 HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(
     {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.UNKNOWN, VmStatus.DELETING}
 )
+# The statuses that imply a message until the broker confirms it (vmsched_common.outbox): vm.create
+# for pending; the delete command for deleting and for preempted.
+IMPLIES_MESSAGE: frozenset[VmStatus] = frozenset({VmStatus.PENDING, VmStatus.DELETING, VmStatus.PREEMPTED})
+IMPLIES_DELETE: frozenset[VmStatus] = frozenset({VmStatus.DELETING, VmStatus.PREEMPTED})
 # Where a VM rests until something happens to it: nothing of vmsched's own is in flight for it.
 SETTLED: frozenset[VmStatus] = frozenset({VmStatus.RUNNING, VmStatus.UNSCHEDULABLE, VmStatus.FAILED, VmStatus.DELETED})
 # No transition leaves these.

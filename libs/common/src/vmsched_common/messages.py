@@ -20,6 +20,9 @@ HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
 LabelValue = Annotated[str, StringConstraints(max_length=255)]
 Labels = dict[LabelKey, LabelValue]
+# How much a VM matters when room is short: one that fits nowhere may preempt VMs of lower priority.
+MAX_PRIORITY = 1000
+Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY)]
 
 
 class TaintEffect(StrEnum):
@@ -198,6 +201,9 @@ class VmToPlace(BaseModel):
     gang: UUID | None = Field(
         default=None, description="the all-or-nothing batch it belongs to: its VMs are placed together or not at all"
     )
+    priority: Priority = Field(
+        default=0, description="0..1000; when it fits nowhere, it may preempt VMs of lower priority"
+    )
 
 
 class VmCreate(Message):
@@ -357,6 +363,20 @@ class VmDeleted(Message):
     schema_version: Literal[1] = 1
     vm_id: UUID
     hypervisor_id: HostId | None = None
+
+
+class VmPreempted(Message):
+    """``vm.preempted``: a VM of higher priority that fit nowhere took this VM's room on its host.
+    Its capacity is the preemptor's from this moment; its agent is told to delete it, and then its
+    restart policy applies (``on_failure``: placed again, or waiting for room; ``never``: it ends
+    ``failed``)."""
+
+    schema_version: Literal[1] = 1
+    vm_id: UUID
+    hypervisor_id: HostId
+    priority: Priority
+    preempted_by: UUID = Field(description="the VM that took its room")
+    preemptor_priority: Priority
 
 
 class OrphanKind(StrEnum):

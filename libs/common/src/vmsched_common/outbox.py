@@ -21,15 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_common.batching import Batcher
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import VmStatus, sql_in
+from vmsched_common.lifecycle import IMPLIES_DELETE, IMPLIES_MESSAGE, VmStatus, sql_in
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import CommandAction, VmToPlace
 from vmsched_common.publishing import Publisher
 
 log = get_logger(__name__)
 
-# The statuses that imply a message: vm.create for pending, the delete command for deleting.
-UNANSWERED = (VmStatus.PENDING.value, VmStatus.DELETING.value)
+UNANSWERED = tuple(status.value for status in VmStatus if status in IMPLIES_MESSAGE)
 
 # Rows are locked in id order, as every writer of several VMs does (see the scheduler's ledger), and
 # found by id alone: the status is checked on the locked row (a status condition in the lookup can
@@ -69,7 +68,7 @@ async def publish_implied(publisher: Publisher, rows: Sequence[VmRecord]) -> Non
     sends = [
         publisher.command(vm.hypervisor_id, vm.command(CommandAction.DELETE))
         for vm in rows
-        if vm.status is VmStatus.DELETING and vm.hypervisor_id is not None
+        if vm.status in IMPLIES_DELETE and vm.hypervisor_id is not None
     ]
     gangs: dict[UUID, list[VmToPlace]] = defaultdict(list)
     for vm in pending:

@@ -35,6 +35,7 @@ from vmsched_common.messages import (
     VmCreate,
     VmDeleted,
     VmOrphaned,
+    VmPreempted,
     VmToPlace,
     VmUnschedulable,
     VmWaiting,
@@ -110,6 +111,11 @@ class Publisher:
 
     async def vm_orphaned(self, event: VmOrphaned) -> None:
         await self._publisher(events.vm_orphaned).publish(event, message_id=f"{event.vm_id}:orphaned:{event.host_id}")
+
+    async def vm_preempted(self, event: VmPreempted) -> None:
+        await self._publisher(events.vm_preempted).publish(
+            event, message_id=f"{event.vm_id}:preempted:{event.preempted_by}"
+        )
 
     async def command(self, host_id: str, command: AgentCommand) -> None:
         """A command on ``agent.<host_id>`` (through the ``vmsched.agents`` exchange), returned once

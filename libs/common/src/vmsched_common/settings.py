@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # How long a VM request that names no wait_s may wait for room when no host fits it (Orchard
     # keeps such VMs pending until a worker fits); 0: it is unschedulable at once (seed 001).
     default_wait_s: Annotated[int, Field(ge=0, le=MAX_WAIT_S)] = 0
+    # A VM that fits nowhere may take the room of VMs of lower priority (Kubernetes' preemption);
+    # off: priority only orders nothing, and such a VM waits or is unschedulable as any other.
+    preemption: bool = True
 
     # A host silent this long is offline and its VMs "unknown" (presumed running: nothing is failed
     # or deleted); silent for AGENT_LOST_TIMEOUT, its VMs fail and their restart policy applies.

@@ -40,7 +40,9 @@ from vmsched_common.fit import RESOURCES, lua_shortfall_function
 from vmsched_common.groups import LUA_GROUP_RULE, GroupRule
 from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Usage
 
-ClaimOutcome = Literal["claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang"]
+ClaimOutcome = Literal[
+    "claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang", "victim_moved"
+]
 
 
 def allocated_field(field: str) -> str:
@@ -233,12 +235,23 @@ def lua_table(values: Iterable[str | None]) -> str:
 
 def render_script(name: str) -> str:
     """A script of ``lua/`` with the fit rule and the resource field lists pasted in."""
-    text = files("vmsched_common").joinpath("lua", f"{name}.lua").read_text()
+    scripts = files("vmsched_common").joinpath("lua")
+    text = scripts.joinpath(f"{name}.lua").read_text()
     return (
-        text.replace("{{fit rule}}", lua_shortfall_function())
+        text.replace("{{release claim}}", scripts.joinpath("release_claim.lua").read_text())
+        .replace("{{fit rule}}", lua_shortfall_function())
         .replace("{{group rule}}", LUA_GROUP_RULE)
         .replace("{{resource fields}}", lua_table(rule.field for rule in RESOURCES))
         .replace("{{ratio fields}}", lua_table(rule.ratio_field for rule in RESOURCES))
+    )
+
+
+def _claimed(replies: Any, changes: Any) -> Claimed:
+    """The claim script's reply: per claim (outcome, detail); per host changed, its id, its change
+    number before and its new one."""
+    return Claimed(
+        [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies],
+        {changes[at]: OwnChange(int(float(changes[at + 1])), int(changes[at + 2])) for at in range(0, len(changes), 3)},
     )
 
 
@@ -427,14 +440,20 @@ class Snapshot:
             keys += [self.group_key(group), self.group_vms_key(group)]
             args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
             args += _NO_GROUP_ARGS if claim.group is None else claim.group.args()
-        replies, changes = await self._claim(keys=keys, args=args)
-        return Claimed(
-            [ClaimResult(outcome=outcome, detail=detail) for outcome, detail in replies],
-            {
-                changes[at]: OwnChange(int(float(changes[at + 1])), int(changes[at + 2]))
-                for at in range(0, len(changes), 3)
-            },
-        )
+        return _claimed(*await self._claim(keys=keys, args=args))
+
+    async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
+        """Claim for ``claim.vm_id`` as if ``victims`` (VMs claimed on ``claim.host_id``) were gone,
+        and if it fits, release their claims and reserve it, in one atomic step: the room the victims
+        leave is never free for anyone else. ``victim_moved`` when a victim holds no claim there."""
+        group = "-" if claim.group is None else str(claim.group.rule.id)
+        keys = [self.changed_key, self.seq_key, self.host_key(claim.host_id), self.claim_key(claim.vm_id)]
+        keys += [self.host_vms_key(claim.host_id), self.group_key(group), self.group_vms_key(group)]
+        keys += [self.claim_key(vm_id) for vm_id in victims]
+        args: list[str] = [repr(now), "p", str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
+        args += _NO_GROUP_ARGS if claim.group is None else claim.group.args()
+        args += [str(vm_id) for vm_id in victims]
+        return _claimed(*await self._claim(keys=keys, args=args))
 
     async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
         (result,) = (await self.claim_many([Claim(vm_id, host_id, resources)], now)).results

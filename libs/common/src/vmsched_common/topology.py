@@ -23,6 +23,7 @@ VM_WAITING = "vm.waiting"
 VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"
+VM_PREEMPTED = "vm.preempted"
 AGENT_HEARTBEAT = "agent.heartbeat"
 
 # Header a consumer sets when it dead-letters a message itself, saying why.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import Capacity, Condition, Event, Transition, VmStatus, choose
@@ -110,6 +111,15 @@ def agent_deleted(vm: VmRecord, agent_id: str, now: float) -> Change | None:
     transition = choose(Event.AGENT_DELETED, vm.status)
     if transition is None:
         return None
+    if transition.target is VmStatus.FAILED:  # preempted: gone now; its restart policy applies
+        after = replace(
+            vm,
+            status=VmStatus.FAILED,
+            status_reason=vm.status_reason,
+            attempts=_history(vm, "preempted", vm.status_reason or "", now),
+            failed_at=datetime.fromtimestamp(now, UTC),
+        )
+        return Change(vm, after, transition)
     after = replace(vm, status=VmStatus.DELETED, status_reason=None, attempts=_history(vm, "deleted", "", now))
     return Change(vm, after, transition)
 
@@ -172,6 +182,13 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             status_reason=f"deleted: host {host} was lost",
             attempts=_history(vm, "deleted", f"host {host} was lost", now),
         )
+    elif vm.status is VmStatus.PREEMPTED:
+        after = replace(
+            vm,
+            status=VmStatus.FAILED,
+            attempts=_history(vm, "preempted", f"host {host} was lost before it deleted the VM", now),
+            failed_at=datetime.fromtimestamp(now, UTC),
+        )
     else:
         after = replace(
             vm,
@@ -182,6 +199,17 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)
+
+
+def preempted(vm: VmRecord, by: VmRecord | UUID, by_priority: int) -> Change | None:
+    """A VM of priority ``by_priority`` took this VM's room on its host (the caller holds both rows
+    and moves the capacity in the same transaction)."""
+    transition = choose(Event.PREEMPTED, vm.status)
+    if transition is None:
+        return None
+    preemptor = by.id if isinstance(by, VmRecord) else by
+    reason = f"preempted by VM {preemptor} (priority {by_priority} > {vm.priority}) on {vm.hypervisor_id}"
+    return Change(vm, replace(vm, status=VmStatus.PREEMPTED, status_reason=reason, preempted_by=preemptor), transition)
 
 
 def restart(vm: VmRecord) -> Change | None:

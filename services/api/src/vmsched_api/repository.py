@@ -98,6 +98,8 @@ def to_vm(vm: VmRecord) -> Vm:
         wait_s=vm.wait_s,
         wait_until=vm.wait_until,
         gang_id=vm.gang_id,
+        priority=vm.priority,
+        preempted_by=vm.preempted_by,
     )
 
 
@@ -186,6 +188,7 @@ class Repository:
                 "wait_s": body.waits(defaults),
                 "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
                 "gang_id": gang,
+                "priority": body.priority,
             }
             for body in bodies
         ]

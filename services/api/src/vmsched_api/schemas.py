@@ -21,6 +21,7 @@ from vmsched_common.messages import (
     Labels,
     LabelValue,
     Overcommit,
+    Priority,
     Resources,
     RestartPolicy,
     Taint,
@@ -84,6 +85,11 @@ class VmRequest(BaseModel):
         "first as soon as capacity appears, then unschedulable with the last reason; 0: unschedulable at once; "
         "omitted: VMSCHED_DEFAULT_WAIT_S",
     )
+    priority: Priority = Field(
+        default=0,
+        description="0..1000: when the VM fits nowhere, it may preempt VMs of lower priority on one host "
+        "(the cheapest set: lowest priorities first, then fewest VMs; VMSCHED_PREEMPTION)",
+    )
 
     def waits(self, defaults: VmDefaults) -> int:
         """How long the VM may wait for room: what it asks, else the default."""
@@ -146,6 +152,8 @@ class Vm(BaseModel):
     gang_id: UUID | None = Field(
         default=None, description="the all-or-nothing batch it belongs to (placed together or not at all)"
     )
+    priority: int = Field(default=0, description="0..1000: it may preempt VMs of lower priority")
+    preempted_by: UUID | None = Field(default=None, description="the VM of higher priority that took its room")
 
 
 class ServerGroupRequest(BaseModel):

@@ -21,6 +21,7 @@ from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmCreate
 from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
+from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
@@ -73,12 +74,17 @@ def build_app(settings: Settings) -> SchedulerApp:
         fleet,
         snapshot,
         PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
-        RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout),
+        RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
         rng=random.Random(),
         groups=groups,
     )
     publisher = Publisher(broker)
-    intake = PlacementIntake(scheduling_round, publisher, max_vms=ROUND_SIZE)
+    intake = PlacementIntake(
+        scheduling_round,
+        publisher,
+        max_vms=ROUND_SIZE,
+        send_deletes=lambda records: publish_rows(publisher, engine, records),
+    )
     subscribe(broker, intake)
     waker = Waker(
         engine, snapshot, publisher, offline_timeout=settings.agent_offline_timeout, weights=weights, groups=groups

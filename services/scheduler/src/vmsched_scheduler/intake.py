@@ -20,8 +20,10 @@ from opentelemetry import context as otel_context
 
 from vmsched_common.amqp import TransientError
 from vmsched_common.batching import Batcher
+from vmsched_common.db.records import VmRecord
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import VmCreate
+from vmsched_common.messages import VmCreate, VmPreempted
+from vmsched_common.outbox import publish_implied
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.metrics import ROUND_VMS
 from vmsched_scheduler.round import (
@@ -47,6 +49,7 @@ class PlacementIntake:
         scheduling_round: SchedulingRound,
         publisher: Publisher,
         *,
+        send_deletes: Callable[[Sequence[VmRecord]], Awaitable[None]] | None = None,
         max_vms: int,
         max_delay: float = 0.003,
         later_limit: float = 60.0,
@@ -54,6 +57,9 @@ class PlacementIntake:
         self.round = scheduling_round
         self.publisher = publisher
         self.later_limit = later_limit
+        # The delete command each preempted VM's status implies, sent and recorded as sent (the
+        # outbox's sweeper sends again what this misses).
+        self.send_deletes = send_deletes or (lambda records: publish_implied(publisher, records))
         self._batcher: Batcher[RoundItem, Outcome] = Batcher(
             self._run_round, name="placements", max_size=max_vms, max_delay=max_delay
         )
@@ -75,6 +81,9 @@ class PlacementIntake:
             sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
         if waiting:
             sends.append(self.publisher.vm_waiting([o.waiting for o in waiting]))
+        for vm, outcome in zip(message.vms, outcomes, strict=True):
+            if isinstance(outcome, Assigned) and outcome.preempted:
+                sends.append(self._announce_preempted(vm.priority, outcome.preempted))
         await asyncio.gather(*sends)
         for vm, outcome in zip(message.vms, outcomes, strict=True):
             if isinstance(outcome, Assigned) and outcome.fresh:
@@ -83,6 +92,23 @@ class PlacementIntake:
                         log.info(line)
             elif isinstance(outcome, Ignored):
                 log.info("vm.create ignored", vm_id=str(vm.vm_id), why=outcome.why)
+
+    async def _announce_preempted(self, priority: int, victims: Sequence[VmRecord]) -> None:
+        """``vm.preempted`` for each victim, and its agent's delete command."""
+        events = [
+            self.publisher.vm_preempted(
+                VmPreempted(
+                    vm_id=victim.id,
+                    hypervisor_id=victim.hypervisor_id or "",
+                    priority=victim.priority,
+                    preempted_by=victim.preempted_by,
+                    preemptor_priority=priority,
+                )
+            )
+            for victim in victims
+            if victim.preempted_by is not None
+        ]
+        await asyncio.gather(*events, self.send_deletes(victims))
 
     async def _settle(self, item: RoundItem) -> Outcome:
         started = time.monotonic()

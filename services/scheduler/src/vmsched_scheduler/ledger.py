@@ -26,12 +26,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.db.vm_writes import LOCK_VMS, apply
 from vmsched_common.fit import RESOURCES, sql_fits
 from vmsched_common.groups import GroupPolicy
-from vmsched_common.lifecycle import Condition, Event, VmStatus, transition
+from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in, transition
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
+from vmsched_common.vm_changes import preempted
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
+from vmsched_scheduler.placement import Demand
+from vmsched_scheduler.placement.preemption import Resident
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
@@ -111,6 +115,14 @@ _SETTLE_NO_HOSTS = text(
 )
 
 _LOAD = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+_RESIDENTS = text(
+    f"""
+    SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu FROM vms
+     WHERE hypervisor_id = ANY(CAST(:hosts AS text[])) AND status IN {sql_in(sources(Event.PREEMPTED))}
+       AND priority < :below
+    """
+)
 
 _ONLINE_HOSTS = text(f"SELECT count(*) FROM hosts WHERE status = '{HostStatus.ONLINE.value}' AND NOT scheduling_paused")
 
@@ -257,6 +269,47 @@ class PostgresLedger:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_LOAD, {"ids": list(vm_ids)})).all()
         return {row.id: VmRecord.from_row(row) for row in rows}
+
+    async def residents(self, host_ids: Sequence[str], below: int) -> Mapping[str, list[Resident]]:
+        if not host_ids or below <= 0:
+            return {}
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(_RESIDENTS, {"hosts": list(host_ids), "below": below})
+            found: dict[str, list[Resident]] = {}
+            for row in rows:
+                demand = Demand(row.cpu, row.memory_mb, row.disk_gb, row.gpu)
+                found.setdefault(row.hypervisor_id, []).append(Resident(str(row.id), row.priority, demand))
+        return found
+
+    async def settle_preemption(
+        self, placement: Placement, victims: Sequence[UUID], priority: int
+    ) -> tuple[PlacementResult, list[VmRecord]]:
+        async with self.engine.connect() as connection, connection.begin() as transaction:
+            ids = sorted({placement.vm_id, *victims})
+            records = {row.id: VmRecord.from_row(row) for row in await connection.execute(LOCK_VMS, {"ids": ids})}
+            preemptor = records.get(placement.vm_id)
+            if preemptor is None or preemptor.status is not PLACED.source or preemptor.attempt != placement.attempt:
+                return PlacementResult(Committed.NOT_PENDING), []
+            changes = []
+            for vm_id in victims:
+                victim = records.get(vm_id)
+                change = (
+                    None if victim is None or victim.priority >= priority else preempted(victim, preemptor, priority)
+                )
+                if change is None or change.before.hypervisor_id != placement.host_id:
+                    return PlacementResult(Committed.VICTIM_MOVED), []
+                changes.append(change)
+            groups = hard_groups([placement])
+            if groups:
+                await connection.execute(LOCK_GROUPS, {"ids": groups})
+            rows = await connection.execute(_LOCK_HOSTS, {"hosts": [placement.host_id]})
+            labels = {row.id: row.labels or {} for row in rows}
+            landed = await apply(connection, changes)  # their room goes back to the host...
+            result = (await self._settle_placements(connection, [placement], labels))[placement.vm_id]
+            if result.outcome is not Committed.PLACED or len(landed) != len(changes):
+                await transaction.rollback()  # ...and stays theirs unless the preemptor takes it
+                return result, []
+        return result, [change.after for change in landed]
 
     async def online_hosts(self) -> int:
         async with self.engine.connect() as connection:

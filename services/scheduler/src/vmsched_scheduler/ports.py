@@ -21,6 +21,7 @@ from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, GroupClaim, OwnChange
 from vmsched_scheduler.placement import Fleet
+from vmsched_scheduler.placement.preemption import Resident
 
 
 class FleetView(Protocol):
@@ -50,6 +51,11 @@ class ClaimStore(Protocol):
         ...
 
     async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]: ...
+
+    async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
+        """Claim as if ``victims`` (claimed on ``claim.host_id``) were gone; if it fits, release their
+        claims and reserve, in one atomic step (``victim_moved`` when one holds no claim there)."""
+        ...
 
     async def next_round_robin(self, count: int = 1) -> int:
         """The first of ``count`` consecutive values of the cursor every replica shares."""
@@ -88,6 +94,7 @@ class Committed(enum.Enum):
     GROUP_REFUSED = "group_refused"  # PostgreSQL's guard: its server group's rule refuses the host
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
+    VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,4 +131,16 @@ class Ledger(Protocol):
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         """The VMs as PostgreSQL has them now (those that exist)."""
+        ...
+
+    async def residents(self, host_ids: Sequence[str], below: int) -> Mapping[str, list[Resident]]:
+        """Per host, the VMs of priority below ``below`` a preemption may remove from it."""
+        ...
+
+    async def settle_preemption(
+        self, placement: Placement, victims: Sequence[UUID], priority: int
+    ) -> tuple[PlacementResult, list[VmRecord]]:
+        """In one transaction: the victims (still on the placement's host, below ``priority``) become
+        ``preempted`` and give their room back, and the placement is made under the host's guard; or
+        nothing changes. The result, and the victims as now recorded (empty unless PLACED)."""
         ...

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from uuid import UUID
 
 from opentelemetry import context as otel_context
 
@@ -51,6 +52,7 @@ from vmsched_scheduler.placement import (
     selected_line,
 )
 from vmsched_scheduler.placement.model import PlacementGroup
+from vmsched_scheduler.placement.preemption import cheapest, preemptible_rows
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
 
@@ -73,6 +75,7 @@ class Assigned:
     assignment: Assignment
     fresh: bool  # placed by this round; False: announced again from PostgreSQL (a redelivery)
     log_lines: tuple[str, ...] = ()  # the seed's "Scheduling VM ..." and "Selected agent ..." lines
+    preempted: tuple[VmRecord, ...] = ()  # the VMs whose room it took, as now recorded (preempted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class RoundSettings:
     offline_timeout: float
     max_passes: int = 4
     fallbacks: int = 4  # hosts ranked after the chosen one, recorded as candidates
+    preemption: bool = True  # VMSCHED_PREEMPTION: a VM that fits nowhere may take lower-priority VMs' room
 
 
 @dataclass(slots=True)
@@ -188,6 +192,8 @@ class SchedulingRound:
             nowhere = []
         again = await self._claim(placing, fleet)
         claimed = [c for c in placing if c.host_id]
+        if self.settings.preemption:
+            nowhere = [c for c in nowhere if not await self._preempt(c, groups, outcomes)]
         again += await self._settle(claimed, nowhere, outcomes)
         return again
 
@@ -347,6 +353,65 @@ class SchedulingRound:
         if needless:
             await self.claims.release_many(needless)
             await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
+
+    # -- preemption ----------------------------------------------------------------------------
+    async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:
+        """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host (see
+        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room.
+
+        PostgreSQL first, in one transaction: the victims become ``preempted`` and give their room
+        back, and the VM is placed under the host's guard. Then Redis, in one script: the victims'
+        claims become the VM's. Until then the victims' claims keep the room, so no other VM takes
+        it; should the script be refused (the snapshot drifted), the periodic reconcile restores the
+        snapshot from PostgreSQL."""
+        vm = choice.work.item.vm
+        if vm.priority <= 0 or choice.gang_failure:
+            return False
+        request = _placement_request(choice.work, choice.placement_group)
+        context = DecisionContext(
+            now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
+        )
+        fleet = self.fleet.fleet
+        hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
+        residents = await self.ledger.residents([host.id for host in hosts], vm.priority)
+        victims = cheapest([h for h in hosts if h.id in residents], request.demand, vm.priority, residents)
+        if victims is None:
+            return False
+        victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
+        choice.host_id = victims.host_id
+        group = groups.claim(request, fleet, context)
+        placement = replace(self._placement(choice), group=group)
+        with traced_step("preempt", [choice.work.item.trace]) as spans:
+            result, preempted = await self.ledger.settle_preemption(placement, victim_ids, vm.priority)
+            spans.outcomes([result.outcome.value])
+        if result.outcome is not Committed.PLACED or result.scheduled_at is None:
+            log.info("preemption not made", vm_id=str(vm.vm_id), host=victims.host_id, outcome=result.outcome.value)
+            choice.host_id = ""
+            await self.fleet.reread({victims.host_id})
+            return False
+        claim = Claim(vm.vm_id, victims.host_id, vm.resources, group)
+        swapped = await self.claims.preempt(claim, victim_ids, self.clock())
+        if not swapped.results[0].holds:
+            log.warning(
+                "preemption committed but the snapshot refused the swap; the reconcile will restore it",
+                vm_id=str(vm.vm_id),
+                host=victims.host_id,
+                outcome=swapped.results[0].outcome,
+            )
+        await self.fleet.reread({victims.host_id})
+        PLACEMENTS.labels(placement.strategy.value, "preempted").inc()
+        log.info(
+            f"VM '{vm.name}' (priority {vm.priority}) preempted {len(preempted)} VMs on '{victims.host_id}'",
+            vm_id=str(vm.vm_id),
+            victims=[str(record.id) for record in preempted],
+        )
+        outcomes[choice.work.index] = Assigned(
+            _assignment(vm, placement, result.scheduled_at),
+            True,
+            self._log_lines(vm, placement),
+            tuple(preempted),
+        )
+        return True
 
     # -- all or nothing -------------------------------------------------------------------------
     async def run_gang(self, items: Sequence[RoundItem]) -> list[Outcome]:

@@ -153,9 +153,7 @@ def test_on_one_resource_the_number_of_victims_is_the_fewest_brute_force_finds(
             if fits_after(hv, Demand(need, 0, 0), chosen):
                 cost = (max(r.priority for r in chosen), count)
                 best = cost if best is None or cost < best else best
-    if fits_after(hv, Demand(need, 0, 0), ()):
-        assert found is None
-    elif best is None:
+    if fits_after(hv, Demand(need, 0, 0), ()) or best is None:
         assert found is None
     else:
         assert found is not None

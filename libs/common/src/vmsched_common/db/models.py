@@ -74,6 +74,10 @@ class VmRow(Base):
     wait_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The VMs of one all-or-nothing batch share it: placed together or not at all.
     gang_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # 0..1000: a VM that fits nowhere may preempt VMs of lower priority (docs/placement.md).
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The VM that preempted it, while and after it is preempted.
+    preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -82,7 +86,7 @@ class VmRow(Base):
         Index(
             "ix_vms_unpublished",
             "updated_at",
-            postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting')"),
+            postgresql_where=text("published_at IS NULL AND status IN ('pending', 'deleting', 'preempted')"),
         ),
         Index("ix_vms_server_group", "server_group", "status", postgresql_where=text("server_group IS NOT NULL")),
         Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),

@@ -58,6 +58,8 @@ VM_FIELDS = (
     "wait_s",
     "wait_until",
     "gang_id",
+    "priority",
+    "preempted_by",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -145,6 +147,8 @@ class VmRecord:
     wait_s: int = 0  # how long it may wait for room when no host fits it
     wait_until: datetime | None = None  # until when (None: it may not wait)
     gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
+    priority: int = 0  # 0..1000: it may preempt VMs of lower priority
+    preempted_by: UUID | None = None  # the VM that preempted it
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -174,6 +178,8 @@ class VmRecord:
             wait_s=row.wait_s,
             wait_until=row.wait_until,
             gang_id=row.gang_id,
+            priority=row.priority,
+            preempted_by=row.preempted_by,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -194,6 +200,7 @@ class VmRecord:
             attempt=self.attempt,
             server_group=self.server_group,
             gang=self.gang_id,
+            priority=self.priority,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

@@ -17,11 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from vmsched_common.db.records import VM_COLUMNS
 from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import IMPLIES_MESSAGE
 from vmsched_common.vm_changes import Change
 
-# The message a status implies is unsent until the outbox marks it (see vmsched_common.outbox).
-_IMPLIES_MESSAGE = (VmStatus.PENDING, VmStatus.DELETING)
 _FIELDS = [rule.field for rule in RESOURCES]
 
 LOCK_VMS = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE")
@@ -32,7 +30,7 @@ _APPLY = text(
        SET status = :status, status_reason = :status_reason, hypervisor_id = :hypervisor_id, attempt = :attempt,
            failures = :failures, exclusions = CAST(:exclusions AS jsonb), attempts = CAST(:attempts AS jsonb),
            restart_count = :restart_count, scheduled_at = :scheduled_at, started_at = :started_at,
-           failed_at = :failed_at, updated_at = now(),
+           failed_at = :failed_at, preempted_by = :preempted_by, updated_at = now(),
            published_at = CASE WHEN CAST(:unsent AS boolean) THEN NULL ELSE published_at END
      WHERE id = :id AND status = :expected
     RETURNING id
@@ -70,7 +68,8 @@ async def apply(connection: AsyncConnection, changes: Sequence[Change]) -> list[
                     "scheduled_at": after.scheduled_at,
                     "started_at": after.started_at,
                     "failed_at": after.failed_at,
-                    "unsent": after.status in _IMPLIES_MESSAGE and after.status is not change.before.status,
+                    "preempted_by": after.preempted_by,
+                    "unsent": after.status in IMPLIES_MESSAGE and after.status is not change.before.status,
                 },
             )
         ).first()

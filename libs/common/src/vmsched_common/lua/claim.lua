@@ -5,15 +5,18 @@
 -- group's members per domain (its counts hash, kept by this script and release.lua), and counts it.
 -- KEYS: changed zset, seq counter, then per claim: host hash, claim hash, host's claimed-vm set,
 --   group's counts hash, group's claimed-vm set (placeholders for a VM of no group)
--- ARGV: now, all_or_nothing ('1': every claim is checked before any is reserved, and none is
---   reserved unless all fit; those on one host count together, and so do members of one group in
---   one domain), then per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS
+-- ARGV: now, mode: '0' each claim alone; '1' all or nothing (every claim is checked before any is
+--   reserved, and none is reserved unless all fit; those on one host count together, and so do
+--   members of one group in one domain); 'p' preempt (one claim, made only if it fits once the
+--   victims named after it leave its host: then their claims are released in the same step), then
+--   per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS
 --   order), then group id ('' for none), reason name, hard ('1' or '0'), policy, topology key,
 --   max_per_domain, max_skew, the number of eligible domains (spread) and the domains
 -- Returns {results, changes}: per claim {outcome, detail}: {'claimed', host} | {'held', host} |
 --   {'unknown_host', ''} | {'offline', status} | {'paused', ''} | {'insufficient', resource name} |
 --   {'group', why} | {'gang', ''} (all or nothing: this one fits, another does not; nothing was
---   reserved);
+--   reserved) | {'victim_moved', vm_id} (preempt: a victim holds no claim on the host any more);
+-- In preempt mode, after the claim: ARGV the victims' vm_ids, KEYS their claim hashes.
 --   and per host claimed on, host, the change number it had before this call, its new one: the
 --   caller, who booked these claims on its own copy, need not read those hosts again.
 {{fit rule}}
@@ -36,6 +39,8 @@ for i = 1, R do
 end
 
 local changed = {}
+
+{{release claim}}
 
 -- Why the host cannot take need on top of what it holds (and of `booked`, what earlier claims of an
 -- all-or-nothing call would add), or nil when it can.
@@ -162,7 +167,8 @@ end
 
 local claims = {}
 local arg = 3
-for c = 1, (#KEYS - 2) / 5 do
+local preempt = ARGV[2] == 'p'
+for c = 1, preempt and 1 or (#KEYS - 2) / 5 do
   local need = {}
   for i = 1, R do
     need[i] = tonumber(ARGV[arg + 1 + i])
@@ -188,7 +194,41 @@ for c = 1, (#KEYS - 2) / 5 do
 end
 
 local results = {}
-if ARGV[2] == '1' then
+if preempt then
+  local k = claims[1]
+  local held = redis.call('HGET', k.claim_key, 'host')
+  if held then
+    results[1] = {'held', held}
+  else
+    -- What the victims hold on the host comes off its allocations before the fit rule is checked.
+    local freed = {}
+    for i = 1, R do
+      freed[i] = 0
+    end
+    for v = 1, #KEYS - 7 do
+      local c = redis.call('HMGET', KEYS[7 + v], 'host', unpack(RESOURCE_FIELDS))
+      if c[1] ~= k.host or redis.call('SISMEMBER', k.vms_key, ARGV[arg + v - 1]) == 0 then
+        results[1] = {'victim_moved', ARGV[arg + v - 1]}
+        break
+      end
+      for i = 1, R do
+        freed[i] = freed[i] - tonumber(c[i + 1] or '0')
+      end
+    end
+    if not results[1] then
+      local why, domain = check(k, freed, nil)
+      if why then
+        results[1] = why
+      else
+        local prefix = string.sub(k.host_key, 1, #k.host_key - #(':host:' .. k.host))
+        for v = 1, #KEYS - 7 do
+          release_claim(prefix, KEYS[7 + v], ARGV[arg + v - 1])
+        end
+        results[1] = reserve(k, domain, ARGV[1])
+      end
+    end
+  end
+elseif ARGV[2] == '1' then
   -- All or nothing: check every claim, each host with what earlier ones put on it and each group
   -- domain with the members earlier ones put in it, before any is kept.
   local booked, pending, domains, refused = {}, {}, {}, false

@@ -1,0 +1,44 @@
+-- Give one VM's claim back to its host and its place back to its server group (rendered into
+-- release.lua and claim.lua from lua/release_claim.lua). Returns the host the claim was on, or nil.
+-- Needs RESOURCE_FIELDS and R; marks the host in `changed`.
+local RELEASE_READ = {'host'}
+for i = 1, #RESOURCE_FIELDS do
+  RELEASE_READ[#RELEASE_READ + 1] = RESOURCE_FIELDS[i]
+end
+RELEASE_READ[#RELEASE_READ + 1] = 'group'
+RELEASE_READ[#RELEASE_READ + 1] = 'domain'
+
+local function release_claim(prefix, claim_key, vm)
+  local c = redis.call('HMGET', claim_key, unpack(RELEASE_READ))
+  local host = c[1]
+  if not host then
+    return nil
+  end
+  local hk = prefix .. ':host:' .. host
+  -- A host re-created after a flush carries allocations read from PostgreSQL, where this VM may
+  -- already be released; only a synced hash that lists the VM holds the claim's share.
+  if redis.call('HGET', hk, 'synced') == '1' and redis.call('SISMEMBER', hk .. ':vms', vm) == 1 then
+    for i = 1, R do
+      -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY rejects (and a script error
+      -- does not undo the increments before it).
+      local amount = tonumber(c[i + 1] or '0')
+      if amount ~= 0 then
+        redis.call('HINCRBY', hk, 'a_' .. RESOURCE_FIELDS[i], 0 - amount)
+      end
+    end
+    redis.call('HINCRBY', hk, 'vm_count', -1)
+  end
+  redis.call('SREM', hk .. ':vms', vm)
+  local group, domain = c[R + 2], c[R + 3]
+  -- As for hosts: only a group whose set lists the VM counts it (after a flush, reconcile_group
+  -- rebuilds the counts from PostgreSQL).
+  if group and domain then
+    local gk = prefix .. ':group:' .. group
+    if redis.call('SREM', gk .. ':vms', vm) == 1 and redis.call('HINCRBY', gk, domain, -1) <= 0 then
+      redis.call('HDEL', gk, domain)
+    end
+  end
+  redis.call('DEL', claim_key)
+  changed[host] = true
+  return host
+end

@@ -1,0 +1,83 @@
+"""Preemption in a round, on the in-memory fakes and on the real Redis and PostgreSQL alike: a VM that
+fits nowhere takes the room of VMs of lower priority, in both stores at once, and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.round.worlds import World
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import Resources
+from vmsched_scheduler.round import Assigned, NotPlaced, RoundItem
+
+HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
+SMALL = Resources(cpu=2, memory_mb=2048, disk_gb=10)
+LARGE = Resources(cpu=4, memory_mb=4096, disk_gb=10)
+
+
+async def fill(world: World, *priorities: int) -> list[Assigned]:
+    """One VM of SMALL per priority, placed by a round."""
+    vms = [await world.add_vm(SMALL, name=f"low-{n}", priority=p) for n, p in enumerate(priorities)]
+    outcomes = await world.round.run([RoundItem(vm) for vm in vms])
+    assert all(isinstance(o, Assigned) for o in outcomes), outcomes
+    return [o for o in outcomes if isinstance(o, Assigned)]
+
+
+async def test_a_vm_that_fits_nowhere_takes_the_room_of_the_fewest_lowest_priority_vms(world: World) -> None:
+    await world.add_host("hv-1", HOST)
+    placed = await fill(world, 10, 5, 5, 100)  # the host is full
+    urgent = await world.add_vm(LARGE, name="urgent", priority=500)
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, Assigned), outcome
+    assert outcome.assignment.hypervisor_id == "hv-1"
+    victims = {record.id for record in outcome.preempted}
+    lowest = {a.assignment.vm_id for a in placed[1:3]}  # the two of priority 5
+    assert victims == lowest
+    for victim in victims:
+        stored = await world.vm(victim)
+        assert stored.status is VmStatus.PREEMPTED
+        assert stored.preempted_by == urgent.vm_id
+        assert await world.claimed_on(victim) is None
+    assert (await world.vm(urgent.vm_id)).status is VmStatus.SCHEDULED
+    assert await world.claimed_on(urgent.vm_id) == "hv-1"
+    in_pg, in_snapshot = await world.allocated("hv-1")
+    assert in_pg == in_snapshot == Resources(cpu=8, memory_mb=8192, disk_gb=30)  # 10, 100 and urgent
+
+
+async def test_nothing_of_equal_or_higher_priority_is_taken(world: World) -> None:
+    await world.add_host("hv-1", HOST)
+    await fill(world, 500, 500, 900, 900)
+    urgent = await world.add_vm(LARGE, name="urgent", priority=500)
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, NotPlaced)
+    assert outcome.unplaced.reason == "cpu"
+    in_pg, in_snapshot = await world.allocated("hv-1")
+    assert in_pg == in_snapshot == Resources(cpu=8, memory_mb=8192, disk_gb=40)
+
+
+async def test_a_vm_of_priority_zero_never_preempts(world: World) -> None:
+    await world.add_host("hv-1", HOST)
+    await fill(world, 0, 0, 0, 0)
+    plain = await world.add_vm(SMALL, name="plain")
+    (outcome,) = await world.round.run([RoundItem(plain)])
+    assert isinstance(outcome, NotPlaced)
+
+
+async def test_with_preemption_off_priority_takes_nothing(world: World) -> None:
+    await world.add_host("hv-1", HOST)
+    await fill(world, 0, 0, 0, 0)
+    world.round.settings = replace(world.round.settings, preemption=False)
+    urgent = await world.add_vm(SMALL, name="urgent", priority=1000)
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, NotPlaced)
+
+
+async def test_a_host_the_vm_may_not_use_is_never_emptied_for_it(world: World) -> None:
+    await world.add_host("hv-a", HOST, labels={"zone": "a"})
+    await world.add_host("hv-b", HOST, labels={"zone": "b"})
+    await fill(world, *[0] * 8)  # both full
+    urgent = await world.add_vm(LARGE, name="urgent", priority=100, labels={"zone": "b"})
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, Assigned)
+    assert outcome.assignment.hypervisor_id == "hv-b"
+    assert {(await world.vm(r.id)).hypervisor_id for r in outcome.preempted} == {"hv-b"}

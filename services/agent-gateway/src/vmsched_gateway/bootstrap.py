@@ -24,6 +24,7 @@ from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.orphans import Orphans
+from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
@@ -46,14 +47,16 @@ def build_app(settings: Settings) -> FastStream:
     queues = AgentQueues(broker)
     hosts = HostStore(engine)
     orphans = Orphans(publisher, settings.orphan_vms)
+    preemptors = Preemptors(engine)
     fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
     reports = StatusReports(
         ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
         snapshot,
         publisher,
         orphans,
+        preemptors,
     )
-    relay = AssignmentRelay(publisher, queues)
+    relay = AssignmentRelay(publisher, queues, preemptors)
     health = HealthCheck(
         hosts,
         SweepStore(engine),

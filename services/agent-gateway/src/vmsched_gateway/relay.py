@@ -8,17 +8,26 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import AgentCommand, CommandAction, VmAssigned
 from vmsched_common.publishing import Publisher
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.preemptors import Preemptors
 
 log = get_logger("vmsched_gateway")
 
 
 class AssignmentRelay:
-    def __init__(self, publisher: Publisher, queues: AgentQueues) -> None:
+    def __init__(self, publisher: Publisher, queues: AgentQueues, preemptors: Preemptors | None = None) -> None:
         self.publisher = publisher
         self.queues = queues
+        self.preemptors = preemptors
 
     async def on_assigned(self, event: VmAssigned) -> None:
-        for host_id in sorted({a.hypervisor_id for a in event.assignments}):
+        assignments = event.assignments
+        if self.preemptors is not None:
+            held = await self.preemptors.awaiting_victims([a.vm_id for a in assignments])
+            if held:
+                # Sent when their agents report the victims deleted (see preemptors).
+                log.info("creates held until the VMs they preempted are deleted", vms=len(held))
+                assignments = [a for a in assignments if a.vm_id not in held]
+        for host_id in sorted({a.hypervisor_id for a in assignments}):
             await self.queues.ensure(host_id)
         await asyncio.gather(
             *(
@@ -32,7 +41,7 @@ class AssignmentRelay:
                         attempt=a.attempt,
                     ),
                 )
-                for a in event.assignments
+                for a in assignments
             )
         )
-        log.info("create commands sent", vms=len(event.assignments))
+        log.info("create commands sent", vms=len(assignments))

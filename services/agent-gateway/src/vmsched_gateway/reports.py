@@ -9,11 +9,12 @@ from uuid import UUID
 from vmsched_common.batching import Batcher
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import ReportedStatus, VmDeleted, VmStatusReport
+from vmsched_common.messages import CommandAction, ReportedStatus, VmDeleted, VmStatusReport
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.orphans import Orphans
+from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.report_store import ReportStore, RunningReport
 
 log = get_logger("vmsched_gateway")
@@ -25,6 +26,7 @@ class StatusReports:
     snapshot: Snapshot
     publisher: Publisher
     orphans: Orphans
+    preemptors: Preemptors | None = None
     running: Batcher[tuple[UUID, str], RunningReport] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -49,6 +51,16 @@ class StatusReports:
                 await publish_rows(self.publisher, self.store.engine, [change.after])
             elif change.after.status is VmStatus.DELETED:
                 await self.publisher.vm_deleted(VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id))
+            if change.before.status is VmStatus.PREEMPTED and change.before.preempted_by is not None:
+                await self._create_preemptor(change.before.preempted_by)
+
+    async def _create_preemptor(self, preemptor_id: UUID) -> None:
+        """Its create, now that the last VM it preempted is gone (see preemptors)."""
+        preemptor = None if self.preemptors is None else await self.preemptors.ready(preemptor_id)
+        if preemptor is None or preemptor.hypervisor_id is None:
+            return
+        await self.publisher.command(preemptor.hypervisor_id, preemptor.command(CommandAction.CREATE))
+        log.info("create sent: the VMs it preempted are deleted", preemptor=str(preemptor_id))
 
     async def _running(self, report: VmStatusReport) -> None:
         result = await self.running.submit((report.vm_id, report.agent_id))

@@ -11,6 +11,7 @@ from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import Event, VmStatus, sources, sql_in
 from vmsched_common.messages import RestartPolicy
 from vmsched_common.vm_changes import Change, restart
+from vmsched_gateway.preemptors import NO_VICTIMS_LEFT
 
 # Failed VMs that ran, whose restart policy says on_failure, once the restart delay has passed.
 _RESTART_DUE = text(
@@ -22,13 +23,15 @@ _RESTART_DUE = text(
     """
 )
 # Scheduled VMs no agent has answered for a while: their vm.assigned or command may have been
-# dead-lettered after broker restarts. updated_at is bumped so each is re-sent once per period.
+# dead-lettered after broker restarts. updated_at is bumped so each is re-sent once per period. A
+# preemptor whose victims are not all deleted yet waits for them (see preemptors).
 _TOUCH_STALE_SCHEDULED = text(
     f"""
     UPDATE vms SET updated_at = now()
-     WHERE id IN (SELECT id FROM vms
+     WHERE id IN (SELECT id FROM vms v
                    WHERE status = '{VmStatus.SCHEDULED.value}' AND updated_at < now() - make_interval(secs => :stale)
-                   ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+                     AND {NO_VICTIMS_LEFT}
+                   ORDER BY updated_at LIMIT :limit FOR UPDATE OF v SKIP LOCKED)
     RETURNING {VM_COLUMNS}
     """
 )

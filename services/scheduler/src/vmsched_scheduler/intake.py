@@ -74,6 +74,15 @@ class PlacementIntake:
         assigned = [o for o in outcomes if isinstance(o, Assigned)]
         not_placed = [o for o in outcomes if isinstance(o, NotPlaced)]
         waiting = [o for o in outcomes if isinstance(o, Waiting)]
+        # The victims' deletes go first, confirmed in their hosts' queues before vm.assigned leaves:
+        # an agent takes its queue in order, so it deletes them before it creates their preemptor.
+        await asyncio.gather(
+            *(
+                self._announce_preempted(vm.priority, outcome.preempted)
+                for vm, outcome in zip(message.vms, outcomes, strict=True)
+                if isinstance(outcome, Assigned) and outcome.preempted
+            )
+        )
         sends = []
         if assigned:
             sends.append(self.publisher.vm_assigned([o.assignment for o in assigned]))
@@ -81,9 +90,6 @@ class PlacementIntake:
             sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
         if waiting:
             sends.append(self.publisher.vm_waiting([o.waiting for o in waiting]))
-        for vm, outcome in zip(message.vms, outcomes, strict=True):
-            if isinstance(outcome, Assigned) and outcome.preempted:
-                sends.append(self._announce_preempted(vm.priority, outcome.preempted))
         await asyncio.gather(*sends)
         for vm, outcome in zip(message.vms, outcomes, strict=True):
             if isinstance(outcome, Assigned) and outcome.fresh:

@@ -92,6 +92,7 @@ class VmRow(Base):
         Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
+        Index("ix_vms_preempting", "preempted_by", postgresql_where=text("status = 'preempted'")),
     )
 
 

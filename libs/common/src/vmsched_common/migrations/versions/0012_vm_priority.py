@@ -21,6 +21,8 @@ depends_on = None
 def upgrade() -> None:
     op.add_column("vms", sa.Column("priority", sa.Integer(), server_default="0", nullable=False))
     op.add_column("vms", sa.Column("preempted_by", postgresql.UUID(as_uuid=True), nullable=True))
+    # A preemptor's create waits while it has victims to delete (the gateway asks per assignment).
+    op.create_index("ix_vms_preempting", "vms", ["preempted_by"], postgresql_where=sa.text("status = 'preempted'"))
     op.drop_index("ix_vms_unpublished", table_name="vms")
     op.create_index(
         "ix_vms_unpublished",
@@ -39,5 +41,6 @@ def downgrade() -> None:
         ["updated_at"],
         postgresql_where=sa.text("published_at IS NULL AND status IN ('pending', 'deleting')"),
     )
+    op.drop_index("ix_vms_preempting", table_name="vms")
     op.drop_column("vms", "preempted_by")
     op.drop_column("vms", "priority")

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 import asyncpg
+from redis.asyncio import Redis
 
+from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
 
@@ -83,3 +85,32 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                     f"VM {vm['id']} on {vm['hypervisor_id']} but create commands went to {hosts_told}"
                 )
     return report
+
+
+async def snapshot_against_rows(servers: Servers, suite: str) -> list[str]:
+    """Per host of the suite (ids starting ``<suite>-``): where the snapshot's a_cpu or claim count
+    differs from what PostgreSQL's VMs hold."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    try:
+        rows = await conn.fetch(
+            """SELECT h.id, h.alloc_cpu, coalesce(sum(v.cpu), 0) AS held, count(v.id) AS vms
+                 FROM hosts h LEFT JOIN vms v ON v.hypervisor_id = h.id AND v.status = ANY($2::text[])
+                WHERE h.id LIKE $1 GROUP BY h.id, h.alloc_cpu""",
+            f"{suite}-%",
+            list(ALLOCATING),
+        )
+        problems = []
+        for row in rows:
+            key = f"{servers.redis_key_prefix}:host:{row['id']}"
+            snapshot_cpu = int(await redis.hget(key, "a_cpu") or 0)
+            claims = int(await redis.scard(f"{key}:vms"))
+            if (snapshot_cpu, claims) != (row["held"], row["vms"]):
+                problems.append(
+                    f"{row['id']}: snapshot a_cpu={snapshot_cpu} with {claims} claims, "
+                    f"PostgreSQL's VMs hold {row['held']} cpu in {row['vms']} VMs (alloc_cpu={row['alloc_cpu']})"
+                )
+        return problems
+    finally:
+        await conn.close()
+        await redis.aclose()

@@ -16,11 +16,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import pytest
-from redis.asyncio import Redis
 
 from devtools.stack import Stack
 from tests.faults.conftest import online_fleet, wait_settled
-from tests.faults.invariants import ALLOCATING, check
+from tests.faults.invariants import ALLOCATING, check, snapshot_against_rows
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
@@ -60,34 +59,6 @@ async def post_gangs(api: httpx.AsyncClient, repetition: int) -> dict[str, list[
     return dict(await asyncio.gather(*(one(n) for n in range(GANGS))))
 
 
-async def snapshot_against_rows(servers: Servers) -> list[str]:
-    """Per host of the suite: where the snapshot's a_cpu or claim count differs from PostgreSQL's VMs."""
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    redis = Redis.from_url(servers.redis_url, decode_responses=True)
-    try:
-        rows = await conn.fetch(
-            """SELECT h.id, h.alloc_cpu, coalesce(sum(v.cpu), 0) AS held, count(v.id) AS vms
-                 FROM hosts h LEFT JOIN vms v ON v.hypervisor_id = h.id AND v.status = ANY($2::text[])
-                WHERE h.id LIKE $1 GROUP BY h.id, h.alloc_cpu""",
-            f"{SUITE}-%",
-            list(ALLOCATING),
-        )
-        problems = []
-        for row in rows:
-            key = f"{servers.redis_key_prefix}:host:{row['id']}"
-            snapshot_cpu = int(await redis.hget(key, "a_cpu") or 0)
-            claims = int(await redis.scard(f"{key}:vms"))
-            if (snapshot_cpu, claims) != (row["held"], row["vms"]):
-                problems.append(
-                    f"{row['id']}: snapshot a_cpu={snapshot_cpu} with {claims} claims, "
-                    f"PostgreSQL's VMs hold {row['held']} cpu in {row['vms']} VMs (alloc_cpu={row['alloc_cpu']})"
-                )
-        return problems
-    finally:
-        await conn.close()
-        await redis.aclose()
-
-
 @pytest.mark.parametrize("repetition", range(REPETITIONS))
 async def test_four_schedulers_place_each_all_or_nothing_batch_whole_or_not_at_all(
     four_schedulers: Stack, gang_race_fleet: SimulatedFleet, servers: Servers, repetition: int
@@ -113,7 +84,7 @@ async def test_four_schedulers_place_each_all_or_nothing_batch_whole_or_not_at_a
         assert 0 < placed <= HOSTS * HOST_CPU // (GANG_SIZE * VM_CPU)
         report = await check(servers.asyncpg_dsn, vm_ids, gang_race_fleet)
         assert report.problems == [], report.problems
-        assert await snapshot_against_rows(servers) == []
+        assert await snapshot_against_rows(servers, SUITE) == []
         # Leave the hosts empty for the next repetition.
         for vm_id in vm_ids:
             if status[vm_id] in ALLOCATING:

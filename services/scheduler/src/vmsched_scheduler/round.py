@@ -60,6 +60,8 @@ log = get_logger("vmsched_scheduler")
 
 EXCLUDED = "excluded"
 ALL_OR_NOTHING = "all_or_nothing"  # the reason of a VM that fits, of a batch another VM of which does not
+# Choices of victims made again when another scheduler took them first.
+PREEMPTION_TRIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,16 +359,29 @@ class SchedulingRound:
     # -- preemption ----------------------------------------------------------------------------
     async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:
         """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host (see
-        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room.
+        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room. True
+        when its outcome is set: placed, or :class:`Later` when other schedulers kept taking the
+        victims it chose first.
 
         PostgreSQL first, in one transaction: the victims become ``preempted`` and give their room
         back, and the VM is placed under the host's guard. Then Redis, in one script: the victims'
         claims become the VM's. Until then the victims' claims keep the room, so no other VM takes
         it; should the script be refused (the snapshot drifted), the periodic reconcile restores the
-        snapshot from PostgreSQL."""
+        snapshot from PostgreSQL. Another scheduler may take the same victims first: the choice is
+        then made again, against what PostgreSQL holds now."""
         vm = choice.work.item.vm
         if vm.priority <= 0 or choice.gang_failure:
             return False
+        for _ in range(PREEMPTION_TRIES):
+            made = await self._preempt_once(choice, groups, outcomes)
+            if made is not None:
+                return made
+        outcomes[choice.work.index] = Later("preemption: other schedulers kept taking the victims first")
+        return True
+
+    async def _preempt_once(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool | None:
+        """One try of :meth:`_preempt`: True when made, False when nothing can be, None to try again."""
+        vm = choice.work.item.vm
         request = _placement_request(choice.work, choice.placement_group)
         context = DecisionContext(
             now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
@@ -374,7 +389,7 @@ class SchedulingRound:
         fleet = self.fleet.fleet
         hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
         residents = await self.ledger.residents([host.id for host in hosts], vm.priority)
-        victims = cheapest([h for h in hosts if h.id in residents], request.demand, vm.priority, residents)
+        victims = cheapest([h for h in hosts if h.id in residents], request.demand, vm.priority, residents, self.rng)
         if victims is None:
             return False
         victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
@@ -388,7 +403,10 @@ class SchedulingRound:
             log.info("preemption not made", vm_id=str(vm.vm_id), host=victims.host_id, outcome=result.outcome.value)
             choice.host_id = ""
             await self.fleet.reread({victims.host_id})
-            return False
+            if result.outcome is Committed.NOT_PENDING:
+                return False
+            CLAIM_CONFLICTS.labels("postgres").inc()
+            return None
         claim = Claim(vm.vm_id, victims.host_id, vm.resources, group)
         swapped = await self.claims.preempt(claim, victim_ids, self.clock())
         if not swapped.results[0].holds:

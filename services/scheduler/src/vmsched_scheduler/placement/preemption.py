@@ -10,13 +10,15 @@ Kubernetes' default preemption, reduced to what a VM cloud needs:
    make room), then fewest VMs (the VMs that cover most of what is missing are taken first; then every
    victim the VM could still fit without is reprieved, so no VM is preempted for nothing).
 3. **Which host** (:func:`cheapest`): the host whose set costs least, by (highest victim priority,
-   number of victims, sum of their priorities), ties to the lowest host id.
+   number of victims, sum of their priorities); among equals, one drawn at random in a scheduler (the
+   lowest host id without a random source).
 
 Pure: the residents of each host (its VMs that hold capacity, with their priorities) are handed in.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -109,12 +111,22 @@ def victims_on(host: HostState, demand: Demand, priority: int, residents: Sequen
 
 
 def cheapest(
-    hosts: Iterable[HostState], demand: Demand, priority: int, residents: Mapping[str, Sequence[Resident]]
+    hosts: Iterable[HostState],
+    demand: Demand,
+    priority: int,
+    residents: Mapping[str, Sequence[Resident]],
+    rng: random.Random | None = None,
 ) -> Victims | None:
-    """The host whose victims cost least (:attr:`Victims.cost`, then the lowest host id), or None."""
+    """The host whose victims cost least (:attr:`Victims.cost`), or None. Among hosts of equal cost,
+    the lowest host id; or, given ``rng``, one drawn from it: schedulers preempting at once then
+    spread over the equally cheap hosts instead of all racing for the first."""
     found = (victims_on(host, demand, priority, residents.get(host.id, ())) for host in hosts)
-    sets = [victims for victims in found if victims is not None]
-    return min(sets, key=lambda victims: (victims.cost, victims.host_id), default=None)
+    sets = sorted((victims for victims in found if victims is not None), key=lambda v: (v.cost, v.host_id))
+    if not sets:
+        return None
+    if rng is None:
+        return sets[0]
+    return rng.choice([victims for victims in sets if victims.cost == sets[0].cost])
 
 
 def _up_to(lower: Sequence[Resident], level: int) -> list[Resident]:

@@ -140,12 +140,14 @@ class Waker:
             self._next_resync = now + RESYNC_EVERY
             await self._wake(self.index.all_shapes(), self._fleet)
         else:
-            # A new VM's shape against every host (room may have appeared while it was decided)...
+            # A new VM's shape against every host (room may have appeared while it was decided), once
+            # the hosts the change feed names are read: while no VM waited they were left unread, and
+            # a copy that old would show room long taken (a wake for nothing, and a wasted attempt)...
             entered = await self._learn_entered()
+            grown = await self._read_changes()
             if entered:
                 await self._wake(entered, self._fleet)
             # ... and each shape against the hosts whose room grew, those alone: a cheap test...
-            grown = await self._read_changes()
             if grown:
                 changed = Fleet.from_hosts(grown)
                 fitting = self.index.shapes_fitting([host.free for host in grown])

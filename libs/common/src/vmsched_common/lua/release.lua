@@ -3,6 +3,8 @@
 -- KEYS: changed zset, seq counter, then per VM: its claim hash
 -- ARGV: key prefix, then per VM: vm_id
 -- Returns per VM the host its claim was on, or false.
+{{counts}}
+
 local RESOURCE_FIELDS = {{resource fields}}
 local R = #RESOURCE_FIELDS
 local READ = {'host'}
@@ -11,6 +13,7 @@ for i = 1, R do
 end
 READ[#READ + 1] = 'group'
 READ[#READ + 1] = 'domain'
+READ[#READ + 1] = 'extra'
 
 local changed = {}
 local results = {}
@@ -30,6 +33,11 @@ for v = 1, #KEYS - 2 do
         if amount ~= 0 then
           redis.call('HINCRBY', hk, 'a_' .. RESOURCE_FIELDS[i], 0 - amount)
         end
+      end
+      local extra = c[R + 4]
+      if extra then
+        local used = add_counts(decode_counts(redis.call('HGET', hk, 'a_extra')), decode_counts(extra), -1)
+        redis.call('HSET', hk, 'a_extra', encode_counts(used))
       end
       redis.call('HINCRBY', hk, 'vm_count', -1)
     end

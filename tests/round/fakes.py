@@ -37,12 +37,7 @@ class Host:
 
 
 def _plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
-    return Resources(
-        cpu=a.cpu + sign * b.cpu,
-        memory_mb=a.memory_mb + sign * b.memory_mb,
-        disk_gb=a.disk_gb + sign * b.disk_gb,
-        gpu=a.gpu + sign * b.gpu,
-    )
+    return a.plus(b) if sign > 0 else a.minus(b)
 
 
 class MemorySnapshot:

@@ -160,6 +160,10 @@ class Resources(BaseModel):
     # Left out when empty: a message without extras is what consumers that predate them accept.
     extra: Extras = Field(default_factory=dict, exclude_if=lambda counts: not counts)
 
+    def __hash__(self) -> int:
+        # Frozen, so hashable as before it had a map: the map hashes as its sorted items.
+        return hash((self.cpu, self.memory_mb, self.disk_gb, self.gpu, tuple(sorted(self.extra.items()))))
+
     def plus(self, other: Resources) -> Resources:
         # Sums of valid amounts: built without validating again.
         return Resources.model_construct(

@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack
+from tests.faults.invariants import check
 from tests.integration.rows import delete_keys, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -63,7 +64,14 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
     fleet = SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0)
     redis = Redis.from_url(servers.redis_url, decode_responses=True)
     snapshot = Snapshot(redis, servers.redis_key_prefix)
-    placed: list[str] = []
+    placed: list[str] = []  # those holding an fpga now
+    asked: list[str] = []  # every VM this test asked for
+
+    async def place(name: str) -> dict[str, Any]:
+        vm = await _place(api, suite, name, extra=FPGA)
+        asked.append(vm["id"])
+        return vm
+
     try:
         async with fleet, httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
             for host_id in (fpga_host, plain_host):
@@ -77,7 +85,7 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
             assert "extra" not in (await api.get(f"/v1/hosts/{plain_host}")).json()["capacity"]
 
             for name in ("one", "two"):
-                vm = await _place(api, suite, name, extra=FPGA)
+                vm = await place(name)
                 assert vm["status"] in PLACED, vm
                 assert (vm["hypervisor_id"], vm["extra"]) == (fpga_host, FPGA)
                 placed.append(vm["id"])
@@ -90,7 +98,7 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
                 what="both creates carried out",
             )
 
-            third = await _place(api, suite, "three", extra=FPGA)
+            third = await place("three")
             assert third["status"] == "unschedulable", third
             assert third["status_reason"] == "extra: none of 2 hosts fits (extra: 2)"
             decision = (await api.get(f"/v1/vms/{third['id']}/placement")).json()["decision"]
@@ -114,18 +122,21 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
                 what="the remaining VM's claim restored by reconciliation",
             )
             await _agree(api, snapshot, fpga_host, {"fpga": 1})
-            fourth = await _place(api, suite, "four", extra=FPGA)
+            fourth = await place("four")
             assert fourth["status"] in PLACED, fourth
             assert fourth["hypervisor_id"] == fpga_host
             placed.append(fourth["id"])
             await _agree(api, snapshot, fpga_host, {"fpga": 2})
-            fifth = await _place(api, suite, "five", extra=FPGA)
+            fifth = await place("five")
             assert fifth["status"] == "unschedulable", fifth
             assert fifth["status_reason"].startswith("extra: ")
 
             while placed:
                 await _delete(api, placed.pop())
             await _agree(api, snapshot, fpga_host, {})
+            report = await check(servers.asyncpg_dsn, asked)
+            assert report.problems == []
+            assert report.by_status == {"deleted": 3, "unschedulable": 2}
     finally:
         await redis.aclose()
 

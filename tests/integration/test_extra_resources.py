@@ -3,9 +3,10 @@
 Through the API: a host whose agent advertises ``{"fpga": 2}`` takes two VMs asking ``{"fpga": 1}``,
 the third is unschedulable with reason ``extra`` naming fpga and the numbers, deleting one frees
 room, and after a Redis flush the snapshot rebuilt from PostgreSQL (heartbeats and reconciliation)
-accounts exactly what PostgreSQL does, and refuses what it must. Then PostgreSQL's guard alone
-(a round of placements on one host counts its VMs together) and reconciliation alone (claims and
-allocations of extras rebuilt from the VMs' rows), each on a database of its own.
+accounts exactly what PostgreSQL does, and refuses what it must. Then, each on stores of its own:
+PostgreSQL's guard (a round of placements on one host counts its VMs together), reconciliation
+(claims and allocations of extras rebuilt from the VMs' rows) and an all-or-nothing Redis claim (its
+VMs on one host count together).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from vmsched_common.db.records import HOST_COLUMNS, HostRecord, VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Snapshot, SnapshotHost
+from vmsched_common.snapshot import Claim, Snapshot, SnapshotHost
 from vmsched_common.vm_changes import agent_deleted, delete_requested
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
@@ -326,3 +327,20 @@ async def _cached(snapshot: Snapshot, host_id: str) -> SnapshotHost:
     host = (await snapshot.read_hosts([host_id]))[host_id]
     assert host is not None
     return host
+
+
+async def test_an_all_or_nothing_claim_counts_its_vms_extras_on_one_host_together(snapshot: Snapshot) -> None:
+    capacity = Resources(cpu=64, memory_mb=262144, disk_gb=1000, extra={"fpga": 3})
+    await snapshot.record_heartbeats([online_host("hv-x3", capacity)], bump_interval=5.0)
+    two = Resources(cpu=1, memory_mb=1, disk_gb=1, extra={"fpga": 2})
+    gang = [Claim(uuid.uuid4(), "hv-x3", two), Claim(uuid.uuid4(), "hv-x3", two)]
+
+    refused = await snapshot.claim_many(gang, time.time(), all_or_nothing=True)
+
+    # Each fits alone; together they would take 4 of 3: neither is reserved.
+    assert [(r.outcome, r.detail) for r in refused.results] == [("gang", ""), ("insufficient", "extra")]
+    assert (await _cached(snapshot, "hv-x3")).allocated.extra == {}
+    one = Resources(cpu=1, memory_mb=1, disk_gb=1, extra={"fpga": 1})
+    claimed = await snapshot.claim_many([gang[0], Claim(uuid.uuid4(), "hv-x3", one)], time.time(), all_or_nothing=True)
+    assert [r.outcome for r in claimed.results] == ["claimed", "claimed"]
+    assert (await _cached(snapshot, "hv-x3")).allocated.extra == {"fpga": 3}

@@ -162,7 +162,8 @@ async def in_redis(stores: Stores, case: Case) -> str | None:
     released = (await stores.snapshot.read_hosts([host_id]))[host_id]
     await stores.snapshot.forget_host(host_id)
     assert result.outcome in ("claimed", "insufficient"), result
-    assert claimed is not None and released is not None
+    assert claimed is not None
+    assert released is not None
     assert claimed.allocated == (case.allocated.plus(case.request) if result.outcome == "claimed" else case.allocated)
     assert released.allocated == case.allocated
     return None if result.outcome == "claimed" else result.detail

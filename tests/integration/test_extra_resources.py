@@ -101,9 +101,11 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
 
             third = await place("three")
             assert third["status"] == "unschedulable", third
-            assert third["status_reason"] == "extra: none of 2 hosts fits (extra: 2)"
+            # (hosts of earlier tests, offline by now, may be counted too)
+            assert third["status_reason"].startswith("extra: none of "), third
+            assert third["status_reason"].endswith("extra: 2)"), third
             decision = (await api.get(f"/v1/vms/{third['id']}/placement")).json()["decision"]
-            assert (decision["reason"], decision["rejections"]) == ("extra", {"extra": 2})
+            assert (decision["reason"], decision["rejections"]["extra"]) == ("extra", 2)
             assert {example["host"]: example["reason"] for example in decision["examples"]["extra"]} == {
                 fpga_host: NO_ROOM_ON_THE_FPGA_HOST,
                 plain_host: NONE_ON_THE_PLAIN_HOST,
@@ -136,7 +138,9 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
                 await _delete(api, placed.pop())
             await _agree(api, snapshot, fpga_host, {})
             report = await check(servers.asyncpg_dsn, asked)
-            assert report.problems == []
+            # Hosts of other tests share this database: this test answers for its own.
+            assert [problem for problem in report.problems if suite in problem] == []
+            assert report.vms == len(asked)
             assert report.by_status == {"deleted": 3, "unschedulable": 2}
     finally:
         await redis.aclose()

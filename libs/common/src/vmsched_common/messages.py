@@ -140,8 +140,6 @@ Extras = Annotated[
 
 def add_counts(mine: Mapping[str, int], theirs: Mapping[str, int], sign: int = 1) -> dict[str, int]:
     """``mine`` plus (``sign`` 1) or minus (-1) ``theirs``, by name; names left at 0 are dropped."""
-    if not theirs:
-        return dict(mine)
     total = dict(mine)
     for name, count in theirs.items():
         total[name] = total.get(name, 0) + sign * count

@@ -58,7 +58,7 @@ local function decode_counts(raw)
   return cjson.decode(raw)
 end
 
--- JSON of the names not at 0 ('{}' for none: cjson would write an empty table as '{}' too).
+-- JSON of the names not at 0 ('{}' for none).
 local function encode_counts(counts)
   local kept, any = {}, false
   for name, n in pairs(counts) do

@@ -29,7 +29,16 @@ def test_simulate_needs_a_count_or_a_hosts_file(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.parametrize(
-    ("option", "value"), [("--count", "0"), ("--fail-rate", "1.5"), ("--labels", "novalue"), ("--profile", "huge")]
+    ("option", "value"),
+    [
+        ("--count", "0"),
+        ("--fail-rate", "1.5"),
+        ("--labels", "novalue"),
+        ("--profile", "huge"),
+        ("--extra", "fpga=two"),
+        ("--extra", "FPGA=1"),
+        ("--extra", "fpga=-1"),
+    ],
 )
 def test_a_bad_option_value_is_refused(option: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
@@ -50,6 +59,15 @@ def test_options_make_the_hosts() -> None:
     assert hosts[1].labels == {"env": "ci", "zone": "z2"}
     assert hosts[1].overcommit.cpu == 4.0
     assert options.profile is Profile.UNIFORM
+
+
+def test_extra_resources_are_given_to_every_host() -> None:
+    options = build_parser().parse_args(["simulate", "--count", "2", "--extra", "fpga=2,example.com/nic=1"])
+
+    assert {h.id: h.capacity.extra for h in hosts_from_options(options)} == {
+        "sim-0001": {"fpga": 2, "example.com/nic": 1},
+        "sim-0002": {"fpga": 2, "example.com/nic": 1},
+    }
 
 
 def test_an_unreadable_hosts_file_stops_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,6 +50,21 @@ async def test_overcommit_makes_room_for_what_it_names_only() -> None:
         await hypervisor.create_vm(create(cpu=0, memory_mb=0, disk_gb=200))
 
 
+async def test_named_extra_resources_are_held_while_the_vm_lives_and_refused_beyond_the_hosts() -> None:
+    hypervisor = FakeHypervisor(
+        HOST.model_copy(update={"capacity": HOST.capacity.model_copy(update={"extra": {"fpga": 2}})})
+    )
+    fpga = Resources(cpu=1, memory_mb=1024, disk_gb=10, extra={"fpga": 2})
+    first = AgentCommand(action=CommandAction.CREATE, vm_id=uuid.uuid4(), name="vm", resources=fpga)
+
+    await hypervisor.create_vm(first)
+    assert hypervisor.used.extra == {"fpga": 2}
+    with pytest.raises(HostFull, match=r"extra: needs 2 fpga, 0 fpga free \(2 fpga total, 2 fpga allocated\)"):
+        await hypervisor.create_vm(first.model_copy(update={"vm_id": uuid.uuid4()}))
+    await hypervisor.delete_vm(first.model_copy(update={"action": CommandAction.DELETE}))
+    assert hypervisor.used.extra == {}
+
+
 async def test_without_the_capacity_check_everything_is_accepted() -> None:
     hypervisor = FakeHypervisor(HOST, check_capacity=False)
 

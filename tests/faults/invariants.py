@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -42,6 +43,13 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                GROUP BY hypervisor_id""",
             list(ALLOCATING),
         )
+        extra_rows = await conn.fetch(
+            """SELECT v.hypervisor_id, e.key AS name, sum(e.value::bigint) AS held
+                 FROM vms v CROSS JOIN LATERAL jsonb_each_text(v.extra) e
+                WHERE v.status = ANY($1::text[]) AND v.hypervisor_id IS NOT NULL
+                GROUP BY v.hypervisor_id, e.key""",
+            list(ALLOCATING),
+        )
     finally:
         await conn.close()
     report = Report(vms=len(vms))
@@ -70,6 +78,17 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                 report.problems.append(
                     f"host {host['id']} alloc_{resource}={host[f'alloc_{resource}']} but its VMs hold {total[resource]}"
                 )
+        # Named extra resources: never overcommitted, nothing reserved.
+        held = {row["name"]: int(row["held"]) for row in extra_rows if row["hypervisor_id"] == host["id"]}
+        held = {name: amount for name, amount in held.items() if amount}
+        offered, recorded = _counts(host["extra"]), _counts(host["alloc_extra"])
+        for name, amount in held.items():
+            if amount > offered.get(name, 0):
+                report.problems.append(
+                    f"host {host['id']} overcommitted on extra {name}: {amount} > {offered.get(name, 0)}"
+                )
+        if recorded != held:
+            report.problems.append(f"host {host['id']} alloc_extra={recorded} but its VMs hold {held}")
     placed = [vm for vm in vms if vm["status"] in ("scheduled", "running")]
     report.placed = len(placed)
     if fleet is not None:
@@ -85,6 +104,12 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                     f"VM {vm['id']} on {vm['hypervisor_id']} but create commands went to {hosts_told}"
                 )
     return report
+
+
+def _counts(raw: object) -> dict[str, int]:
+    """A JSONB {name: count} as asyncpg returns it (text), without zeros."""
+    parsed = json.loads(raw) if isinstance(raw, str) else dict(raw or {})  # type: ignore[call-overload]
+    return {str(name): int(count) for name, count in parsed.items() if int(count)}
 
 
 async def snapshot_against_rows(servers: Servers, suite: str) -> list[str]:

@@ -16,8 +16,8 @@ from vmsched_common.messages import ZERO, Overcommit, Resources, RestartPolicy
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
 from vmsched_common.vm_changes import preempted
-from vmsched_scheduler.fleet_cache import to_host_state
-from vmsched_scheduler.placement import Demand, Fleet
+from vmsched_scheduler.fleet_cache import demand_of, to_host_state
+from vmsched_scheduler.placement import Fleet
 from vmsched_scheduler.placement.preemption import Resident
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
@@ -41,12 +41,7 @@ class Host:
 
 
 def _plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
-    return Resources(
-        cpu=a.cpu + sign * b.cpu,
-        memory_mb=a.memory_mb + sign * b.memory_mb,
-        disk_gb=a.disk_gb + sign * b.disk_gb,
-        gpu=a.gpu + sign * b.gpu,
-    )
+    return a.plus(b) if sign > 0 else a.minus(b)
 
 
 class MemorySnapshot:
@@ -259,8 +254,9 @@ class MemoryLedger:
                 and vm.status in PREEMPTIBLE
                 and vm.priority < below
             ):
-                demand = Demand(vm.resources.cpu, vm.resources.memory_mb, vm.resources.disk_gb, vm.resources.gpu)
-                found.setdefault(vm.hypervisor_id, []).append(Resident(str(vm.id), vm.priority, demand))
+                found.setdefault(vm.hypervisor_id, []).append(
+                    Resident(str(vm.id), vm.priority, demand_of(vm.resources))
+                )
         return found
 
     async def settle_preemption(

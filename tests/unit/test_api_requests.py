@@ -207,3 +207,56 @@ async def test_an_all_or_nothing_batch_that_would_wait_is_refused(
     assert response.status_code == 422
     assert "wait_s" in response.text
     assert stores.sent == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "kind"),
+    [
+        ({"fpga": 0}, "body.extra.fpga", "greater_than_equal"),
+        ({"fpga": -1}, "body.extra.fpga", "greater_than_equal"),
+        ({"fpga": 1_000_001}, "body.extra.fpga", "less_than_equal"),
+        ({"fpga": "two"}, "body.extra.fpga", "int_parsing"),
+        ({"FPGA": 1}, "body.extra.FPGA.[key]", "value_error"),
+        ({"has space": 1}, "body.extra.has space.[key]", "value_error"),
+        ({"a/b/c": 1}, "body.extra.a/b/c.[key]", "value_error"),
+        ({"x" * 64: 1}, f"body.extra.{'x' * 64}.[key]", "value_error"),
+        ({"": 1}, "body.extra..[key]", "string_too_short"),
+        ({"gpu": 1}, "body.extra.gpu.[key]", "value_error"),
+        ({f"r{i}": 1 for i in range(17)}, "body.extra", "too_long"),
+        (["fpga"], "body.extra", "dict_type"),
+    ],
+)
+async def test_a_bad_extra_resource_is_refused_naming_the_field(
+    accepting: tuple[httpx.AsyncClient, Accepting], extra: object, field: str, kind: str
+) -> None:
+    api, stores = accepting
+    vm = {"name": "x", "disk_gb": 1, "extra": extra}
+    single = await api.post("/v1/vms", json=vm)
+    assert single.status_code == 422
+    assert (field, kind) in problems(single.json())
+    batch = await api.post("/v1/vms/batch", json={"vms": [{"name": "ok", "disk_gb": 1}, vm]})
+    assert batch.status_code == 422
+    assert (field.replace("body.", "body.vms.1.", 1), kind) in problems(batch.json())
+    assert stores.sent == []
+
+
+async def test_a_vm_asking_for_extra_resources_shows_them_and_sends_them_to_the_schedulers(
+    accepting: tuple[httpx.AsyncClient, Accepting],
+) -> None:
+    api, stores = accepting
+    asked = {"fpga": 2, "example.com/ssd-cache": 1}
+    response = await api.post("/v1/vms", json={"name": "accel", "disk_gb": 1, "extra": asked})
+    assert response.status_code == 202, response.text
+    assert response.json()["extra"] == asked
+    plain = await api.post("/v1/vms", json={"name": "plain", "disk_gb": 1})
+    assert plain.json()["extra"] == {}
+    accel, without = stores.sent
+    assert (accel.resources.extra, without.resources.extra) == (asked, {})
+    # What vm.create carries, and therefore what a retry of it asks for again.
+    assert VmToPlace.model_validate_json(accel.model_dump_json()).resources.extra == asked
+
+
+def test_the_idempotency_hash_of_a_request_without_extras_is_what_it_was_before_them() -> None:
+    body = VmRequest.model_validate({"name": "x", "cpu": 1, "memory_mb": 1, "disk_gb": 1})
+    assert "extra" not in body.model_dump()
+    assert VmRequest.model_validate({**body.model_dump(), "extra": {"fpga": 1}}).model_dump()["extra"] == {"fpga": 1}

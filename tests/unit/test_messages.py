@@ -102,3 +102,41 @@ def test_message_ids_are_made_from_the_vms_they_carry() -> None:
     assert batch_message_id("assigned", [(first, 1)]) == f"{first}:assigned:1"
     assert batch_message_id("assigned", [(first, 1), (second, 1)]) == f"{first}:assigned:1+1"
     assert batch_message_id("assigned", [(first, 1)]) != batch_message_id("assigned", [(first, 2)])
+
+
+def test_resources_carry_named_extras_and_leave_them_out_of_json_when_there_are_none() -> None:
+    plain = Resources(cpu=1, memory_mb=1, disk_gb=1)
+    assert plain.extra == {}
+    assert "extra" not in plain.model_dump_json()  # what consumers that predate extras accept
+    accel = Resources(cpu=1, memory_mb=1, disk_gb=1, extra={"fpga": 2, "example.com/nic": 1})
+    assert Resources.model_validate_json(accel.model_dump_json()) == accel
+    assert accel.plus(Resources(cpu=1, memory_mb=1, disk_gb=1, extra={"fpga": 1})).extra == {
+        "fpga": 3,
+        "example.com/nic": 1,
+    }
+    assert accel.minus(Resources(cpu=1, memory_mb=1, disk_gb=1, extra={"fpga": 2})).extra == {"example.com/nic": 1}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"FPGA": 1}, "lowercase letters"),
+        ({"-fpga": 1}, "lowercase letters"),
+        ({"vendor/": 1}, "lowercase letters"),
+        ({"memory_mb": 1}, "use the memory_mb field"),
+        ({"fpga": -1}, "greater than or equal to 0"),
+        ({f"r{i}": 1 for i in range(17)}, "at most 16 items"),
+    ],
+)
+def test_a_heartbeat_with_bad_extras_is_refused(extra: dict[str, int], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        AgentHeartbeat.model_validate(
+            {"agent_id": "hv-1", "capacity": {"cpu": 1, "memory_mb": 1, "disk_gb": 1, "extra": extra}}
+        )
+
+
+def test_a_heartbeat_advertises_extras_in_its_capacity() -> None:
+    beat = AgentHeartbeat.model_validate_json(
+        '{"agent_id": "hv-1", "capacity": {"cpu": 1, "memory_mb": 1, "disk_gb": 1, "extra": {"fpga": 2}}}'
+    )
+    assert beat.capacity.extra == {"fpga": 2}

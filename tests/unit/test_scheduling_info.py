@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
 from vmsched_common.db.records import HostRecord
@@ -97,3 +97,16 @@ def test_scheduling_info_is_plain_data_for_json() -> None:
     data = asdict(scheduling_info(host("hv-01", cpu=0), NOW, TIMEOUT))
     assert data["cpu_percent"] == 0.0
     assert data["agent_id"] == "hv-01"
+
+
+def test_named_extra_resources_get_a_line_of_their_own() -> None:
+    fpga_host = replace(
+        host("hv-x"),
+        capacity=Resources(cpu=16, memory_mb=32768, disk_gb=500, extra={"fpga": 2, "nic": 4}),
+        allocated=Resources(cpu=1, memory_mb=1024, disk_gb=10, extra={"fpga": 1}),
+    )
+    info = scheduling_info(fpga_host, NOW, TIMEOUT)
+    assert (info.extra_total, info.extra_used) == ({"fpga": 2, "nic": 4}, {"fpga": 1})
+    assert "Extra: fpga 1/2, nic 0/4" in render_scheduling_info(info).splitlines()
+    plain = render_scheduling_info(scheduling_info(host("hv-y"), NOW, TIMEOUT))
+    assert not any(line.startswith("Extra") for line in plain.splitlines())

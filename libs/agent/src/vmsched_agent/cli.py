@@ -50,6 +50,16 @@ def _probability(text: str) -> float:
     return value
 
 
+def _extra(text: str) -> dict[str, int]:
+    try:
+        counts = {name: int(count) for name, count in parse_labels(text).items()}
+        return Resources(cpu=0, memory_mb=0, disk_gb=0, extra=counts).extra
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(_describe(error)) from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected name=count,...: {error}") from None
+
+
 def _labels(text: str) -> dict[str, str]:
     try:
         return parse_labels(text)
@@ -74,12 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     hosts.add_argument("--disk-gb", type=_not_negative(int), default=1000, help="GB per host (default: 1000)")
     hosts.add_argument("--gpu", type=_not_negative(int), default=0, help="GPUs per host (default: 0)")
     hosts.add_argument(
+        "--extra",
+        type=_extra,
+        default={},
+        help="named extra resources per host, name=count,... (e.g. fpga=2; default: none)",
+    )
+    hosts.add_argument(
         "--profile",
         type=Profile,
         choices=list(Profile),
         default=Profile.UNIFORM,
         help="uniform: every host as above; mixed: a seeded mix of small, medium, large and GPU hosts "
-        "(labelled size=...), ignoring --cpu/--memory-mb/--disk-gb/--gpu",
+        "(labelled size=...), ignoring --cpu/--memory-mb/--disk-gb/--gpu/--extra",
     )
     hosts.add_argument("--labels", type=_labels, default={}, help="k=v,... added to every host")
     hosts.add_argument("--zones", type=_not_negative(int), default=0, help="label hosts zone=z1..zN, round robin")
@@ -128,7 +144,13 @@ def hosts_from_options(options: argparse.Namespace) -> list[HostSpec]:
     return generate_hosts(
         options.count,
         prefix=options.prefix,
-        capacity=Resources(cpu=options.cpu, memory_mb=options.memory_mb, disk_gb=options.disk_gb, gpu=options.gpu),
+        capacity=Resources(
+            cpu=options.cpu,
+            memory_mb=options.memory_mb,
+            disk_gb=options.disk_gb,
+            gpu=options.gpu,
+            extra=options.extra,
+        ),
         profile=options.profile,
         labels=options.labels,
         zones=options.zones,

@@ -117,12 +117,7 @@ class FakeHypervisor:
     def _drop(self, vm_id: UUID) -> None:
         resources = self.vms.pop(vm_id, None)
         if resources is not None:
-            self._used = Resources.model_construct(
-                cpu=self._used.cpu - resources.cpu,
-                memory_mb=self._used.memory_mb - resources.memory_mb,
-                disk_gb=self._used.disk_gb - resources.disk_gb,
-                gpu=self._used.gpu - resources.gpu,
-            )
+            self._used = self._used.minus(resources)
 
     async def create_vm(self, command: AgentCommand) -> None:
         if self.fail_rate and self._rng.random() < self.fail_rate:

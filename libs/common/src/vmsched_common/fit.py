@@ -8,11 +8,13 @@ For each resource the VM asks for (a resource it asks none of is not checked, as
 ``reserved`` is held back for the hypervisor itself and ``ratio`` is the allocation (overcommit)
 ratio, as in OpenStack Placement's inventories; GPUs are never overcommitted. The ``1e-9`` absorbs
 float error in capacity x ratio (16 x 1.1 is 17.600000000000001, 10 x 0.7 is 6.999999999999999).
+Named extra resources (``{"fpga": 2}``) follow the same rule as GPUs, name by name: whole units,
+never overcommitted, nothing reserved (:func:`extra_shortfall`).
 
 Four places need the rule: the placement engine (numpy columns), the Redis claim (Lua), the
 PostgreSQL commit guard (SQL) and the slow paths of people and simulators (Python). The engine
-calls :func:`allocatable` on its columns; the Lua function and the SQL predicate are rendered from
-:data:`RESOURCES` by :func:`lua_shortfall_function` and :func:`sql_fits`; a Hypothesis test
+calls :func:`allocatable` on its columns; the Lua functions and the SQL predicates are rendered here
+(:func:`lua_shortfall_function`, :func:`sql_fits`, :func:`sql_extra_fits`); a Hypothesis test
 (tests/integration/test_fit_rule.py) throws random hosts and requests at all four and demands the
 same answer.
 """
@@ -20,7 +22,7 @@ same answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,7 +55,8 @@ RESOURCE_NAMES: tuple[str, ...] = tuple(rule.name for rule in RESOURCES)
 
 
 class Amounts(Protocol):
-    """Anything with an amount per resource field (``Resources``, an engine ``Demand``)."""
+    """Anything with an amount per resource field (``Resources``, an engine ``Demand``), and its named
+    extra resources (a ``{name: count}`` map, or ``(name, count)`` pairs)."""
 
     @property
     def cpu(self) -> int: ...
@@ -63,6 +66,8 @@ class Amounts(Protocol):
     def disk_gb(self) -> int: ...
     @property
     def gpu(self) -> int: ...
+    @property
+    def extra(self) -> Mapping[str, int] | Iterable[tuple[str, int]]: ...
 
 
 class Ratios(Protocol):
@@ -139,8 +144,11 @@ def shortfall(
 def shortfalls(
     requested: Amounts, capacity: Amounts, reserved: Amounts, ratios: Ratios, allocated: Amounts
 ) -> list[Shortfall]:
-    """Every resource ``requested`` does not fit in, in :data:`RESOURCES` order (empty: it fits)."""
-    found = (shortfall(rule, requested, capacity, reserved, ratios, allocated) for rule in RESOURCES)
+    """Every resource ``requested`` does not fit in, in :data:`RESOURCES` order, then the first
+    named extra resource that does not (empty: it fits)."""
+    found = [shortfall(rule, requested, capacity, reserved, ratios, allocated) for rule in RESOURCES]
+    if requested.extra:
+        found.append(extra_shortfall(counts(requested.extra), counts(capacity.extra), counts(allocated.extra)))
     return [s for s in found if s is not None]
 
 
@@ -152,6 +160,11 @@ def fits(requested: Amounts, capacity: Amounts, reserved: Amounts, ratios: Ratio
 
 # The name rejections and reasons give every named extra resource (seed 002's open resource map).
 EXTRA = "extra"
+
+
+def counts(extra: Mapping[str, int] | Iterable[tuple[str, int]]) -> Mapping[str, int]:
+    """Named extra resources as a ``{name: count}`` map (``Resources`` keeps a map, ``Demand`` pairs)."""
+    return extra if isinstance(extra, Mapping) else dict(extra)
 
 
 def extra_shortfall(
@@ -181,7 +194,8 @@ def extra_shortfall(
 def lua_shortfall_function() -> str:
     """A Lua function ``shortfall(need, capacity, reserved, ratio, used)``: each argument a table of
     numbers in :data:`RESOURCES` order; returns the name of the first resource that does not fit,
-    or nil. Pasted into the claim script where it says ``-- {{fit rule}}``."""
+    or nil; then :func:`lua_extra_shortfall_function`. Pasted into the claim script where it says
+    ``{{fit rule}}``."""
     names = ", ".join(f"'{rule.name}'" for rule in RESOURCES)
     return "\n".join(
         (
@@ -195,8 +209,36 @@ def lua_shortfall_function() -> str:
             "  end",
             "  return nil",
             "end",
+            "",
+            lua_extra_shortfall_function(),
         )
     )
+
+
+def lua_extra_shortfall_function() -> str:
+    """A Lua function ``extra_shortfall(names, need, capacity, used)``: ``names`` the extra resources
+    asked for, sorted; the others tables of name -> count (a name a host lacks: none of it). Returns
+    :data:`EXTRA` when one does not fit (:func:`extra_shortfall`), or nil. Pasted in with
+    :func:`lua_shortfall_function`."""
+    return "\n".join(
+        (
+            "-- The fit rule of named extra resources, rendered from vmsched_common.fit (do not edit here).",
+            "local function extra_shortfall(names, need, capacity, used)",
+            "  for _, name in ipairs(names) do",
+            "    if need[name] > 0 and (used[name] or 0) + need[name] > (capacity[name] or 0) then",
+            f"      return '{EXTRA}'",
+            "    end",
+            "  end",
+            "  return nil",
+            "end",
+        )
+    )
+
+
+def sql_extra_fits(requested: str, capacity: str, allocated: str) -> str:
+    """A SQL boolean expression of the rule for one named extra resource (:func:`extra_shortfall`):
+    each argument the SQL expression of that name's amount (0 where a host has none of it)."""
+    return f"({requested} <= 0 OR {allocated} + {requested} <= {capacity})"
 
 
 def sql_fits(

@@ -6,13 +6,24 @@ producer can add fields without breaking older consumers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from vmsched_common.settings import Strategy
 
@@ -88,6 +99,56 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+# Named extra resources (seed 002's open resource map: ``{"fpga": 2}``). A name is lowercase letters,
+# digits, '.', '_' and '-' (starting and ending with a letter or digit), optionally after one
+# vendor prefix and a '/' as Kubernetes' extended resources (``example.com/fpga``); never the name
+# of a resource the fit rule already has (``gpu``: use the field).
+MAX_EXTRA_NAMES = 16
+MAX_EXTRA_AMOUNT = 1_000_000
+_EXTRA_SEGMENT = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
+EXTRA_NAME_PATTERN = rf"^(?:{_EXTRA_SEGMENT}/)?{_EXTRA_SEGMENT}$"
+RESERVED_EXTRA_NAMES = frozenset({"cpu", "memory", "memory_mb", "disk", "disk_gb", "gpu"})
+
+
+_EXTRA_NAME = re.compile(EXTRA_NAME_PATTERN)
+
+
+def _well_formed_extra_name(name: str) -> str:
+    if not _EXTRA_NAME.match(name):
+        raise ValueError(
+            "an extra resource's name is lowercase letters, digits, '.', '_' and '-', starting and ending "
+            "with a letter or digit, at most 63 of them, optionally after a prefix and '/' (example.com/fpga)"
+        )
+    if name in RESERVED_EXTRA_NAMES:
+        raise ValueError(f"{name!r} is a resource of its own: use the {name} field, not extra")
+    return name
+
+
+ExtraName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=127),
+    AfterValidator(_well_formed_extra_name),
+    WithJsonSchema({"type": "string", "pattern": EXTRA_NAME_PATTERN, "maxLength": 127}),
+]
+ExtraAmount = Annotated[int, Field(ge=0, le=MAX_EXTRA_AMOUNT)]
+Extras = Annotated[
+    dict[ExtraName, ExtraAmount],
+    Field(
+        max_length=MAX_EXTRA_NAMES,
+        description='named extra resources, e.g. {"fpga": 2}: whole units, never overcommitted '
+        f"(at most {MAX_EXTRA_NAMES} names)",
+    ),
+]
+
+
+def add_counts(mine: Mapping[str, int], theirs: Mapping[str, int], sign: int = 1) -> dict[str, int]:
+    """``mine`` plus (``sign`` 1) or minus (-1) ``theirs``, by name; names left at 0 are dropped."""
+    total = dict(mine)
+    for name, count in theirs.items():
+        total[name] = total.get(name, 0) + sign * count
+    return {name: count for name, count in total.items() if count}
+
+
 class Resources(BaseModel):
     """An amount of every resource a host offers and a VM asks for."""
 
@@ -97,6 +158,12 @@ class Resources(BaseModel):
     memory_mb: Annotated[int, Field(ge=0, le=1 << 40, description="memory in MiB")]
     disk_gb: Annotated[int, Field(ge=0, le=1 << 30, description="disk in GB")]
     gpu: Annotated[int, Field(ge=0, le=1024, description="GPUs")] = 0
+    # Left out when empty: a message without extras is what consumers that predate them accept.
+    extra: Extras = Field(default_factory=dict, exclude_if=lambda counts: not counts)
+
+    def __hash__(self) -> int:
+        # Frozen, so hashable as before it had a map: the map hashes as its sorted items.
+        return hash((self.cpu, self.memory_mb, self.disk_gb, self.gpu, tuple(sorted(self.extra.items()))))
 
     def plus(self, other: Resources) -> Resources:
         # Sums of valid amounts: built without validating again.
@@ -105,6 +172,17 @@ class Resources(BaseModel):
             memory_mb=self.memory_mb + other.memory_mb,
             disk_gb=self.disk_gb + other.disk_gb,
             gpu=self.gpu + other.gpu,
+            extra=add_counts(self.extra, other.extra),
+        )
+
+    def minus(self, other: Resources) -> Resources:
+        """What is left of ``self`` once ``other`` is taken out (a host's allocation, a VM released)."""
+        return Resources.model_construct(
+            cpu=self.cpu - other.cpu,
+            memory_mb=self.memory_mb - other.memory_mb,
+            disk_gb=self.disk_gb - other.disk_gb,
+            gpu=self.gpu - other.gpu,
+            extra=add_counts(self.extra, other.extra, -1),
         )
 
 
@@ -244,7 +322,8 @@ class Unplaced(BaseModel):
     attempt: int
     reason: str = Field(
         description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
-        "(cpu, memory, disk, gpu, labels, host_selector, taints, server_group, spread, paused, offline, excluded, ...)"
+        "(cpu, memory, disk, gpu, extra, labels, host_selector, taints, server_group, spread, paused, offline, "
+        "excluded, ...)"
     )
     detail: str
     rejections: dict[str, int] = Field(

@@ -7,7 +7,7 @@ the scheduler compares against.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vmsched_common.db.records import HostRecord
 from vmsched_common.fit import RESOURCES, allocatable, ratio_of
@@ -67,6 +67,9 @@ class SchedulingInfo:
     reserved_gpu: int
     last_heartbeat_age: float  # seconds since the last heartbeat
     offline_timeout: float
+    # Named extra resources: what the agent reports of each (never overcommitted) and what is allocated.
+    extra_total: Mapping[str, int] = field(default_factory=dict)
+    extra_used: Mapping[str, int] = field(default_factory=dict)
 
 
 def percent(used: int, total: int) -> float:
@@ -109,6 +112,8 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> Sch
         reserved_gpu=host.reserved.gpu,
         last_heartbeat_age=age,
         offline_timeout=offline_timeout,
+        extra_total=dict(host.capacity.extra),
+        extra_used=dict(used.extra),
     )
 
 
@@ -117,7 +122,8 @@ def gigabytes(memory_mb: int) -> str:
 
 
 def render_scheduling_info(info: SchedulingInfo) -> str:
-    """The seed's block, then a line per extra fact that applies (GPU, labels, pause, overcommit).
+    """The seed's block, then a line per extra fact that applies (GPU, extra resources, labels, pause,
+    overcommit).
 
     Agent: hypervisor-01
     Status: online
@@ -136,6 +142,12 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
     ]
     if info.gpu_total > 0 or info.gpu_used > 0:
         lines.append(f"GPU: {info.gpu_used}/{info.gpu_total} ({info.gpu_percent:.1f}% used)")
+    if info.extra_total or info.extra_used:
+        names = sorted({*info.extra_total, *info.extra_used})
+        lines.append(
+            "Extra: "
+            + ", ".join(f"{name} {info.extra_used.get(name, 0)}/{info.extra_total.get(name, 0)}" for name in names)
+        )
     if info.labels:
         lines.append("Labels: " + ", ".join(f"{key}={value}" for key, value in sorted(info.labels.items())))
     if info.scheduling_paused:

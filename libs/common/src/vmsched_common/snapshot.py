@@ -5,12 +5,14 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 - ``p:host:<id>``: per resource of the fit rule its capacity (``cpu``, ``memory_mb``, ...), what is
   reserved for the hypervisor (``r_cpu``, ...), its allocation ratio where it has one
   (``cpu_ratio``, ...) and, once ``synced`` is set, what is allocated (``a_cpu``, ..., ``vm_count``);
+  its named extra resources (``extra``) and what of them is allocated (``a_extra``), each a JSON
+  ``{name: count}`` map (``vmsched_common.db.extra``);
   then labels, taints, status, pause flag and last heartbeat (labels, taints, ratios and reserved
   as PostgreSQL has them: the agent's overlaid by the operator's, ``vmsched_common.db.inventory``);
   for a host whose agent measures its load, the last measurement (``u_cpu``, ``u_memory_mb``) and
   what was allocated when it was folded in (``u_a_cpu``, ``u_a_memory_mb``);
 - ``p:host:<id>:vms``: ids of VMs holding a claim on the host;
-- ``p:claim:<vm id>``: the host and resources one VM holds;
+- ``p:claim:<vm id>``: the host and resources one VM holds (its named extras, if any, in ``extra``);
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
   that last touched it): a reader remembers the last number it saw and re-reads only what changed;
 - ``p:rr``: the shared round-robin cursor;
@@ -35,6 +37,7 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from vmsched_common.db.extra import extra_json, extra_of
 from vmsched_common.db.inventory import labels_json, taints_json, taints_of
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
 from vmsched_common.groups import LUA_GROUP_RULE, GroupRule
@@ -43,6 +46,56 @@ from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Us
 ClaimOutcome = Literal[
     "claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang", "victim_moved"
 ]
+
+
+# The hash field of a host's named extra resources (a JSON map); ``a_extra`` what is allocated of them.
+EXTRA_FIELD = "extra"
+
+# Lua helpers for those maps, pasted where a script says ``{{counts}}``.
+LUA_COUNTS = """-- Named extra resources' {name: count} maps, stored as JSON (vmsched_common.db.extra).
+local function decode_counts(raw)
+  if not raw or raw == '' or raw == '{}' then
+    return {}
+  end
+  return cjson.decode(raw)
+end
+
+-- JSON of the names not at 0 ('{}' for none).
+local function encode_counts(counts)
+  local kept, any = {}, false
+  for name, n in pairs(counts) do
+    if n ~= 0 then
+      kept[name] = n
+      any = true
+    end
+  end
+  if not any then
+    return '{}'
+  end
+  return cjson.encode(kept)
+end
+
+-- into + sign x counts, name by name, in place; returns into.
+local function add_counts(into, counts, sign)
+  for name, n in pairs(counts) do
+    into[name] = (into[name] or 0) + sign * n
+  end
+  return into
+end
+
+local function same_counts(a, b)
+  for name, n in pairs(a) do
+    if (b[name] or 0) ~= n then
+      return false
+    end
+  end
+  for name, n in pairs(b) do
+    if (a[name] or 0) ~= n then
+      return false
+    end
+  end
+  return true
+end"""
 
 
 def allocated_field(field: str) -> str:
@@ -178,13 +231,14 @@ class HostWrite:
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
         values = {rule.field: str(getattr(self.capacity, rule.field)) for rule in RESOURCES}
+        values[EXTRA_FIELD] = extra_json(self.capacity.extra)
         values["status"] = self.status
         values.update(inventory_fields(self.labels, self.taints, self.overcommit, self.reserved, self.paused))
         return [values[name] for name in STATE_FIELDS]
 
     def allocations(self) -> list[str]:
         """The values of :data:`ALLOCATION_FIELDS`, in order."""
-        return [*_amounts(self.allocated), str(self.vm_count)]
+        return [*_amounts(self.allocated), extra_json(self.allocated.extra), str(self.vm_count)]
 
     def measured(self) -> list[str]:
         """The measurements of :data:`USAGE_FIELDS`, in order; empty strings when none was sent."""
@@ -199,7 +253,7 @@ def _state_fields() -> list[str]:
         names += [rule.field, reserved_field(rule.field)]
         if rule.ratio_field is not None:
             names.append(rule.ratio_field)
-    return [*names, "labels", "taints", "status", "paused"]
+    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused"]
 
 
 def inventory_fields(
@@ -219,7 +273,11 @@ def inventory_fields(
 
 # What a heartbeat writes every time, and what only a hash without allocations gets.
 STATE_FIELDS: tuple[str, ...] = tuple(_state_fields())
-ALLOCATION_FIELDS: tuple[str, ...] = (*(allocated_field(rule.field) for rule in RESOURCES), "vm_count")
+ALLOCATION_FIELDS: tuple[str, ...] = (
+    *(allocated_field(rule.field) for rule in RESOURCES),
+    allocated_field(EXTRA_FIELD),
+    "vm_count",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +299,16 @@ def render_script(name: str) -> str:
         text.replace("{{release claim}}", scripts.joinpath("release_claim.lua").read_text())
         .replace("{{fit rule}}", lua_shortfall_function())
         .replace("{{group rule}}", LUA_GROUP_RULE)
+        .replace("{{counts}}", LUA_COUNTS)
         .replace("{{resource fields}}", lua_table(rule.field for rule in RESOURCES))
         .replace("{{ratio fields}}", lua_table(rule.ratio_field for rule in RESOURCES))
     )
+
+
+def _claim_args(claim: Claim) -> list[str]:
+    """A claim's arguments for the claim script (its ARGV layout, per claim)."""
+    args = [str(claim.vm_id), claim.host_id, *_amounts(claim.resources), *_extra_args(claim.resources)]
+    return args + (_NO_GROUP_ARGS if claim.group is None else claim.group.args())
 
 
 def _claimed(replies: Any, changes: Any) -> Claimed:
@@ -262,11 +327,21 @@ def _int(raw: Mapping[str, str], key: str) -> int:
 def _resources(raw: Mapping[str, str], name: Any) -> Resources:
     # Written by vmsched's own scripts from validated values: built without validating again (the
     # schedulers read hundreds of hosts a round).
-    return Resources.model_construct(None, **{rule.field: _int(raw, name(rule.field)) for rule in RESOURCES})
+    return Resources.model_construct(
+        None,
+        **{rule.field: _int(raw, name(rule.field)) for rule in RESOURCES},
+        extra=extra_of(raw.get(name(EXTRA_FIELD))),
+    )
 
 
 def _amounts(resources: Resources) -> list[str]:
     return [str(getattr(resources, rule.field)) for rule in RESOURCES]
+
+
+def _extra_args(resources: Resources) -> list[str]:
+    """The claim's named extra resources: how many, then each name and amount, sorted by name."""
+    asked = sorted((name, count) for name, count in resources.extra.items() if count > 0)
+    return [str(len(asked)), *(part for name, count in asked for part in (name, str(count)))]
 
 
 def parse_usage(raw: Mapping[str, str | None]) -> MeasuredUsage | None:
@@ -435,25 +510,23 @@ class Snapshot:
         keys = [self.changed_key, self.seq_key]
         args: list[str] = [repr(now), "1" if all_or_nothing else "0"]
         for claim in claims:
-            group = "-" if claim.group is None else str(claim.group.rule.id)  # "-": a key never written
-            keys += [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
-            keys += [self.group_key(group), self.group_vms_key(group)]
-            args += [str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
-            args += _NO_GROUP_ARGS if claim.group is None else claim.group.args()
+            keys += self._claim_keys(claim)
+            args += _claim_args(claim)
         return _claimed(*await self._claim(keys=keys, args=args))
 
     async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
         """Claim for ``claim.vm_id`` as if ``victims`` (VMs claimed on ``claim.host_id``) were gone,
         and if it fits, release their claims and reserve it, in one atomic step: the room the victims
         leave is never free for anyone else. ``victim_moved`` when a victim holds no claim there."""
-        group = "-" if claim.group is None else str(claim.group.rule.id)
-        keys = [self.changed_key, self.seq_key, self.host_key(claim.host_id), self.claim_key(claim.vm_id)]
-        keys += [self.host_vms_key(claim.host_id), self.group_key(group), self.group_vms_key(group)]
-        keys += [self.claim_key(vm_id) for vm_id in victims]
-        args: list[str] = [repr(now), "p", str(claim.vm_id), claim.host_id, *_amounts(claim.resources)]
-        args += _NO_GROUP_ARGS if claim.group is None else claim.group.args()
-        args += [str(vm_id) for vm_id in victims]
+        keys = [self.changed_key, self.seq_key, *self._claim_keys(claim), *(self.claim_key(v) for v in victims)]
+        args = [repr(now), "p", *_claim_args(claim), *(str(vm_id) for vm_id in victims)]
         return _claimed(*await self._claim(keys=keys, args=args))
+
+    def _claim_keys(self, claim: Claim) -> list[str]:
+        """A claim's keys for the claim script: host, claim, host's claimed VMs, group, group's VMs."""
+        group = "-" if claim.group is None else str(claim.group.rule.id)  # "-": a key never written
+        keys = [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
+        return [*keys, self.group_key(group), self.group_vms_key(group)]
 
     async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
         (result,) = (await self.claim_many([Claim(vm_id, host_id, resources)], now)).results
@@ -511,9 +584,10 @@ class Snapshot:
         now: float,
         grace: float,
     ) -> tuple[int, int, int]:
-        args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), *_amounts(allocated), str(vm_count)]
+        args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), *_amounts(allocated)]
+        args += [extra_json(allocated.extra), str(vm_count)]
         for vm in committed:
-            args += [str(vm.vm_id), *_amounts(vm.resources)]
+            args += [str(vm.vm_id), *_amounts(vm.resources), extra_json(vm.resources.extra)]
         restored, dropped, in_flight = await self._reconcile(
             keys=[self.host_key(host_id), self.host_vms_key(host_id), self.changed_key, self.seq_key],
             args=args,

@@ -16,8 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db import vm_writes
+from vmsched_common.db.extra import extra_json
 from vmsched_common.db.inventory import labels_json, overlay, taints_json, taints_of
-from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns
+from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns, trusted
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, Event, VmStatus, sources, sql_in
 from vmsched_common.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
@@ -29,24 +30,25 @@ _FIELDS = [rule.field for rule in RESOURCES]
 # host's effective columns are the agent's new values overlaid by what the operator set.
 _UPSERT_HOSTS = text(
     f"""
-    INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu,
+    INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
                        last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
-           CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, t.cpu_ratio, t.memory_ratio, t.disk_ratio,
-           t.cpu_ratio, t.memory_ratio, t.disk_ratio, now()
+           CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
+           t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
-                  CAST(:gpus AS int[]), CAST(:cpu_ratios AS float8[]), CAST(:memory_ratios AS float8[]),
-                  CAST(:disk_ratios AS float8[]))
-           AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio, disk_ratio)
+                  CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
+                  CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]))
+           AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio)
     ON CONFLICT (id) DO UPDATE
        SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
-           agent_cpu_ratio = excluded.agent_cpu_ratio, agent_memory_ratio = excluded.agent_memory_ratio,
-           agent_disk_ratio = excluded.agent_disk_ratio, {overlay(agent="excluded", operator="hosts")},
+           extra = excluded.extra, agent_cpu_ratio = excluded.agent_cpu_ratio,
+           agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
+           {overlay(agent="excluded", operator="hosts")},
            last_heartbeat = excluded.last_heartbeat
-    RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count, scheduling_paused,
+    RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
               memory_ratio, disk_ratio, (xmax = 0) AS inserted
     """
@@ -145,6 +147,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[object]]
         "memories": [b.capacity.memory_mb for b in beats],
         "disks": [b.capacity.disk_gb for b in beats],
         "gpus": [b.capacity.gpu for b in beats],
+        "extras": [extra_json(b.capacity.extra) for b in beats],
         "cpu_ratios": [b.overcommit.cpu for b in beats],
         "memory_ratios": [b.overcommit.memory for b in beats],
         "disk_ratios": [b.overcommit.disk for b in beats],
@@ -176,8 +179,8 @@ class HostStore:
         hosts = [
             HostFacts(
                 host_id=row.id,
-                allocated=Resources(
-                    cpu=row.alloc_cpu, memory_mb=row.alloc_memory_mb, disk_gb=row.alloc_disk_gb, gpu=row.alloc_gpu
+                allocated=trusted(
+                    row.alloc_cpu, row.alloc_memory_mb, row.alloc_disk_gb, row.alloc_gpu, row.alloc_extra
                 ),
                 vm_count=row.vm_count,
                 paused=row.scheduling_paused,

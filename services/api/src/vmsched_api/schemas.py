@@ -13,7 +13,10 @@ from vmsched_common.decision import PlacementRecord
 from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
+    MAX_EXTRA_AMOUNT,
+    MAX_EXTRA_NAMES,
     AllocationRatio,
+    ExtraName,
     HostSelector,
     HostSelectorTerm,
     HostStatus,
@@ -35,6 +38,12 @@ VmName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"),
     Field(description="letters, digits, '.', '_' and '-', starting with a letter or digit"),
+]
+
+
+# What a VM may ask of named extra resources: a positive amount of each name it gives.
+ExtraRequest = Annotated[
+    dict[ExtraName, Annotated[int, Field(ge=1, le=MAX_EXTRA_AMOUNT)]], Field(max_length=MAX_EXTRA_NAMES)
 ]
 
 
@@ -64,6 +73,14 @@ class VmRequest(BaseModel):
     )
     disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
+    extra: ExtraRequest = Field(
+        default_factory=dict,
+        # Left out of the dump when empty: the Idempotency-Key hash of a request without extras stays
+        # what it was before VMs could ask for them.
+        exclude_if=lambda extra: not extra,
+        description='named extra resources, e.g. {"fpga": 1}: only hosts whose agents report enough of each '
+        f"take the VM (whole units, never overcommitted; at most {MAX_EXTRA_NAMES} names)",
+    )
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
     host_selector: HostSelector = Field(default_factory=list)
     tolerations: Tolerations = Field(
@@ -102,6 +119,7 @@ class VmRequest(BaseModel):
             memory_mb=defaults.memory_mb if self.memory_mb is None else self.memory_mb,
             disk_gb=self.disk_gb,
             gpu=self.gpu,
+            extra=self.extra,
         )
 
 
@@ -133,6 +151,7 @@ class Vm(BaseModel):
     memory_mb: int
     disk_gb: int
     gpu: int
+    extra: dict[str, int] = Field(default_factory=dict, description="named extra resources it asks for")
     labels: dict[str, str]
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     tolerations: list[Toleration] = Field(default_factory=list)

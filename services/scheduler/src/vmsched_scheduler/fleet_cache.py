@@ -22,7 +22,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
-from vmsched_scheduler.placement.model import SelectorTerm
+from vmsched_scheduler.placement.model import SelectorTerm, extras_of
 from vmsched_scheduler.placement.taint_rules import Taint, Toleration
 
 log = get_logger(__name__)
@@ -73,7 +73,13 @@ def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Tolerati
 
 
 def demand_of(resources: Resources) -> Demand:
-    return Demand(cpu=resources.cpu, memory_mb=resources.memory_mb, disk_gb=resources.disk_gb, gpu=resources.gpu)
+    return Demand(
+        cpu=resources.cpu,
+        memory_mb=resources.memory_mb,
+        disk_gb=resources.disk_gb,
+        gpu=resources.gpu,
+        extra=extras_of(resources.extra) if resources.extra else (),
+    )
 
 
 class FleetCache:

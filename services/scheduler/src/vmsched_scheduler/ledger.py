@@ -4,9 +4,9 @@
 the round's hosts are locked in id order (so that replicas queue on each other instead of
 deadlocking), then in one statement every VM still pending at its attempt moves to ``scheduled``
 and each host's allocations grow by what moved onto it, but only along the prefix of the host's
-placements (in the round's order) that keeps it within the fit rule, online and unpaused. A
-placement past that prefix is refused (its claim is released and it is decided again); the rest
-of the round is unaffected. The fit rule is pasted in from ``vmsched_common.fit``.
+placements (in the round's order) that keeps it within the fit rule (named extra resources too),
+online and unpaused. A placement past that prefix is refused (its claim is released and it is
+decided again); the rest of the round is unaffected. The fit rule is pasted in from ``vmsched_common.fit``.
 
 Members of server groups are checked too, under their groups' row locks (:mod:`group_guard`): a
 placement the group rule refuses is left out of the statement (GROUP_REFUSED). Leaving a spread
@@ -25,9 +25,10 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from vmsched_common.db.extra import extra_json, sql_extra_plus
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.db.vm_writes import LOCK_VMS, apply
-from vmsched_common.fit import RESOURCES, sql_fits
+from vmsched_common.fit import RESOURCES, sql_extra_fits, sql_fits
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in, transition
 from vmsched_common.messages import HostStatus
@@ -35,6 +36,7 @@ from vmsched_common.settings import Strategy
 from vmsched_common.vm_changes import preempted
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.placement import Demand
+from vmsched_scheduler.placement.model import extras_of
 from vmsched_scheduler.placement.preemption import Resident
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
@@ -61,22 +63,38 @@ _FITS = sql_fits(
     ratio=lambda rule: f"h.{rule.ratio_field}" if rule.ratio_field else None,
     allocated=lambda rule: f"h.alloc_{rule.field}",
 )
+# One named extra resource a VM asks for (a row of ``asked``), on its host.
+_EXTRA_FITS = sql_extra_fits(
+    requested="a.total",
+    capacity="coalesce(CAST(h.extra ->> a.name AS bigint), 0)",
+    allocated="coalesce(CAST(h.alloc_extra ->> a.name AS bigint), 0)",
+)
+# Named extra resources are rows, one per (VM, name it asks for): a round without any has none, and
+# pays only for finding that out.
 _SETTLE_PLACEMENTS = text(
     f"""
     WITH input AS (
         SELECT * FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:attempts AS int[]), CAST(:hosts AS text[]),
                              CAST(:strategies AS text[]), CAST(:records AS text[]),
-                             {", ".join(f"CAST(:{f} AS bigint[])" for f in _FIELDS)})
-               WITH ORDINALITY AS i(vm_id, attempt, host_id, strategy, record, {", ".join(_FIELDS)}, ord)
+                             {", ".join(f"CAST(:{f} AS bigint[])" for f in _FIELDS)}, CAST(:extras AS text[]))
+               WITH ORDINALITY AS i(vm_id, attempt, host_id, strategy, record, {", ".join(_FIELDS)}, extra, ord)
     ), running AS (
         -- what the host would hold of this round once each VM (and those before it) is on it
         SELECT i.*, {", ".join(f"sum(i.{f}) OVER w AS total_{f}" for f in _FIELDS)}
           FROM input i WINDOW w AS (PARTITION BY i.host_id ORDER BY i.ord)
+    ), asked AS (
+        -- the same per named extra resource a VM asks for
+        SELECT i.ord, i.host_id, e.key AS name,
+               sum(CAST(e.value AS bigint)) OVER (PARTITION BY i.host_id, e.key ORDER BY i.ord) AS total
+          FROM input i CROSS JOIN LATERAL jsonb_each_text(CAST(i.extra AS jsonb)) AS e
+    ), extra_fits AS (
+        SELECT a.ord, bool_and({_EXTRA_FITS}) AS fits FROM asked a JOIN hosts h ON h.id = a.host_id GROUP BY a.ord
     ), fitting AS (
-        SELECT r.vm_id, r.attempt, r.host_id, r.strategy, r.record, {", ".join(f"r.{f}" for f in _FIELDS)},
-               bool_and(h.status = '{HostStatus.ONLINE.value}' AND NOT h.scheduling_paused AND {_FITS})
+        SELECT r.vm_id, r.attempt, r.host_id, r.strategy, r.record, {", ".join(f"r.{f}" for f in _FIELDS)}, r.extra,
+               bool_and(h.status = '{HostStatus.ONLINE.value}' AND NOT h.scheduling_paused AND {_FITS}
+                        AND coalesce(x.fits, true))
                    OVER (PARTITION BY r.host_id ORDER BY r.ord) AS fits
-          FROM running r JOIN hosts h ON h.id = r.host_id
+          FROM running r JOIN hosts h ON h.id = r.host_id LEFT JOIN extra_fits x ON x.ord = r.ord
     ), placed AS (
         UPDATE vms v
            SET status = '{PLACED.target.value}', hypervisor_id = f.host_id, strategy = f.strategy,
@@ -84,12 +102,22 @@ _SETTLE_PLACEMENTS = text(
                placement = CAST(f.record AS jsonb)
           FROM fitting f
          WHERE v.id = f.vm_id AND f.fits
-     RETURNING v.id, v.created_at, v.scheduled_at, f.host_id, {", ".join(f"f.{f}" for f in _FIELDS)}
+     RETURNING v.id, v.created_at, v.scheduled_at, f.host_id, {", ".join(f"f.{f}" for f in _FIELDS)}, f.extra
+    ), added AS (
+        -- the named extra resources each host takes on, as a map
+        SELECT sums.host_id, jsonb_object_agg(sums.name, sums.total) AS extra
+          FROM (SELECT p.host_id, e.key AS name, sum(CAST(e.value AS bigint)) AS total
+                  FROM placed p CROSS JOIN LATERAL jsonb_each_text(CAST(p.extra AS jsonb)) AS e
+                 GROUP BY p.host_id, e.key) sums
+         GROUP BY sums.host_id
     ), grown AS (
         UPDATE hosts h
-           SET {", ".join(f"alloc_{f} = h.alloc_{f} + s.{f}" for f in _FIELDS)}, vm_count = h.vm_count + s.vms
+           SET {", ".join(f"alloc_{f} = h.alloc_{f} + s.{f}" for f in _FIELDS)}, vm_count = h.vm_count + s.vms,
+               alloc_extra = CASE WHEN a.extra IS NULL THEN h.alloc_extra
+                                  ELSE {sql_extra_plus("h.alloc_extra", "a.extra")} END
           FROM (SELECT host_id, {", ".join(f"sum({f}) AS {f}" for f in _FIELDS)}, count(*) AS vms
                   FROM placed GROUP BY host_id) s
+          LEFT JOIN added a ON a.host_id = s.host_id
          WHERE h.id = s.host_id
      RETURNING h.id
     )
@@ -118,7 +146,7 @@ _LOAD = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))
 
 _RESIDENTS = text(
     f"""
-    SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu FROM vms
+    SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu, extra FROM vms
      WHERE hypervisor_id = ANY(CAST(:hosts AS text[])) AND status IN {sql_in(sources(Event.PREEMPTED))}
        AND priority < :below
     """
@@ -139,6 +167,7 @@ def _placement_params(placements: Sequence[Placement]) -> dict[str, Any]:
     }
     for field in _FIELDS:
         params[field] = [getattr(p.resources, field) for p in placements]
+    params["extras"] = [extra_json(p.resources.extra) for p in placements]
     return params
 
 
@@ -277,7 +306,7 @@ class PostgresLedger:
             rows = await connection.execute(_RESIDENTS, {"hosts": list(host_ids), "below": below})
             found: dict[str, list[Resident]] = {}
             for row in rows:
-                demand = Demand(row.cpu, row.memory_mb, row.disk_gb, row.gpu)
+                demand = Demand(row.cpu, row.memory_mb, row.disk_gb, row.gpu, extras_of(row.extra or {}))
                 found.setdefault(row.hypervisor_id, []).append(Resident(str(row.id), row.priority, demand))
         return found
 

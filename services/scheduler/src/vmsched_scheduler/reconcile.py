@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_common.db.records import trusted
 from vmsched_common.lifecycle import HOLDS_CAPACITY, sql_in
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Resources
+from vmsched_common.messages import add_counts
 from vmsched_common.snapshot import CommittedVm, Snapshot
 
 log = get_logger(__name__)
@@ -31,11 +32,12 @@ log = get_logger(__name__)
 CLAIM_GRACE_SECONDS = 30.0
 
 _HOSTS = text(
-    'SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, vm_count FROM hosts ORDER BY id COLLATE "C"'
+    "SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count FROM hosts"
+    ' ORDER BY id COLLATE "C"'
 )
 _COMMITTED = text(
     f"""
-    SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
+    SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu, extra FROM vms
      WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
      ORDER BY hypervisor_id COLLATE "C"
     """
@@ -55,13 +57,19 @@ _GROUP_MEMBERS = text(
 _REPAIR_HOST = text(
     f"""
     WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
+         holding AS (SELECT * FROM vms WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)}),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n
-              FROM vms WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)})
+              FROM holding),
+         extra_sums AS (
+            SELECT coalesce(jsonb_object_agg(by_name.key, by_name.total), CAST('{{}}' AS jsonb)) AS extra
+              FROM (SELECT e.key, sum(CAST(e.value AS bigint)) AS total
+                      FROM holding CROSS JOIN LATERAL jsonb_each_text(holding.extra) AS e
+                     GROUP BY e.key HAVING sum(CAST(e.value AS bigint)) <> 0) by_name)
     UPDATE hosts SET alloc_cpu = sums.cpu, alloc_memory_mb = sums.memory_mb, alloc_disk_gb = sums.disk_gb,
-                     alloc_gpu = sums.gpu, vm_count = sums.n
-      FROM sums, locked WHERE hosts.id = locked.id
+                     alloc_gpu = sums.gpu, alloc_extra = extra_sums.extra, vm_count = sums.n
+      FROM sums, extra_sums, locked WHERE hosts.id = locked.id
     """
 )
 
@@ -126,8 +134,7 @@ async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, l
             if current is not None:
                 yield current, group
             current, group = row.hypervisor_id, []
-        resources = Resources(cpu=row.cpu, memory_mb=row.memory_mb, disk_gb=row.disk_gb, gpu=row.gpu)
-        group.append(CommittedVm(row.id, resources))
+        group.append(CommittedVm(row.id, trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra)))
     if current is not None:
         yield current, group
 
@@ -135,26 +142,29 @@ async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, l
 async def _reconcile_host(
     engine: AsyncEngine, snapshot: Snapshot, host: Any, vms: list[CommittedVm], now: float, grace: float
 ) -> ReconcileReport:
-    total = [0, 0, 0, 0, len(vms)]
-    for vm in vms:
+    amounts = [0, 0, 0, 0]
+    extra: dict[str, int] = {}
+    for vm in vms:  # ints, not Resources.plus: a host may hold thousands of VMs, and this runs often
         r = vm.resources
         for i, amount in enumerate((r.cpu, r.memory_mb, r.disk_gb, r.gpu)):
-            total[i] += amount
-    recorded = [host.alloc_cpu, host.alloc_memory_mb, host.alloc_disk_gb, host.alloc_gpu, host.vm_count]
+            amounts[i] += amount
+        if r.extra:
+            extra = add_counts(extra, r.extra)
+    cpu, memory_mb, disk_gb, gpu = amounts
+    total = trusted(cpu, memory_mb, disk_gb, gpu, extra)
+    recorded = trusted(host.alloc_cpu, host.alloc_memory_mb, host.alloc_disk_gb, host.alloc_gpu, host.alloc_extra)
     repaired = 0
-    if recorded != total:
-        log.error("host allocations disagree with its VMs; repairing", host=host.id, recorded=recorded, computed=total)
+    if (recorded, host.vm_count) != (total, len(vms)):
+        log.error(
+            "host allocations disagree with its VMs; repairing",
+            host=host.id,
+            recorded=[*recorded.model_dump().values(), host.vm_count],
+            computed=[*total.model_dump().values(), len(vms)],
+        )
         async with engine.begin() as connection:
             await connection.execute(_REPAIR_HOST, {"host_id": host.id})
         repaired = 1
-    restored, dropped, in_flight = await snapshot.reconcile_host(
-        host.id,
-        Resources(cpu=total[0], memory_mb=total[1], disk_gb=total[2], gpu=total[3]),
-        total[4],
-        vms,
-        now,
-        grace,
-    )
+    restored, dropped, in_flight = await snapshot.reconcile_host(host.id, total, len(vms), vms, now, grace)
     return ReconcileReport(1, restored, dropped, in_flight, repaired)
 
 

@@ -38,12 +38,13 @@ def waiting(
     host_selector: list[HostSelectorTerm] | None = None,
     tolerations: list[Toleration] | None = None,
     server_group: uuid.UUID | None = None,
+    extra: dict[str, int] | None = None,
 ) -> WaitingEntry:
     vm_id = uuid.uuid4()
     vm = VmToPlace(
         vm_id=vm_id,
         name=f"vm-{since:g}",
-        resources=Resources(cpu=cpu, memory_mb=memory_mb, disk_gb=10),
+        resources=Resources(cpu=cpu, memory_mb=memory_mb, disk_gb=10, extra=extra or {}),
         labels=labels or {},
         host_selector=host_selector or [],
         tolerations=tolerations or [],
@@ -95,6 +96,28 @@ def test_the_cheap_test_keeps_only_shapes_that_fit_some_changed_room() -> None:
     rooms = [host("a", cpu=16, used_cpu=12).free, host("b", cpu=16, used_cpu=7).free]
     assert set(index.shapes_fitting(rooms)) == {small.shape, big.shape}
     assert index.shapes_fitting([]) == []
+
+
+def test_the_cheap_test_keeps_a_shape_asking_extras_only_for_a_room_with_them_and_the_rest() -> None:
+    fpga, two_fpga = waiting(1, cpu=2, extra={"fpga": 1}), waiting(2, cpu=2, extra={"fpga": 2})
+    index = index_of(fpga, two_fpga)
+    no_fpga = host("a", cpu=16).free
+    one_fpga_no_cpu = host("b", cpu=16, used_cpu=15, extra={"fpga": 2}, used_extra={"fpga": 1}).free
+    one_fpga = host("c", cpu=16, extra={"fpga": 2}, used_extra={"fpga": 1}).free
+    assert index.shapes_fitting([no_fpga, one_fpga_no_cpu]) == []
+    assert index.shapes_fitting([no_fpga, one_fpga]) == [fpga.shape]
+    assert set(index.shapes_fitting([host("d", cpu=4, extra={"fpga": 3}).free])) == {fpga.shape, two_fpga.shape}
+
+
+def test_a_vm_asking_extras_waits_with_them_and_is_woken_only_where_they_are_free() -> None:
+    entry = waiting(1, cpu=1, extra={"fpga": 1})
+    assert shape_of(entry.vm).demand.extra == (("fpga", 1),)
+    fleet = Fleet.from_hosts([host("a", cpu=16), host("b", cpu=16, extra={"fpga": 1}, used_extra={"fpga": 1})])
+    assert whom_to_wake(index_of(entry), fleet, [entry.shape], CONTEXT) == []
+    fleet.upsert(host("b", cpu=16, extra={"fpga": 1}))  # its VM with the fpga went
+    assert [(w.entry, w.host_id) for w in whom_to_wake(index_of(entry), fleet, [entry.shape], CONTEXT)] == [
+        (entry, "b")
+    ]
 
 
 def test_a_freed_slot_wakes_the_oldest_that_fits_and_only_as_many_as_fit() -> None:
@@ -192,6 +215,15 @@ def test_room_grows_with_a_release_a_new_host_an_unpause_a_bigger_host_or_an_ope
     assert not room_grew(before, before)
     assert not room_grew(before, replace(before, allocated=replace(before.allocated, cpu=12)))
     assert not room_grew(before, replace(before, scheduling_paused=True))
+
+
+def test_room_grows_when_an_extra_resource_is_freed_or_added_not_when_one_is_claimed() -> None:
+    before = host("a", cpu=16, used_cpu=8, extra={"fpga": 2}, used_extra={"fpga": 2})
+    freed = replace(before, allocated=replace(before.allocated, extra=(("fpga", 1),)))
+    assert room_grew(before, freed)
+    assert room_grew(before, replace(before, capacity=replace(before.capacity, extra=(("fpga", 2), ("nic", 1)))))
+    assert not room_grew(freed, before)
+    assert not room_grew(before, before)
 
 
 @settings(max_examples=60, deadline=None)

@@ -8,7 +8,9 @@ here and applied by both writers (the gateway's heartbeat upsert and the API's P
 - labels: the agent's, and every key the operator set takes the operator's value;
 - taints: the operator's list when set (even an empty one), else the agent's;
 - each allocation ratio: the operator's when set, else the agent's;
-- reserved capacity is the operator's alone (agents report none).
+- reserved capacity is the operator's alone (agents report none);
+- named extra resources (``extra``) are the agent's alone: like cpu or GPUs they are capacity the
+  hardware has, and the fit rule reserves and overcommits none of them, so there is nothing to overlay.
 
 The operator's word wins whatever the agent sends later, and withdrawing it (a null) lets the
 agent's value through again.

@@ -1,11 +1,11 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups`` and
 ``scheduler_settings`` tables.
 
-A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds
-capacity (``vmsched_common.lifecycle.HOLDS_CAPACITY``). They are changed only in the same transaction as the VM row that
-causes the change, under the row lock of the host, and a placement only adds to them when the result
-stays within capacity times the overcommit ratio: that conditional update is what makes overcommit
-impossible whatever the Redis snapshot says.
+A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
+(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name). They are changed only in the
+same transaction as the VM row that causes the change, under the row lock of the host, and a
+placement only adds to them when the result stays within capacity times the overcommit ratio: that
+conditional update is what makes overcommit impossible whatever the Redis snapshot says.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class VmRow(Base):
     memory_mb: Mapped[int] = mapped_column(BigInteger)
     disk_gb: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Named extra resources it asks for: {name: count} (messages.Resources.extra).
+    extra: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     # [{key, operator, values}]: terms the host's labels must all satisfy (messages.HostSelectorTerm).
     host_selector: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
@@ -115,6 +117,9 @@ class HostRow(Base):
     memory_mb: Mapped[int] = mapped_column(BigInteger)
     disk_gb: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Named extra resources its agent reports, {name: count}: the agent's alone (the operator
+    # overlays none), never overcommitted, nothing reserved (vmsched_common.fit.extra_shortfall).
+    extra: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     disk_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
@@ -135,6 +140,8 @@ class HostRow(Base):
     alloc_memory_mb: Mapped[int] = mapped_column(BigInteger, server_default="0")
     alloc_disk_gb: Mapped[int] = mapped_column(BigInteger, server_default="0")
     alloc_gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The sum of its VMs' extras, by name (names at 0 are left out), kept as alloc_* are.
+    alloc_extra: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     vm_count: Mapped[int] = mapped_column(Integer, server_default="0")
     scheduling_paused: Mapped[bool] = mapped_column(Boolean, server_default="false")
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

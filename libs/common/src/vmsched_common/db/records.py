@@ -39,6 +39,7 @@ VM_FIELDS = (
     "memory_mb",
     "disk_gb",
     "gpu",
+    "extra",
     "labels",
     "host_selector",
     "tolerations",
@@ -71,6 +72,7 @@ HOST_FIELDS = (
     "memory_mb",
     "disk_gb",
     "gpu",
+    "extra",
     "cpu_ratio",
     "memory_ratio",
     "disk_ratio",
@@ -82,6 +84,7 @@ HOST_FIELDS = (
     "alloc_memory_mb",
     "alloc_disk_gb",
     "alloc_gpu",
+    "alloc_extra",
     "vm_count",
     "scheduling_paused",
     "last_heartbeat",
@@ -98,10 +101,10 @@ SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain",
 SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 
-def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int) -> Resources:
+def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int, extra: Mapping[str, int] | None = None) -> Resources:
     """Amounts read back from a column that only validated values reach: built without validating
     again (a few microseconds a row, which a page of 1,000 VMs notices)."""
-    return Resources.model_construct(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
+    return Resources.model_construct(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, extra=dict(extra or {}))
 
 
 def trusted_selector(terms: list[dict[str, Any]] | None) -> tuple[HostSelectorTerm, ...]:
@@ -158,7 +161,7 @@ class VmRecord:
             status=VmStatus(row.status),
             status_reason=row.status_reason,
             hypervisor_id=row.hypervisor_id,
-            resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
+            resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra),
             labels=dict(row.labels or {}),
             host_selector=trusted_selector(row.host_selector),
             tolerations=tolerations_of(row.tolerations),
@@ -233,10 +236,10 @@ class HostRecord:
             id=row.id,
             status=row.status,
             labels=dict(row.labels or {}),
-            capacity=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
+            capacity=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra),
             overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
             reserved=trusted(row.reserved_cpu, row.reserved_memory_mb, row.reserved_disk_gb, row.reserved_gpu),
-            allocated=trusted(row.alloc_cpu, row.alloc_memory_mb, row.alloc_disk_gb, row.alloc_gpu),
+            allocated=trusted(row.alloc_cpu, row.alloc_memory_mb, row.alloc_disk_gb, row.alloc_gpu, row.alloc_extra),
             vm_count=row.vm_count,
             scheduling_paused=row.scheduling_paused,
             last_heartbeat=row.last_heartbeat,

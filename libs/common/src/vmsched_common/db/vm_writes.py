@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from vmsched_common.db.extra import extra_json, sql_extra_plus
 from vmsched_common.db.records import VM_COLUMNS
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import IMPLIES_MESSAGE
+from vmsched_common.messages import add_counts
 from vmsched_common.vm_changes import Change
 
 _FIELDS = [rule.field for rule in RESOURCES]
@@ -38,7 +40,9 @@ _APPLY = text(
 )
 _RELEASE = text(
     f"""
-    UPDATE hosts SET {", ".join(f"alloc_{f} = alloc_{f} - :{f}" for f in _FIELDS)}, vm_count = vm_count - :vms
+    UPDATE hosts SET {", ".join(f"alloc_{f} = alloc_{f} - :{f}" for f in _FIELDS)}, vm_count = vm_count - :vms,
+           alloc_extra = CASE WHEN CAST(:extra AS jsonb) = CAST('{{}}' AS jsonb) THEN alloc_extra
+                              ELSE {sql_extra_plus("alloc_extra", "CAST(:extra AS jsonb)", "-")} END
      WHERE id = :host_id
     """
 )
@@ -49,6 +53,7 @@ async def apply(connection: AsyncConnection, changes: Sequence[Change]) -> list[
     left alone). Hosts are given back what the landed changes release, in host id order."""
     landed: list[Change] = []
     released: dict[str, list[int]] = defaultdict(lambda: [0] * (len(_FIELDS) + 1))
+    released_extra: dict[str, dict[str, int]] = defaultdict(dict)
     for change in changes:
         after = change.after
         row = (
@@ -82,9 +87,17 @@ async def apply(connection: AsyncConnection, changes: Sequence[Change]) -> list[
             for position, field in enumerate(_FIELDS):
                 total[position] += getattr(change.before.resources, field)
             total[-1] += 1
+            if change.before.resources.extra:
+                released_extra[host] = add_counts(released_extra[host], change.before.resources.extra)
     for host in sorted(released):
         amounts = released[host]
         await connection.execute(
-            _RELEASE, {"host_id": host, **dict(zip(_FIELDS, amounts, strict=False)), "vms": amounts[-1]}
+            _RELEASE,
+            {
+                "host_id": host,
+                **dict(zip(_FIELDS, amounts, strict=False)),
+                "vms": amounts[-1],
+                "extra": extra_json(released_extra.get(host, {})),
+            },
         )
     return landed

@@ -9,8 +9,10 @@
 --   reserved, and none is reserved unless all fit; those on one host count together, and so do
 --   members of one group in one domain); 'p' preempt (one claim, made only if it fits once the
 --   victims named after it leave its host: then their claims are released in the same step), then
---   per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS
---   order), then group id ('' for none), reason name, hard ('1' or '0'), policy, topology key,
+--   per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS order), the number of
+--   named extra resources asked for and, sorted by name, each one's name and amount (checked against
+--   the host's 'extra' and 'a_extra' maps only when there are any), then group id ('' for none),
+--   reason name, hard ('1' or '0'), policy, topology key,
 --   max_per_domain, max_skew, the number of eligible domains (spread) and the domains
 -- Returns {results, changes}: per claim {outcome, detail}: {'claimed', host} | {'held', host} |
 --   {'unknown_host', ''} | {'offline', status} | {'paused', ''} | {'insufficient', resource name} |
@@ -22,6 +24,8 @@
 {{fit rule}}
 
 {{group rule}}
+
+{{counts}}
 
 local RESOURCE_FIELDS = {{resource fields}}
 local RATIO_FIELDS = {{ratio fields}}
@@ -42,9 +46,9 @@ local changed = {}
 
 {{release claim}}
 
--- Why the host cannot take need on top of what it holds (and of `booked`, what earlier claims of an
--- all-or-nothing call would add), or nil when it can.
-local function refusal(host_key, need, booked)
+-- Why the host cannot take need (and the named extras of `extra`, if any) on top of what it holds
+-- (and of `booked`, what earlier claims of an all-or-nothing call would add), or nil when it can.
+local function refusal(host_key, need, extra, booked)
   local h = redis.call('HMGET', host_key, unpack(READ))
   if h[1] ~= '1' then
     return {'unknown_host', ''}
@@ -64,6 +68,11 @@ local function refusal(host_key, need, booked)
     ratio[i] = RATIO_FIELDS[i] and tonumber(h[at + 4] or '1') or 1
   end
   local missing = shortfall(need, capacity, reserved, ratio, used)
+  if not missing and extra then
+    local x = redis.call('HMGET', host_key, 'extra', 'a_extra')
+    local used_extra = add_counts(decode_counts(x[2]), booked and booked.extra or {}, 1)
+    missing = extra_shortfall(extra.names, extra.need, decode_counts(x[1]), used_extra)
+  end
   if missing then
     return {'insufficient', missing}
   end
@@ -129,7 +138,7 @@ end
 
 -- Why the claim cannot be made, or nil and the group domain it would be counted in (nil for none).
 local function check(k, booked, pending)
-  local why = refusal(k.host_key, k.need, booked)
+  local why = refusal(k.host_key, k.need, k.extra, booked)
   if why then
     return why, nil
   end
@@ -153,6 +162,12 @@ local function reserve(k, domain, now)
     record[#record + 1] = f
     record[#record + 1] = k.need[i]
   end
+  if k.extra then
+    local used = add_counts(decode_counts(redis.call('HGET', k.host_key, 'a_extra')), k.extra.need, 1)
+    redis.call('HSET', k.host_key, 'a_extra', encode_counts(used))
+    record[#record + 1] = 'extra'
+    record[#record + 1] = encode_counts(k.extra.need)
+  end
   redis.call('HINCRBY', k.host_key, 'vm_count', 1)
   redis.call('HSET', k.claim_key, unpack(record))
   redis.call('SADD', k.vms_key, k.vm)
@@ -174,6 +189,17 @@ for c = 1, preempt and 1 or (#KEYS - 2) / 5 do
     need[i] = tonumber(ARGV[arg + 1 + i])
   end
   local at = arg + 2 + R
+  local extra
+  local extra_count = tonumber(ARGV[at])
+  if extra_count > 0 then
+    extra = {names = {}, need = {}}
+    for j = 1, extra_count do
+      local name = ARGV[at + 2 * j - 1]
+      extra.names[j] = name
+      extra.need[name] = tonumber(ARGV[at + 2 * j])
+    end
+  end
+  at = at + 1 + 2 * extra_count
   local group
   local eligible_count = tonumber(ARGV[at + 7])
   if ARGV[at] ~= '' then
@@ -188,7 +214,7 @@ for c = 1, preempt and 1 or (#KEYS - 2) / 5 do
   local k = 5 * c - 2
   claims[c] = {
     host_key = KEYS[k], claim_key = KEYS[k + 1], vms_key = KEYS[k + 2], group_key = KEYS[k + 3],
-    group_vms_key = KEYS[k + 4], vm = ARGV[arg], host = ARGV[arg + 1], need = need, group = group
+    group_vms_key = KEYS[k + 4], vm = ARGV[arg], host = ARGV[arg + 1], need = need, extra = extra, group = group
   }
   arg = at + 8 + eligible_count
 end
@@ -201,19 +227,20 @@ if preempt then
     results[1] = {'held', held}
   else
     -- What the victims hold on the host comes off its allocations before the fit rule is checked.
-    local freed = {}
+    local freed = {extra = {}}
     for i = 1, R do
       freed[i] = 0
     end
     for v = 1, #KEYS - 7 do
-      local c = redis.call('HMGET', KEYS[7 + v], 'host', unpack(RESOURCE_FIELDS))
+      local c = redis.call('HMGET', KEYS[7 + v], 'host', 'extra', unpack(RESOURCE_FIELDS))
       if c[1] ~= k.host or redis.call('SISMEMBER', k.vms_key, ARGV[arg + v - 1]) == 0 then
         results[1] = {'victim_moved', ARGV[arg + v - 1]}
         break
       end
       for i = 1, R do
-        freed[i] = freed[i] - tonumber(c[i + 1] or '0')
+        freed[i] = freed[i] - tonumber(c[i + 2] or '0')
       end
+      add_counts(freed.extra, decode_counts(c[2]), -1)
     end
     if not results[1] then
       local why, domain = check(k, freed, nil)
@@ -245,6 +272,9 @@ elseif ARGV[2] == '1' then
         local sum = booked[k.host_key] or {}
         for i = 1, R do
           sum[i] = (sum[i] or 0) + k.need[i]
+        end
+        if k.extra then
+          sum.extra = add_counts(sum.extra or {}, k.extra.need, 1)
         end
         booked[k.host_key] = sum
         if domain then

@@ -1,21 +1,25 @@
 -- Make one host's Redis allocations agree with PostgreSQL, the truth.
 -- Committed VMs (from PostgreSQL) get their claim restored; claims of VMs PostgreSQL does not count
 -- are kept while younger than the grace period (a scheduler may be between claim and commit) and
--- dropped after it. Allocations become PostgreSQL's plus the kept in-flight claims.
+-- dropped after it. Allocations become PostgreSQL's plus the kept in-flight claims, named extra
+-- resources ('a_extra', a JSON map) as the others.
 -- KEYS: host hash, host's claimed-vm set, changed zset, seq counter
--- ARGV: key prefix, host_id, now, grace, the host's allocations (one per resource), vm_count,
---       then per committed VM: vm_id, then one amount per resource
+-- ARGV: key prefix, host_id, now, grace, the host's allocations (one per resource), its named extras
+--       allocated (JSON), vm_count, then per committed VM: vm_id, one amount per resource, its named
+--       extras (JSON)
 -- Returns {restored, dropped, in_flight}
+{{counts}}
+
 local RESOURCE_FIELDS = {{resource fields}}
 local R = #RESOURCE_FIELDS
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, 0, 0}
 end
 local prefix, host, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local first_vm = 6 + R
+local first_vm = 7 + R
 local committed = {}
 local restored = 0
-for i = first_vm, #ARGV, R + 1 do
+for i = first_vm, #ARGV, R + 2 do
   local vm = ARGV[i]
   committed[vm] = true
   local ck = prefix .. ':claim:' .. vm
@@ -25,29 +29,37 @@ for i = first_vm, #ARGV, R + 1 do
       record[#record + 1] = RESOURCE_FIELDS[r]
       record[#record + 1] = ARGV[i + r]
     end
+    local extra = ARGV[i + R + 1]
+    if extra ~= '' and extra ~= '{}' then
+      record[#record + 1] = 'extra'
+      record[#record + 1] = extra
+    end
     redis.call('HSET', ck, unpack(record))
     restored = restored + 1
   end
   redis.call('SADD', KEYS[2], vm)
 end
-local extra = {}
+local in_flight = {}
 for r = 1, R + 1 do
-  extra[r] = 0
+  in_flight[r] = 0
 end
+local in_flight_extra = {}
 local dropped = 0
 local read = {'host', 'at'}
 for r = 1, R do
   read[#read + 1] = RESOURCE_FIELDS[r]
 end
+read[#read + 1] = 'extra'
 for _, vm in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if not committed[vm] then
     local ck = prefix .. ':claim:' .. vm
     local c = redis.call('HMGET', ck, unpack(read))
     if c[1] == host and now - tonumber(c[2]) < grace then
       for r = 1, R do
-        extra[r] = extra[r] + tonumber(c[2 + r])
+        in_flight[r] = in_flight[r] + tonumber(c[2 + r])
       end
-      extra[R + 1] = extra[R + 1] + 1
+      in_flight[R + 1] = in_flight[R + 1] + 1
+      add_counts(in_flight_extra, decode_counts(c[3 + R]), 1)
     else
       if c[1] == host then
         redis.call('DEL', ck)
@@ -60,21 +72,22 @@ end
 local names, values = {}, {}
 for r = 1, R do
   names[r] = 'a_' .. RESOURCE_FIELDS[r]
-  values[r] = tonumber(ARGV[4 + r]) + extra[r]
+  values[r] = tonumber(ARGV[4 + r]) + in_flight[r]
 end
 names[R + 1] = 'vm_count'
-values[R + 1] = tonumber(ARGV[5 + R]) + extra[R + 1]
+values[R + 1] = tonumber(ARGV[6 + R]) + in_flight[R + 1]
+local extra = add_counts(decode_counts(ARGV[5 + R]), in_flight_extra, 1)
 -- Written, and put in the change feed, only when it differs: every scheduler reads again each host
 -- the feed names, and this runs over every host every VMSCHED_RECONCILE_INTERVAL.
-local current = redis.call('HMGET', KEYS[1], 'synced', unpack(names))
-local differs = current[1] ~= '1'
+local current = redis.call('HMGET', KEYS[1], 'synced', 'a_extra', unpack(names))
+local differs = current[1] ~= '1' or not same_counts(decode_counts(current[2]), extra)
 for i = 1, R + 1 do
-  if tonumber(current[i + 1]) ~= values[i] then
+  if tonumber(current[i + 2]) ~= values[i] then
     differs = true
   end
 end
 if differs then
-  local write = {'synced', '1'}
+  local write = {'synced', '1', 'a_extra', encode_counts(extra)}
   for i = 1, R + 1 do
     write[#write + 1] = names[i]
     write[#write + 1] = values[i]
@@ -82,4 +95,4 @@ if differs then
   redis.call('HSET', KEYS[1], unpack(write))
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), host)
 end
-return {restored, dropped, extra[R + 1]}
+return {restored, dropped, in_flight[R + 1]}

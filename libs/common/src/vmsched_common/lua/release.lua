@@ -3,6 +3,8 @@
 -- KEYS: changed zset, seq counter, then per VM: its claim hash
 -- ARGV: key prefix, then per VM: vm_id
 -- Returns per VM the host its claim was on, or false.
+{{counts}}
+
 local RESOURCE_FIELDS = {{resource fields}}
 local R = #RESOURCE_FIELDS
 local changed = {}

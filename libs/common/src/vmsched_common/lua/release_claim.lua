@@ -1,12 +1,13 @@
 -- Give one VM's claim back to its host and its place back to its server group (rendered into
 -- release.lua and claim.lua from lua/release_claim.lua). Returns the host the claim was on, or nil.
--- Needs RESOURCE_FIELDS and R; marks the host in `changed`.
+-- Needs RESOURCE_FIELDS, R and the counts functions (add_counts, ...); marks the host in `changed`.
 local RELEASE_READ = {'host'}
 for i = 1, #RESOURCE_FIELDS do
   RELEASE_READ[#RELEASE_READ + 1] = RESOURCE_FIELDS[i]
 end
 RELEASE_READ[#RELEASE_READ + 1] = 'group'
 RELEASE_READ[#RELEASE_READ + 1] = 'domain'
+RELEASE_READ[#RELEASE_READ + 1] = 'extra'
 
 local function release_claim(prefix, claim_key, vm)
   local c = redis.call('HMGET', claim_key, unpack(RELEASE_READ))
@@ -25,6 +26,11 @@ local function release_claim(prefix, claim_key, vm)
       if amount ~= 0 then
         redis.call('HINCRBY', hk, 'a_' .. RESOURCE_FIELDS[i], 0 - amount)
       end
+    end
+    local extra = c[R + 4]
+    if extra then
+      local used = add_counts(decode_counts(redis.call('HGET', hk, 'a_extra')), decode_counts(extra), -1)
+      redis.call('HSET', hk, 'a_extra', encode_counts(used))
     end
     redis.call('HINCRBY', hk, 'vm_count', -1)
   end

@@ -29,6 +29,8 @@ Extras = tuple[tuple[str, int], ...]
 
 def extras_of(counts: Mapping[str, int]) -> Extras:
     """The canonical form of a ``{name: count}`` map."""
+    if not counts:
+        return ()
     return tuple(sorted((name, int(count)) for name, count in counts.items() if count))
 
 
@@ -162,13 +164,15 @@ class HostState:
 
     @property
     def free(self) -> Demand:
-        """Effective capacity minus allocations; negative where a host is over its (lowered) capacity."""
+        """Effective capacity minus allocations; negative where a host is over its (lowered) capacity
+        (named extras: what is left of each, those with none left not named)."""
         effective = self.effective_capacity
         return Demand(
             effective.cpu - self.allocated.cpu,
             effective.memory_mb - self.allocated.memory_mb,
             effective.disk_gb - self.allocated.disk_gb,
             effective.gpu - self.allocated.gpu,
+            _combined(effective.extra, self.allocated.extra, -1),
         )
 
 

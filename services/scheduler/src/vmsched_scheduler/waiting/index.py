@@ -27,7 +27,7 @@ import numpy as np
 
 from vmsched_common.messages import VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.fleet_cache import host_selector_of, tolerations_of
+from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
 from vmsched_scheduler.groups import RoundGroups
 from vmsched_scheduler.placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
 from vmsched_scheduler.placement.fleet import FloatArray
@@ -68,9 +68,8 @@ class Shape:
 
 
 def shape_of(vm: VmToPlace) -> Shape:
-    resources = vm.resources
     return Shape(
-        Demand(resources.cpu, resources.memory_mb, resources.disk_gb, resources.gpu),
+        demand_of(vm.resources),
         tuple(sorted(vm.labels.items())),
         host_selector_of(vm.host_selector),
         tolerations_of(vm.tolerations),
@@ -160,11 +159,24 @@ class WaitingIndex:
             self._shape_order = list(self._queues)
             self._shape_demands = np.array([s.demand.as_tuple() for s in self._shape_order], dtype=np.float64)
         free = np.array([room.as_tuple() for room in rooms], dtype=np.float64)
-        fits = np.any(np.all(self._shape_demands[:, None, :] <= free[None, :, :], axis=2), axis=1)
-        return [self._shape_order[i] for i in np.flatnonzero(fits).tolist()]
+        within = np.all(self._shape_demands[:, None, :] <= free[None, :, :], axis=2)  # (shapes, rooms)
+        fitting = []
+        for i in np.flatnonzero(np.any(within, axis=1)).tolist():
+            shape = self._shape_order[i]
+            # Named extras, for the few shapes that ask any: in a room that fits the rest.
+            if not shape.demand.extra or any(
+                _extras_within(shape.demand, rooms[j]) for j in np.flatnonzero(within[i]).tolist()
+            ):
+                fitting.append(shape)
+        return fitting
 
     def all_shapes(self) -> list[Shape]:
         return list(self._queues)
+
+
+def _extras_within(demand: Demand, room: Demand) -> bool:
+    free = dict(room.extra)
+    return all(free.get(name, 0) >= count for name, count in demand.extra)
 
 
 def usable(host: HostState) -> bool:
@@ -179,7 +191,11 @@ def room_grew(before: HostState | None, after: HostState) -> bool:
         return False
     if before is None or not usable(before) or before.labels != after.labels or before.taints != after.taints:
         return True
-    return any(a > b for a, b in zip(after.free.as_tuple(), before.free.as_tuple(), strict=True))
+    now_free, was_free = after.free, before.free
+    if any(a > b for a, b in zip(now_free.as_tuple(), was_free.as_tuple(), strict=True)):
+        return True
+    was = dict(was_free.extra)
+    return any(count > was.get(name, 0) for name, count in now_free.extra)
 
 
 @dataclass(frozen=True, slots=True)

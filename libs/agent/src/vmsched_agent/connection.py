@@ -12,6 +12,9 @@ The connection belongs to a FastStream ``RabbitBroker`` (the one every vmsched s
   unroutable, so a status counts as sent only once a queue holds it.
 - a ``heartbeat`` channel without confirms: a lost heartbeat is replaced by the next one.
 
+Heartbeats and status reports carry the AMQP ``user_id`` property: the connection's user, which
+RabbitMQ checks, so the gateway knows which host's broker user sent them (docs/security.md).
+
 Consumers are plain aio-pika consumers rather than FastStream subscribers: starting 1,000
 FastStream subscribers takes about 3 times longer (each builds its own handler model), and a
 simulated fleet starts 10,000 of them.
@@ -152,6 +155,7 @@ class AgentConnection:
         self._next_lane = itertools.count()
         self._status_channel: AbstractRobustChannel | None = None
         self._heartbeat_channel: AbstractRobustChannel | None = None
+        self._user_id: str | None = None
         self._opened = False
 
     @classmethod
@@ -164,11 +168,18 @@ class AgentConnection:
     def is_open(self) -> bool:
         return self._opened
 
+    @property
+    def user_id(self) -> str | None:
+        """The broker user this connection logged in as (known once open): the ``user_id`` of what it
+        publishes."""
+        return self._user_id
+
     async def open(self) -> None:
         """Connect (if the broker is not connected yet), open the channels, start heartbeats."""
         if self._opened:
             return
         connection = await self.broker.connect()
+        self._user_id = connection.url.user or None
         self._status_channel = await _robust(connection.channel(publisher_confirms=True, on_return_raises=True))
         self._heartbeat_channel = await _robust(connection.channel(publisher_confirms=False))
         self._probe = _QueueProbe(await _robust(connection.channel(publisher_confirms=False)))
@@ -242,6 +253,7 @@ class AgentConnection:
                 delivery_mode=DeliveryMode.PERSISTENT,
                 message_id=status_message_id(report),
                 headers=headers,
+                user_id=self._user_id,
             )
             try:
                 # A closed channel is reopened by aio-pika itself (never here: see _Lane); publish
@@ -268,6 +280,7 @@ class AgentConnection:
             content_type=JSON,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
             message_id=uuid.uuid4().hex,
+            user_id=self._user_id,
         )
         await exchange.publish(message, routing_key=topology.AGENT_HEARTBEAT, mandatory=False)
 

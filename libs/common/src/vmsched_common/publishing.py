@@ -29,6 +29,7 @@ from vmsched_common import events, topology
 from vmsched_common.messages import (
     MAX_VMS_PER_MESSAGE,
     AgentCommand,
+    AgentConflict,
     Assignment,
     Unplaced,
     VmAssigned,
@@ -110,6 +111,11 @@ class Publisher:
 
     async def vm_orphaned(self, event: VmOrphaned) -> None:
         await self._publisher(events.vm_orphaned).publish(event, message_id=f"{event.vm_id}:orphaned:{event.host_id}")
+
+    async def agent_conflict(self, event: AgentConflict) -> None:
+        await self._publisher(events.agent_conflict).publish(
+            event, message_id=f"{event.host_id}:conflict:{event.instance_id}"
+        )
 
     async def command(self, host_id: str, command: AgentCommand) -> None:
         """A command on ``agent.<host_id>`` (through the ``vmsched.agents`` exchange), returned once

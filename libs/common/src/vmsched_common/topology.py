@@ -24,6 +24,7 @@ VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"
 AGENT_HEARTBEAT = "agent.heartbeat"
+AGENT_CONFLICT = "agent.conflict"
 
 # Header a consumer sets when it dead-letters a message itself, saying why.
 DEAD_LETTER_REASON_HEADER = "x-vmsched-dead-letter-reason"

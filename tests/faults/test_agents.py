@@ -21,6 +21,7 @@ import pytest
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, wait_settled
 from tests.faults.invariants import check
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
@@ -69,9 +70,7 @@ async def fleet(
     capacity: Resources = HOST,
 ) -> AsyncIterator[SimulatedFleet]:
     hosts = generate_hosts(count, prefix=prefix, capacity=capacity, labels=labels)
-    async with SimulatedFleet(
-        hosts, amqp_url=servers.amqp_url, heartbeat_interval=HEARTBEAT, fail_rate=fail_rate
-    ) as simulated:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=HEARTBEAT, fail_rate=fail_rate) as simulated:
         ids = {host.id for host in hosts}
         await eventually(
             lambda: api.get("/v1/hosts"),

@@ -21,6 +21,7 @@ import pytest
 
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, submit, wait_settled
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
@@ -53,7 +54,7 @@ async def group_race_fleet(group_race_stack: Stack, servers: Servers) -> AsyncIt
         labels={"suite": SUITE},
         zones=ZONES,
     )
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=2.0) as fleet:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=2.0) as fleet:
         async with httpx.AsyncClient(base_url=group_race_stack.api_url, timeout=30) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),

@@ -38,6 +38,7 @@ from opentelemetry import propagate, trace
 
 from vmsched_agent.heartbeats import HeartbeatScheduler
 from vmsched_common import topology
+from vmsched_common.agent_identity import DEFAULT_VHOST, agent_username
 from vmsched_common.amqp import dead_letter, make_broker
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import AgentHeartbeat, VmStatusReport
@@ -156,6 +157,7 @@ class AgentConnection:
         self._status_channel: AbstractRobustChannel | None = None
         self._heartbeat_channel: AbstractRobustChannel | None = None
         self._user_id: str | None = None
+        self._vhost = DEFAULT_VHOST
         self._opened = False
 
     @classmethod
@@ -180,6 +182,7 @@ class AgentConnection:
             return
         connection = await self.broker.connect()
         self._user_id = connection.url.user or None
+        self._vhost = connection.url.path[1:] or DEFAULT_VHOST  # as aio-pika reads it
         self._status_channel = await _robust(connection.channel(publisher_confirms=True, on_return_raises=True))
         self._heartbeat_channel = await _robust(connection.channel(publisher_confirms=False))
         self._probe = _QueueProbe(await _robust(connection.channel(publisher_confirms=False)))
@@ -226,7 +229,9 @@ class AgentConnection:
             if loop.time() + delay > deadline:
                 raise AgentQueueMissing(
                     f"queue {name} still does not exist after {queue_wait_timeout:g} s; "
-                    "the gateway declares it when it sees the host's heartbeat: is it running?"
+                    "the gateway declares it when it takes the host's heartbeat: is it running, and does it take "
+                    f"this agent's word (with VMSCHED_AGENT_AUTH=required, only as broker user "
+                    f"{agent_username(host_id, self._vhost)!r}: vmsched-gateway enroll-agent {host_id})?"
                 )
             await asyncio.sleep(delay)
         # The probe just found it, so this passive declare cannot close the shared channel.

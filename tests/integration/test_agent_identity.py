@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,14 +25,14 @@ from aio_pika.abc import AbstractIncomingMessage
 from faststream import FastStream
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.stack import Stack
+from devtools.stack import BIN, Stack
 from tests.fleets import enroll, enrolled_fleet
 from tests.integration.amqp_tools import Tap, publish_raw
 from tests.integration.waiting import eventually
 from tests.servers import Servers, provide_servers
 from vmsched_agent import Agent, FakeHypervisor, HostSpec, SimulatedFleet
 from vmsched_common import topology
-from vmsched_common.agent_identity import AgentCredentials
+from vmsched_common.agent_identity import AgentCredentials, agent_username, vhost_of
 from vmsched_common.db.engine import ensure_database
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.messages import (
@@ -164,6 +166,35 @@ async def test_the_broker_refuses_a_forged_user_id_and_any_message_but_heartbeat
         await publish_as(
             mine, theirs.host_id, b"{}", user_id=mine.username, message_id="no", exchange=topology.AGENTS_EXCHANGE.name
         )
+
+
+async def test_enroll_agent_prints_working_credentials_and_enrolling_again_rotates_the_password(
+    servers: Servers, stack: Stack
+) -> None:
+    host_id = f"{suite()}-cli"
+
+    def enroll_agent() -> AgentCredentials:
+        done = subprocess.run(
+            [str(BIN / "vmsched-gateway"), "enroll-agent", host_id],
+            env={**os.environ, **servers.env()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        (line,) = done.stdout.splitlines()
+        assert set(json.loads(line)) == {"host_id", "username", "password", "amqp_url"}
+        return AgentCredentials.model_validate_json(line)
+
+    first = await asyncio.to_thread(enroll_agent)
+    assert first.host_id == host_id
+    assert first.username == agent_username(host_id, vhost_of(servers.amqp_url))
+    await (await aio_pika.connect(first.amqp_url)).close()
+    second = await asyncio.to_thread(enroll_agent)
+    assert (second.username, second.password != first.password) == (first.username, True)
+    await (await aio_pika.connect(second.amqp_url)).close()
+    with pytest.raises(aio_pika.exceptions.ProbableAuthenticationError):
+        await aio_pika.connect(first.amqp_url)  # the old password is no more
 
 
 # -- the gateway ------------------------------------------------------------------------------

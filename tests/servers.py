@@ -21,6 +21,7 @@ import asyncpg
 import redis
 
 from vmsched_common.agent_identity import host_of_username
+from vmsched_common.settings import Settings
 
 LOCAL_AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
@@ -138,7 +139,9 @@ def _local(run_id: str) -> Iterator[Servers]:
         with contextlib.suppress(Exception):
             _rabbitmqctl("delete_vhost", vhost)
         with contextlib.suppress(Exception):
-            delete_agent_users(_rabbitmqctl, vhost)
+            delete_agent_users(
+                Settings.from_environment({**os.environ, "VMSCHED_AMQP_URL": amqp}).management_url, vhost
+            )
         with contextlib.suppress(Exception):
             drop_database(base_db, database)
         with contextlib.suppress(Exception):
@@ -147,13 +150,19 @@ def _local(run_id: str) -> Iterator[Servers]:
                 client.delete(key)
 
 
-def delete_agent_users(rabbitmqctl: Callable[..., str], vhost: str) -> None:
-    """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host)."""
-    import json
+def delete_agent_users(management_url: str, vhost: str) -> None:
+    """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host), in
+    one call to the management API: hundreds of ``rabbitmqctl delete_user`` take minutes."""
+    import httpx
 
-    for user in json.loads(rabbitmqctl("list_users", "--formatter", "json")):
-        if host_of_username(user["user"], vhost) is not None:
-            rabbitmqctl("delete_user", user["user"])
+    url = httpx.URL(management_url)
+    auth = (url.username, url.password) if url.username else None
+    base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"
+    with httpx.Client(auth=auth, timeout=60) as client:
+        users = client.get(f"{base}/users", params={"columns": "name"}).raise_for_status().json()
+        agents = [user["name"] for user in users if host_of_username(user["name"], vhost) is not None]
+        if agents:
+            client.post(f"{base}/users/bulk-delete", json={"users": agents}).raise_for_status()
 
 
 def drop_database(base_db: str, database: str) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start whichever of the local PostgreSQL, Redis and RabbitMQ is down (the development machines'
-# servers, see design.md), and wait until each answers.
+# servers, see design.md), and wait until each answers; enable RabbitMQ's management plugin, through
+# whose HTTP API agents are enrolled (vmsched-gateway enroll-agent, docs/security.md).
 set -euo pipefail
 
 answers() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
@@ -38,3 +39,10 @@ for port in 5432 6379 5672; do
   for _ in $(seq 1 120); do answers "$port" && break; sleep 1; done
   answers "$port" || { echo "server on port $port does not answer" >&2; exit 1; }
 done
+# The plugin list is kept by the node (/etc/rabbitmq/enabled_plugins), so this is needed once.
+if ! answers 15672; then
+  echo "enabling RabbitMQ's management plugin"
+  timeout 180 rabbitmq-plugins -q enable rabbitmq_management
+  for _ in $(seq 1 60); do answers 15672 && break; sleep 1; done
+  answers 15672 || { echo "RabbitMQ's management API (port 15672) does not answer" >&2; exit 1; }
+fi

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from devtools.stack import ROOT, Stack, wait_for
+from vmsched_agent.hosts import host_id
 
 
 def _other_metrics(stack: Stack) -> str:
@@ -39,9 +40,23 @@ def main() -> int:
         print(f"starting vmsched (logs in {Path('.run')}/) ...", flush=True)
         stack.start(schedulers=schedulers)
         if agents:
+            # Each simulated host its own broker user, as a real agent (docs/security.md).
+            credentials = stack.enroll_agents(
+                [host_id("hv", index, agents) for index in range(agents)], ROOT / ".run" / "agent-credentials.jsonl"
+            )
             # Hosts of mixed sizes (label size=small|medium|large|gpu) in three zones (zone=z1|z2|z3).
             sim = stack.start_agents(
-                "agents", "--count", str(agents), "--prefix", "hv", "--profile", "mixed", "--zones", "3"
+                "agents",
+                "--count",
+                str(agents),
+                "--prefix",
+                "hv",
+                "--profile",
+                "mixed",
+                "--zones",
+                "3",
+                "--credentials",
+                str(credentials),
             )
             wait_for(lambda: _hosts_online(stack) >= agents, 60, f"{agents} simulated agents to report")
             sim.check_alive()
@@ -52,7 +67,8 @@ vmsched is running:
   OpenAPI docs  {stack.api_url}/docs
   AsyncAPI docs {stack.api_url}/asyncapi
   metrics       {stack.api_url}/metrics{_other_metrics(stack)}
-  {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s) in zones z1..z3; logs in .run/*.log
+  {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s) in zones z1..z3, each its own broker user
+  (credentials in .run/agent-credentials.jsonl); logs in .run/*.log
 
 Try:
   curl -s -X POST {stack.api_url}/v1/vms -H 'content-type: application/json' \\

@@ -160,6 +160,25 @@ class Stack:
         service.metrics_url = f"http://127.0.0.1:{port}/metrics"
         return {"VMSCHED_METRICS_HOST": "127.0.0.1", "VMSCHED_METRICS_PORT": str(port)}
 
+    def enroll_agents(self, host_ids: list[str], path: Path) -> Path:
+        """``vmsched-gateway enroll-agent`` for ``host_ids``: their credentials, one JSON line each, in
+        ``path`` (readable by its owner only), for ``vmsched-agent simulate --credentials``."""
+        done = subprocess.run(
+            [str(BIN / "vmsched-gateway"), "enroll-agent", *host_ids],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"enrolling the agents failed: {done.stderr.strip()}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(done.stdout)
+        return path
+
     def start_agents(self, name: str = "agents", *args: str) -> Service:
         service = self.add(name, [str(BIN / "vmsched-agent"), "simulate", *args])
         service.start(self._env())

@@ -20,6 +20,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 import redis
 
+from vmsched_common.agent_identity import host_of_username
+from vmsched_common.settings import Settings
+
 LOCAL_AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 LOCAL_DATABASE = "postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched"
@@ -82,11 +85,13 @@ def _containers(run_id: str) -> Iterator[Servers]:
     from testcontainers.redis import RedisContainer
 
     with (
-        RabbitMqContainer("rabbitmq:3.10-management") as rabbit,
+        RabbitMqContainer("rabbitmq:3.10-management").with_exposed_ports(15672) as rabbit,
         RedisContainer("redis:7.0") as cache,
         PostgresContainer("postgres:15", driver="asyncpg") as pg,
     ):
         amqp = f"amqp://guest:guest@{rabbit.get_container_host_ip()}:{rabbit.get_exposed_port(5672)}/"
+        # The -management image serves the management API (agents are enrolled through it).
+        admin = f"http://guest:guest@{rabbit.get_container_host_ip()}:{rabbit.get_exposed_port(15672)}/"
         rurl = f"redis://{cache.get_container_host_ip()}:{cache.get_exposed_port(6379)}/0"
 
         def in_container(*args: str) -> str:
@@ -103,6 +108,7 @@ def _containers(run_id: str) -> Iterator[Servers]:
             run_id,
             rabbitmqctl=in_container,
             private_broker=True,
+            extra_env={"VMSCHED_AMQP_ADMIN_URL": admin},
         )
 
 
@@ -133,11 +139,30 @@ def _local(run_id: str) -> Iterator[Servers]:
         with contextlib.suppress(Exception):
             _rabbitmqctl("delete_vhost", vhost)
         with contextlib.suppress(Exception):
+            delete_agent_users(
+                Settings.from_environment({**os.environ, "VMSCHED_AMQP_URL": amqp}).management_url, vhost
+            )
+        with contextlib.suppress(Exception):
             drop_database(base_db, database)
         with contextlib.suppress(Exception):
             client = redis.Redis.from_url(base_redis)
             for key in client.scan_iter(match=f"{prefix}:*", count=1000):
                 client.delete(key)
+
+
+def delete_agent_users(management_url: str, vhost: str) -> None:
+    """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host), in
+    one call to the management API: hundreds of ``rabbitmqctl delete_user`` take minutes."""
+    import httpx
+
+    url = httpx.URL(management_url)
+    auth = (url.username, url.password) if url.username else None
+    base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"
+    with httpx.Client(auth=auth, timeout=60) as client:
+        users = client.get(f"{base}/users", params={"columns": "name"}).raise_for_status().json()
+        agents = [user["name"] for user in users if host_of_username(user["name"], vhost) is not None]
+        if agents:
+            client.post(f"{base}/users/bulk-delete", json={"users": agents}).raise_for_status()
 
 
 def drop_database(base_db: str, database: str) -> None:

@@ -28,6 +28,7 @@ class Received:
     message_id: str | None
     content_type: str | None
     persistent: bool
+    user_id: str | None = None
 
 
 class StandInGateway:
@@ -36,6 +37,7 @@ class StandInGateway:
         self.publisher = Publisher(broker)
         self.declare_queues = True
         self.heartbeats: list[AgentHeartbeat] = []
+        self.heartbeat_users: dict[str, set[str | None]] = {}  # host id -> the AMQP user_ids of its heartbeats
         self.statuses: list[Received] = []
         self.declared: set[str] = set()
         self._changed = asyncio.Condition()
@@ -65,6 +67,7 @@ class StandInGateway:
                 queue = await self.broker.declare_queue(topology.agent_queue(beat.agent_id))
                 await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=beat.agent_id)
                 self.declared.add(beat.agent_id)
+            self.heartbeat_users.setdefault(beat.agent_id, set()).add(message.user_id)
             await self._record(self.heartbeats, beat)
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:
@@ -74,6 +77,7 @@ class StandInGateway:
                 message_id=message.message_id,
                 content_type=message.content_type,
                 persistent=message.delivery_mode == 2,
+                user_id=message.user_id,
             )
             await self._record(self.statuses, received)
 

@@ -1,4 +1,5 @@
-"""``vmsched-agent simulate``: options, and the process against the real broker."""
+"""``vmsched-agent simulate``: options, and the process against the real broker (as the services' user,
+or each host as its own, enrolled)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.agent.standin import StandInGateway
+from tests.fleets import enroll
 from tests.servers import Servers
 from vmsched_agent.cli import build_parser, hosts_from_options, main
 from vmsched_agent.hosts import Profile
@@ -150,3 +152,29 @@ async def test_the_simulator_stops_by_itself_after_stop_after(servers: Servers, 
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+@pytest.mark.integration
+async def test_with_credentials_each_simulated_host_connects_as_its_own_user(
+    servers: Servers, gateway: StandInGateway, tmp_path: Path
+) -> None:
+    prefix = f"cli{uuid.uuid4().hex[:6]}"
+    enrolled = await enroll(servers, [f"{prefix}-0001", f"{prefix}-0002"])
+    path = tmp_path / "credentials.jsonl"
+    path.write_text("".join(credentials.model_dump_json() + "\n" for credentials in enrolled.values()))
+    process = await start_simulator(servers, "--count", "2", "--prefix", prefix, "--credentials", str(path))
+    assert process.stderr is not None
+    seen: list[dict[str, Any]] = []
+    try:
+        starting = await asyncio.wait_for(read_until(process.stderr, "fleet starting", seen), 15)
+        assert starting["own_users"] is True
+        await asyncio.wait_for(read_until(process.stderr, "fleet started", seen), 15)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert {host_id: gateway.heartbeat_users[host_id] for host_id in enrolled} == {
+        host_id: {credentials.username} for host_id, credentials in enrolled.items()
+    }

@@ -84,7 +84,7 @@ async def test_a_fleet_nobody_declares_queues_for_gives_up_and_closes(
             await simulated.start()
     finally:
         gateway.declare_queues = True
-    assert not simulated.connection.is_open
+    assert not simulated.connected
 
 
 async def test_receipts_say_when_each_command_was_taken_off_its_queue(

@@ -34,6 +34,7 @@ from tests.deploy.settings_env import (
     unprefixed_settings,
     variable_of,
 )
+from vmsched_common.settings import MANAGEMENT_PORTS
 
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 
@@ -385,6 +386,18 @@ def _egress_allows(policies: list[KubeObject], pod: PodTemplate, labels: dict[st
             ):
                 return True
     return False
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_only_the_gateway_may_reach_the_brokers_management_api_to_enroll_agents(overlay: str) -> None:
+    objects = rendered(overlay)
+    policies = list(named(objects, "NetworkPolicy").values())
+    broker_labels = _servers(objects)["5672"][0]
+    reach = {
+        pod.name: _egress_allows(policies, pod, broker_labels, MANAGEMENT_PORTS["amqp"][1])
+        for pod in vmsched_pods(objects)
+    }
+    assert reach == {pod.name: component(pod) == "gateway" for pod in vmsched_pods(objects)}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from devtools.stack import Stack, free_port
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts
@@ -38,11 +39,25 @@ def four_schedulers(servers: Servers, tmp_path_factory: pytest.TempPathFactory) 
 
 @contextlib.asynccontextmanager
 async def online_fleet(
-    stack: Stack, servers: Servers, suite: str, count: int, capacity: Resources, heartbeat_interval: float
+    stack: Stack,
+    servers: Servers,
+    suite: str,
+    count: int,
+    capacity: Resources,
+    heartbeat_interval: float,
+    *,
+    own_users: bool = True,
 ) -> AsyncIterator[SimulatedFleet]:
-    """``count`` uniform simulated hosts labelled ``suite=<suite>``, yielded once all are online."""
+    """``count`` uniform simulated hosts labelled ``suite=<suite>``, yielded once all are online.
+    ``own_users``: each host enrolled and connected as its own broker user (the gateway's default
+    wants it); else they share ``servers``' user (for a stack with VMSCHED_AGENT_AUTH=off)."""
     hosts = generate_hosts(count, prefix=suite, capacity=capacity, profile=Profile.UNIFORM, labels={"suite": suite})
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=heartbeat_interval) as fleet:
+    simulated = (
+        await enrolled_fleet(servers, hosts, heartbeat_interval=heartbeat_interval)
+        if own_users
+        else SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=heartbeat_interval)
+    )
+    async with simulated as fleet:
         async with httpx.AsyncClient(base_url=stack.api_url) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),

@@ -2,12 +2,14 @@
 ``unknown``, then ``running`` again when it is back, nothing failed or deleted. A host lost for good
 (silent past VMSCHED_AGENT_LOST_TIMEOUT) has its VMs failed and, with ``on_failure``, placed elsewhere;
 when it comes back it is told to delete only the copies of the VMs that moved. A rejected create is
-retried on another host, that host excluded, up to VMSCHED_MAX_ATTEMPTS."""
+retried on another host, that host excluded, up to VMSCHED_MAX_ATTEMPTS. An agent process restarted after
+a crash gets its host back once the dead one has been silent for the offline timeout."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,10 +23,13 @@ import pytest
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, wait_settled
 from tests.faults.invariants import check
+from tests.fleets import enroll, enrolled_fleet
+from tests.integration.amqp_tools import Tap
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_agent.hosts import generate_hosts
+from vmsched_agent.hosts import HostSpec, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common import topology
 from vmsched_common.messages import AgentCommand, CommandAction, Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,9 +74,7 @@ async def fleet(
     capacity: Resources = HOST,
 ) -> AsyncIterator[SimulatedFleet]:
     hosts = generate_hosts(count, prefix=prefix, capacity=capacity, labels=labels)
-    async with SimulatedFleet(
-        hosts, amqp_url=servers.amqp_url, heartbeat_interval=HEARTBEAT, fail_rate=fail_rate
-    ) as simulated:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=HEARTBEAT, fail_rate=fail_rate) as simulated:
         ids = {host.id for host in hosts}
         await eventually(
             lambda: api.get("/v1/hosts"),
@@ -204,6 +207,60 @@ async def _async(value: set[str]) -> set[str]:
 
 async def _statuses(api: httpx.AsyncClient, vm_ids: list[str]) -> set[str]:
     return {(await vm(api, vm_id))["status"] for vm_id in vm_ids}
+
+
+async def test_an_agent_restarted_after_a_crash_gets_its_host_back_once_the_dead_process_is_silent_long_enough(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    """The restart case of docs/security.md's rule: a new process (a new instance_id) is refused while
+    the one holding the host id is heard from, and takes the host over, by itself, once the old one has
+    been silent for VMSCHED_AGENT_OFFLINE_TIMEOUT (a crash sends no goodbye)."""
+    host_id = "crash-0001"
+    credentials = await enroll(servers, [host_id])
+    url = {host_id: credentials[host_id].amqp_url}
+
+    def generation(number: int) -> SimulatedFleet:
+        spec = HostSpec(id=host_id, capacity=HOST, labels={"suite": "crash", "generation": str(number)})
+        return SimulatedFleet([spec], credentials=url, heartbeat_interval=HEARTBEAT)
+
+    first, restarted = generation(1), generation(2)
+    async with Tap(servers.amqp_url, topology.DEAD_LETTER_EXCHANGE.name, topology.AGENT_HEARTBEAT) as refused:
+        await first.start()
+        try:
+            await eventually(
+                lambda: api.get(f"/v1/hosts/{host_id}"),
+                lambda r: r.status_code == 200 and r.json()["labels"].get("generation") == "1",
+                timeout=30,
+                what="the first process's host online",
+            )
+            # The new process comes up while the old one still runs (or is still taken to): refused.
+            await restarted.start()
+            new_instance = restarted.agents[host_id].instance_id
+            await refused.wait(lambda m: json.loads(m.body).get("instance_id") == new_instance)
+            assert await _holder(servers, host_id) == first.agents[host_id].instance_id
+            assert (await api.get(f"/v1/hosts/{host_id}")).json()["labels"]["generation"] == "1"
+        finally:
+            await first.cut_off(host_id)  # it crashes: no last heartbeat, nothing said
+        try:
+            await eventually(
+                lambda: api.get(f"/v1/hosts/{host_id}"),
+                lambda r: r.json()["labels"].get("generation") == "2" and r.json()["status"] == "online",
+                timeout=OFFLINE_TIMEOUT + 30,
+                what="the restarted process to take its host over",
+            )
+            assert await _holder(servers, host_id) == new_instance
+        finally:
+            await restarted.stop()
+            await first.stop()
+
+
+async def _holder(servers: Servers, host_id: str) -> str | None:
+    connection = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        holder: str | None = await connection.fetchval("SELECT agent_instance FROM hosts WHERE id = $1", host_id)
+        return holder
+    finally:
+        await connection.close()
 
 
 async def test_a_rejected_create_is_retried_elsewhere_until_max_attempts(

@@ -65,6 +65,9 @@ def broker_stack(own_broker: Servers, tmp_path_factory: pytest.TempPathFactory) 
         schedulers=SCHEDULERS,
         VMSCHED_AGENT_OFFLINE_TIMEOUT="60",
         VMSCHED_RESEND_STALE_AFTER="20",
+        # The node of its own runs no management plugin, so agents cannot be enrolled: the test is about
+        # the broker, not identity.
+        VMSCHED_AGENT_AUTH="off",
     ) as stack:
         yield stack
 
@@ -78,6 +81,7 @@ async def broker_fleet(broker_stack: Stack, own_broker: Servers) -> AsyncIterato
         HOSTS,
         Resources(cpu=128, memory_mb=128 * 1024, disk_gb=4000),
         heartbeat_interval=1.0,
+        own_users=False,
     ) as fleet:
         yield fleet
 

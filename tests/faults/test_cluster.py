@@ -62,6 +62,9 @@ def cluster_stack(cluster_servers: Servers, tmp_path_factory: pytest.TempPathFac
         schedulers=SCHEDULERS,
         VMSCHED_AGENT_OFFLINE_TIMEOUT="90",
         VMSCHED_RESEND_STALE_AFTER="10",
+        # Its nodes run no management plugin, so agents cannot be enrolled: the test is about the broker,
+        # not identity.
+        VMSCHED_AGENT_AUTH="off",
     ) as stack:
         yield stack
 
@@ -75,6 +78,7 @@ async def cluster_fleet(cluster_stack: Stack, cluster_servers: Servers) -> Async
         HOSTS,
         Resources(cpu=256, memory_mb=256 * 1024, disk_gb=8000),
         heartbeat_interval=1.0,
+        own_users=False,
     ) as fleet:
         yield fleet
 

@@ -20,6 +20,7 @@ import pytest
 
 from devtools.stack import Stack
 from tests.faults.conftest import submit, wait_settled
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
@@ -46,7 +47,7 @@ async def group_race_fleet(four_schedulers: Stack, servers: Servers) -> AsyncIte
         labels={"suite": SUITE},
         zones=ZONES,
     )
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=2.0) as fleet:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=2.0) as fleet:
         async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=30) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),

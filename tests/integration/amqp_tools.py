@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -39,3 +40,49 @@ async def wait_for_message(
             if predicate(message):
                 return message
     raise TimeoutError(f"no matching message on {queue} within {timeout}s")
+
+
+class Tap:
+    """A queue of the test's own (exclusive, gone with the connection) bound to ``exchange`` with
+    ``routing_keys``: every message routed there is kept, whoever else reads the same messages."""
+
+    def __init__(self, amqp_url: str, exchange: str, *routing_keys: str) -> None:
+        self.amqp_url = amqp_url
+        self.exchange = exchange
+        self.routing_keys = routing_keys
+        self.messages: list[AbstractIncomingMessage] = []
+        self._arrived = asyncio.Event()
+        self._connection: aio_pika.abc.AbstractRobustConnection | None = None
+
+    async def __aenter__(self) -> Tap:
+        self._connection = await aio_pika.connect_robust(self.amqp_url)
+        channel = await self._connection.channel()
+        queue = await channel.declare_queue(exclusive=True, auto_delete=True)
+        for key in self.routing_keys:
+            await queue.bind(self.exchange, routing_key=key)
+        await queue.consume(self._keep, no_ack=True)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+    async def _keep(self, message: AbstractIncomingMessage) -> None:
+        self.messages.append(message)
+        self._arrived.set()
+
+    async def wait(
+        self, predicate: Callable[[AbstractIncomingMessage], bool], timeout: float = 30.0
+    ) -> AbstractIncomingMessage:
+        """The first message kept (before or after the call) that satisfies ``predicate``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._arrived.clear()  # before looking: one that arrives meanwhile wakes the wait below
+            found = next((message for message in self.messages if predicate(message)), None)
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no matching message on {self.exchange} {self.routing_keys} within {timeout}s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)

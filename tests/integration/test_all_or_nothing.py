@@ -14,10 +14,10 @@ import pytest
 from redis.asyncio import Redis
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ async def two_hosts(stack: Stack, servers: Servers, api: httpx.AsyncClient) -> A
         )
         for n in (1, 2)
     ]
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0):
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0):
         for host in hosts:
             await eventually(
                 lambda host=host: api.get(f"/v1/hosts/{host.id}"),  # type: ignore[misc]

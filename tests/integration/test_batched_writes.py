@@ -102,11 +102,13 @@ async def test_heartbeat_batches_in_any_order_do_not_deadlock(private_engine: As
         AgentHeartbeat(agent_id=f"hv-h{n:03}", capacity=Resources(cpu=8, memory_mb=8192, disk_gb=100))
         for n in range(300)
     ]
-    await store.fold_heartbeats(beats)  # the rows exist: the next writes update (and lock) them
+    await store.fold_heartbeats(beats, takeover_after=15.0)  # the rows exist: the next writes update (and lock) them
     rng = random.Random(3)
     for _ in range(10):
         orders = [rng.sample(beats, len(beats)) for _ in range(6)]
-        results = await asyncio.wait_for(asyncio.gather(*(store.fold_heartbeats(o) for o in orders)), timeout=30)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(store.fold_heartbeats(o, takeover_after=15.0) for o in orders)), timeout=30
+        )
         assert [len(folded.hosts) for folded in results] == [300] * 6
 
 

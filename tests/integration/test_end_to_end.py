@@ -15,6 +15,7 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.amqp_tools import publish_raw, wait_for_message
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -38,7 +39,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         labels={"suite": SUITE},
         seed=7,
     )
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0) as running:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
         async with httpx.AsyncClient(base_url=stack.api_url) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ async def test_the_subscriber_of_the_events_guide_hears_a_placement(
     broker = namespace["broker"]
     suite = f"events-{uuid.uuid4().hex[:6]}"
     host = HostSpec(id=suite, capacity=Resources(cpu=8, memory_mb=8192, disk_gb=100), labels={"suite": suite})
-    async with SimulatedFleet([host], amqp_url=servers.amqp_url, heartbeat_interval=1.0):
+    async with await enrolled_fleet(servers, [host], heartbeat_interval=1.0):
         await broker.start()
         try:
             async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:

@@ -25,11 +25,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack
 from tests.faults.invariants import check
+from tests.fleets import enrolled_fleet
 from tests.integration.rows import delete_keys, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.db import vm_writes
 from vmsched_common.db.records import HOST_COLUMNS, HostRecord, VmRecord
 from vmsched_common.decision import PlacementRecord
@@ -62,7 +62,7 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
         ),
         HostSpec(id=plain_host, capacity=Resources(cpu=16, memory_mb=65536, disk_gb=100), labels={"suite": suite}),
     ]
-    fleet = SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0)
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
     redis = Redis.from_url(servers.redis_url, decode_responses=True)
     snapshot = Snapshot(redis, servers.redis_key_prefix)
     placed: list[str] = []  # those holding an fpga now

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
 
 pytestmark = pytest.mark.integration
@@ -38,8 +38,8 @@ WORKING = [
 @pytest.fixture(scope="module")
 async def fleets(stack: Stack, servers: Servers) -> AsyncIterator[None]:
     async with (
-        SimulatedFleet(REFUSING, amqp_url=servers.amqp_url, heartbeat_interval=1.0, fail_rate=1.0),
-        SimulatedFleet(WORKING, amqp_url=servers.amqp_url, heartbeat_interval=1.0),
+        await enrolled_fleet(servers, REFUSING, heartbeat_interval=1.0, fail_rate=1.0),
+        await enrolled_fleet(servers, WORKING, heartbeat_interval=1.0),
         httpx.AsyncClient(base_url=stack.api_url) as api,
     ):
         await eventually(

@@ -126,7 +126,9 @@ async def test_a_returning_host_settles_its_unknown_vms_from_what_its_heartbeat_
     lost_by_host = await host_with_vm(private_engine, "hv-r1", silent_for=20)
     await store.silence(OFFLINE)
 
-    folded = await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-r1", capacity=CAPACITY, vm_ids=[listed])])
+    folded = await store.fold_heartbeats(
+        [AgentHeartbeat(agent_id="hv-r1", capacity=CAPACITY, vm_ids=[listed])], takeover_after=OFFLINE
+    )
 
     settled = {change.after.id: change.after.status for change in folded.returned}
     assert settled == {
@@ -135,7 +137,9 @@ async def test_a_returning_host_settles_its_unknown_vms_from_what_its_heartbeat_
         lost_by_host: VmStatus.FAILED,  # it ran there, and the host came back without it
     }
     assert await allocation(private_engine, "hv-r1") == (4, 2)  # the lost one's share given back
-    assert (await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-r1", capacity=CAPACITY)])).returned == []
+    assert (
+        await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-r1", capacity=CAPACITY)], takeover_after=OFFLINE)
+    ).returned == []
 
 
 async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere_or_not_at_all(

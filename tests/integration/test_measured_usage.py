@@ -15,11 +15,11 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.rows import delete_keys, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import AgentHeartbeat, Resources, Usage
 from vmsched_common.snapshot import MeasuredUsage, Snapshot
 from vmsched_gateway.heartbeats import HeartbeatFold
@@ -119,7 +119,7 @@ async def test_a_least_utilized_vm_lands_on_the_host_that_measures_less_busy(sta
     suite = f"usage-{uuid.uuid4().hex[:6]}"
     busy, quiet = f"{suite}-a", f"{suite}-b"
     hosts = [HostSpec(id=host_id, capacity=CAPACITY, labels={"suite": suite}) for host_id in (busy, quiet)]
-    fleet = SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0)
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
     # Measured from the first heartbeat on: the schedulers read each host first when it is new.
     fleet.agents[busy].report_usage(Usage(cpu_used=14.0, memory_used_mb=60000))
     fleet.agents[quiet].report_usage(Usage(cpu_used=1.0, memory_used_mb=4096))

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.amqp_tools import publish_raw
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -62,7 +63,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         capacity=Resources(cpu=16, memory_mb=32768, disk_gb=200),
         labels={"suite": SUITE},
     )
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0) as running:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
         async with httpx.AsyncClient(base_url=stack.api_url) as api:
             ids = {host.id for host in hosts}
             await eventually(

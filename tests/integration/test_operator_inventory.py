@@ -14,6 +14,7 @@ import pytest
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
@@ -28,7 +29,7 @@ CAPACITY = Resources(cpu=4, memory_mb=16384, disk_gb=100)
 
 async def test_bad_patches_are_422_naming_the_field_and_change_nothing(stack: Stack, servers: Servers) -> None:
     host_id = f"inv-bad-{uuid.uuid4().hex[:6]}"
-    async with _fleet(servers, host_id), httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with await _fleet(servers, host_id), httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
         before = (await _online(api, host_id)).json()
         refused = {
             "nothing": ({}, ()),
@@ -62,7 +63,7 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
     # 6 cpus in a host of 4 with 1 reserved: only (4 - 1) x 2 holds it; only the operator says "gold".
     wanted = {"cpu": 6, "memory_mb": 1024, "disk_gb": 1, "labels": {"suite": suite, "tier": "gold"}}
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
-        async with _fleet(servers, host_id, suite=suite):
+        async with await _fleet(servers, host_id, suite=suite):
             await _online(api, host_id)
             refused = await _settled(api, await _post(api, f"{suite}-1", wanted))
             assert refused["status"] == "unschedulable"
@@ -93,7 +94,7 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
             first_seen = (await api.get(f"/v1/hosts/{host_id}")).json()["last_heartbeat"]
 
         # The agent restarts and heartbeats as it always did: its own labels, ratio 1, nothing reserved.
-        async with _fleet(servers, host_id, suite=suite):
+        async with await _fleet(servers, host_id, suite=suite):
             await eventually(
                 lambda: api.get(f"/v1/hosts/{host_id}"),
                 lambda r: r.json()["status"] == "online" and r.json()["last_heartbeat"] != first_seen,
@@ -120,7 +121,7 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
     host_id = f"{suite}-a"
     small = {"cpu": 1, "memory_mb": 512, "disk_gb": 1, "labels": {"suite": suite}}
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
-        async with _fleet(servers, host_id, suite=suite):
+        async with await _fleet(servers, host_id, suite=suite):
             await _online(api, host_id)
             vm = await _settled(api, await _post(api, f"{suite}-1", small))
             assert vm["hypervisor_id"] == host_id
@@ -147,7 +148,7 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
         assert nowhere["status"] == "unschedulable"
 
         # It heartbeats again: a new host, with a new queue the agent consumes.
-        async with _fleet(servers, host_id, suite=suite):
+        async with await _fleet(servers, host_id, suite=suite):
             back = (await _online(api, host_id)).json()
             assert back["vm_count"] == 0
             assert await _queue_exists(servers, host_id)
@@ -168,10 +169,10 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
             )
 
 
-def _fleet(servers: Servers, host_id: str, *, suite: str | None = None) -> SimulatedFleet:
+async def _fleet(servers: Servers, host_id: str, *, suite: str | None = None) -> SimulatedFleet:
     labels = {"suite": suite} if suite else {}
-    return SimulatedFleet(
-        [HostSpec(id=host_id, capacity=CAPACITY, labels=labels)], amqp_url=servers.amqp_url, heartbeat_interval=1.0
+    return await enrolled_fleet(
+        servers, [HostSpec(id=host_id, capacity=CAPACITY, labels=labels)], heartbeat_interval=1.0
     )
 
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
@@ -31,7 +32,7 @@ async def one_host(stack: Stack, servers: Servers, api: httpx.AsyncClient) -> As
     """One host of 8 vCPUs of this test's own; its suite label and its simulated agent."""
     suite = f"preempt-{uuid.uuid4().hex[:6]}"
     host = HostSpec(id=f"{suite}-1", capacity=Resources(cpu=8, memory_mb=65536, disk_gb=1000), labels={"suite": suite})
-    async with SimulatedFleet([host], amqp_url=servers.amqp_url, heartbeat_interval=1.0) as fleet:
+    async with await enrolled_fleet(servers, [host], heartbeat_interval=1.0) as fleet:
         await eventually(
             lambda: api.get(f"/v1/hosts/{host.id}"),
             lambda r: r.status_code == 200 and r.json()["status"] == "online",

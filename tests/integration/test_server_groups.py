@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
@@ -31,7 +32,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         4, prefix=SUITE, capacity=Resources(cpu=64, memory_mb=65536, disk_gb=1000), labels={"suite": SUITE}, zones=2
     )
     assert {h.id: h.labels["zone"] for h in hosts} == ZONE_OF
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0) as running:
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
         async with httpx.AsyncClient(base_url=stack.api_url) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources, Taint, TaintEffect
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ async def test_a_tainted_gpu_host_takes_only_tolerating_vms_and_untainted_is_kep
         ),
         HostSpec(id=plain_host, capacity=Resources(cpu=4, memory_mb=16384, disk_gb=100), labels={"suite": suite}),
     ]
-    fleet = SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0)
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
     placed: list[str] = []
     async with fleet, httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
         for host_id in (gpu_host, plain_host):

@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from devtools.stack import free_port
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers, provide_servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_api.app import build_app as build_api
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Settings
@@ -110,7 +110,7 @@ async def traced(own_servers: Servers) -> AsyncIterator[Traced]:
     port = free_port()
     with in_memory_spans() as exporter:
         api = build_api(settings)
-        fleet = SimulatedFleet([BIG, SMALL], amqp_url=own_servers.amqp_url, heartbeat_interval=1.0)
+        fleet = await enrolled_fleet(own_servers, [BIG, SMALL], heartbeat_interval=1.0)
         async with (
             serving(api, port),
             consuming(build_gateway(settings)),

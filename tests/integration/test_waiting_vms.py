@@ -13,10 +13,10 @@ import pytest
 
 from devtools.stack import Stack
 from tests.faults.events import EventCounter
+from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common import topology
 from vmsched_common.messages import Resources
 
@@ -36,7 +36,7 @@ async def one_host(stack: Stack, servers: Servers, api: httpx.AsyncClient) -> As
     """One host of 8 vCPUs of this test's own (its VMs ask for its label); the suite label."""
     suite = f"wait-{uuid.uuid4().hex[:6]}"
     host = HostSpec(id=suite, capacity=Resources(cpu=HOST_CPU, memory_mb=65536, disk_gb=1000), labels={"suite": suite})
-    async with SimulatedFleet([host], amqp_url=servers.amqp_url, heartbeat_interval=1.0):
+    async with await enrolled_fleet(servers, [host], heartbeat_interval=1.0):
         await eventually(
             lambda: api.get(f"/v1/hosts/{suite}"),
             lambda r: r.status_code == 200 and r.json()["status"] == "online",
@@ -148,7 +148,7 @@ async def two_zones(stack: Stack, servers: Servers, api: httpx.AsyncClient) -> A
         )
         for zone in ("z1", "z2")
     ]
-    async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=1.0):
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0):
         for host in hosts:
             await eventually(
                 lambda host=host: api.get(f"/v1/hosts/{host.id}"),  # type: ignore[misc]

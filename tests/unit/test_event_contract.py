@@ -30,6 +30,7 @@ def test_the_document_names_every_event_with_its_exchange_and_payload() -> None:
         topology.VM_PREEMPTED: "VmPreempted",
         topology.VM_STATUS: "VmStatusReport",
         topology.AGENT_HEARTBEAT: "AgentHeartbeat",
+        topology.AGENT_CONFLICT: "AgentConflict",
     }
     assert set(spec["channels"]) == {*events, "agent.<host id>"}
     command = spec["channels"]["agent.<host id>"]

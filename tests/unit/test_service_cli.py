@@ -64,3 +64,31 @@ def test_each_service_runs_as_python_dash_m(module: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "Usage:" in result.stdout
+
+
+def test_the_gateway_offers_to_enroll_agents() -> None:
+    result = run("vmsched-gateway", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "enroll-agent" in result.stdout
+    result = run("vmsched-gateway", "enroll-agent", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "VMSCHED_AMQP_ADMIN_URL" in result.stdout
+
+
+def test_enrolling_a_name_that_is_no_host_id_stops_with_one_line() -> None:
+    result = run("vmsched-gateway", "enroll-agent", "hv-1", "not a host")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "vmsched-gateway: not a host id: 'not a host' (letters, digits, '_', '.', '-'; starting with a letter or digit)"
+    ]
+    assert result.stdout == ""  # nobody enrolled: the names are checked first
+
+
+def test_enrolling_without_a_management_api_says_where_it_looked_in_one_line_without_the_password() -> None:
+    result = run("vmsched-gateway", "enroll-agent", "hv-1", VMSCHED_AMQP_ADMIN_URL=f"http://vmsched:s3cret@{CLOSED}/")
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"vmsched-gateway: cannot reach RabbitMQ's management API at http://{CLOSED}/api")
+    assert "rabbitmq-plugins enable rabbitmq_management" in line
+    assert "s3cret" not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr

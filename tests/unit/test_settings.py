@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vmsched_common.settings import Settings, Strategy, load_settings
+from vmsched_common.settings import AgentAuth, Settings, Strategy, load_settings
 
 
 def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,3 +71,41 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
         f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
         "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized"
     ]
+
+
+def test_agents_must_be_enrolled_unless_the_lab_is_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VMSCHED_AGENT_AUTH", raising=False)
+    assert Settings().agent_auth is AgentAuth.REQUIRED
+    assert Settings.from_environment({"VMSCHED_AGENT_AUTH": "off"}).agent_auth is AgentAuth.OFF
+
+
+def test_an_unknown_agent_auth_stops_the_service_naming_the_choices(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VMSCHED_AGENT_AUTH", "maybe")
+    with pytest.raises(SystemExit):
+        load_settings("vmsched-gateway")
+    err = capsys.readouterr().err
+    assert "VMSCHED_AGENT_AUTH" in err
+    assert "'required' or 'off'" in err
+
+
+@pytest.mark.parametrize(
+    ("amqp_url", "management_url"),
+    [
+        ("amqp://guest:guest@127.0.0.1:5672/", "http://guest:guest@127.0.0.1:15672/"),
+        ("amqp://vmsched:s3cret@rabbit-a:5672,rabbit-b:5672/prod", "http://vmsched:s3cret@rabbit-a:15672/"),
+        ("amqps://vmsched:s3cret@rabbit.example:5671/", "https://vmsched:s3cret@rabbit.example:15671/"),
+    ],
+)
+def test_the_management_api_is_found_beside_the_first_broker_node(amqp_url: str, management_url: str) -> None:
+    settings = Settings.from_environment({"VMSCHED_AMQP_URL": amqp_url})
+    assert settings.amqp_admin_url is None
+    assert settings.management_url == management_url
+
+
+def test_an_explicit_management_url_wins() -> None:
+    settings = Settings.from_environment(
+        {"VMSCHED_AMQP_URL": "amqp://u:p@rabbit:5672/", "VMSCHED_AMQP_ADMIN_URL": "https://admin:pw@mgmt.example/rmq/"}
+    )
+    assert settings.management_url == "https://admin:pw@mgmt.example/rmq/"

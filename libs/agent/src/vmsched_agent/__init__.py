@@ -5,13 +5,16 @@ See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake
 
 from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObserver
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
+from vmsched_agent.credentials import parse_credentials, read_credentials
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
 from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
 from vmsched_agent.simulator import FakeHypervisor, HostFull, Receipt, SimulatedFailure, SimulatedFleet
+from vmsched_common.agent_identity import AgentCredentials
 
 __all__ = [
     "Agent",
     "AgentConnection",
+    "AgentCredentials",
     "AgentQueueMissing",
     "AgentStats",
     "CommandObserver",
@@ -27,5 +30,7 @@ __all__ = [
     "SimulatedFleet",
     "generate_hosts",
     "load_hosts",
+    "parse_credentials",
+    "read_credentials",
     "status_message_id",
 ]

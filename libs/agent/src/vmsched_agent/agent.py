@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from aio_pika.abc import AbstractIncomingMessage
 from faststream.rabbit import RabbitBroker
@@ -100,6 +100,9 @@ class Agent:
         if sum(option is not None for option in (amqp_url, broker, connection)) > 1:
             raise ValueError("give at most one of amqp_url, broker and connection")
         self._agent_id = agent_id
+        # This agent's run, in its heartbeats: the gateway refuses a second process for the same host
+        # id while this one is online, and takes this one's last heartbeat (leaving) as its goodbye.
+        self._instance_id = uuid4().hex
         self.capacity = capacity
         self.hypervisor = hypervisor
         self.labels = dict(labels or {})
@@ -135,6 +138,11 @@ class Agent:
     @property
     def agent_id(self) -> str:
         return self._agent_id
+
+    @property
+    def instance_id(self) -> str:
+        """This agent's run (new for every :class:`Agent`, so for every process start)."""
+        return self._instance_id
 
     @property
     def vm_ids(self) -> frozenset[UUID]:
@@ -181,8 +189,8 @@ class Agent:
         self._usage_failing = False
         return measured
 
-    def heartbeat(self, status: HostStatus | None = None) -> AgentHeartbeat:
-        """The heartbeat this agent would send now."""
+    def heartbeat(self, status: HostStatus | None = None, *, leaving: bool = False) -> AgentHeartbeat:
+        """The heartbeat this agent would send now (``leaving``: its last, as it stops)."""
         if status is None:
             status = HostStatus.DRAINING if self._draining else HostStatus.ONLINE
         return AgentHeartbeat(
@@ -194,6 +202,8 @@ class Agent:
             vm_ids=list(self._vm_ids),
             overcommit=self.overcommit,
             usage=self.usage(),
+            instance_id=self._instance_id,
+            leaving=leaving,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -224,7 +234,8 @@ class Agent:
 
     async def stop(self, *, announce_draining: bool = True) -> None:
         """Stop taking commands, let those in flight finish (up to ``graceful_timeout`` seconds;
-        the rest are re-delivered), send a last heartbeat saying ``draining``, close."""
+        the rest are re-delivered), send a last heartbeat saying ``draining`` and ``leaving`` (the
+        host id is free at once for the next agent process), close."""
         if not self._started:
             return
         self._started = self._accepting = False
@@ -244,7 +255,7 @@ class Agent:
         if announce_draining and self.connection.is_open:
             try:
                 async with asyncio.timeout(STOP_STEP_TIMEOUT):
-                    await self.connection.publish_heartbeat(self.heartbeat(HostStatus.DRAINING))
+                    await self.connection.publish_heartbeat(self.heartbeat(HostStatus.DRAINING, leaving=True))
             except Exception as error:
                 log.debug("last heartbeat not sent", host=self.agent_id, error=repr(error))
         if self._owns_connection:

@@ -7,13 +7,15 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from vmsched_agent.credentials import read_credentials
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts, parse_labels
 from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.agent_identity import AgentCredentials
 from vmsched_common.logs import configure_logging, get_logger
 from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import Settings, load_settings
@@ -108,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="JSON hosts (an array, or one per line) shaped as GET /v1/hosts items: id, capacity, labels",
     )
+    hosts.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="FILE",
+        help="each host's broker credentials, as vmsched-gateway enroll-agent prints them (one JSON line per "
+        "host; '-': standard input): each host then connects as its own user. Without: every host shares one "
+        "connection as VMSCHED_AMQP_URL's user, which a gateway with VMSCHED_AGENT_AUTH=required refuses",
+    )
     behaviour = simulate.add_argument_group("behaviour")
     behaviour.add_argument(
         "--heartbeat-interval", type=_positive(float), help="seconds (default: VMSCHED_AGENT_HEARTBEAT_INTERVAL, 5)"
@@ -161,10 +171,16 @@ def hosts_from_options(options: argparse.Namespace) -> list[HostSpec]:
     )
 
 
-async def simulate(options: argparse.Namespace, settings: Settings, hosts: Sequence[HostSpec]) -> int:
+async def simulate(
+    options: argparse.Namespace,
+    settings: Settings,
+    hosts: Sequence[HostSpec],
+    credentials: Mapping[str, AgentCredentials] | None = None,
+) -> int:
     fleet = SimulatedFleet(
         hosts,
-        amqp_url=str(settings.amqp_url),
+        amqp_url=str(settings.amqp_url) if credentials is None else None,
+        credentials=None if credentials is None else {host_id: c.amqp_url for host_id, c in credentials.items()},
         heartbeat_interval=options.heartbeat_interval or settings.agent_heartbeat_interval,
         create_delay=options.create_delay,
         fail_rate=options.fail_rate,
@@ -180,7 +196,12 @@ async def simulate(options: argparse.Namespace, settings: Settings, hosts: Seque
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    log.info("fleet starting", hosts=len(hosts), amqp=_without_password(str(settings.amqp_url)))
+    log.info(
+        "fleet starting",
+        hosts=len(hosts),
+        amqp=_without_password(str(settings.amqp_url)),
+        own_users=credentials is not None,
+    )
     starting = asyncio.create_task(fleet.start())
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -243,6 +264,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hosts:
         print(f"{SERVICE}: no hosts to simulate", file=sys.stderr)
         return 2
+    credentials = None
+    if options.credentials is not None:
+        try:
+            credentials = read_credentials(options.credentials)
+        except (OSError, ValueError) as error:
+            print(f"{SERVICE}: bad credentials: {error}", file=sys.stderr)
+            return 2
+        without = [host.id for host in hosts if host.id not in credentials]
+        if without:
+            print(
+                f"{SERVICE}: no credentials for host {without[0]} ({len(without)} of {len(hosts)} hosts without; "
+                f"vmsched-gateway enroll-agent {without[0]} makes them)",
+                file=sys.stderr,
+            )
+            return 2
     configure_logging(SERVICE, settings.log_level, settings.log_format)
     setup_tracing("agent", settings)
-    return asyncio.run(simulate(options, settings, hosts))
+    return asyncio.run(simulate(options, settings, hosts, credentials))

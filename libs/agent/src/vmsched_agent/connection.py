@@ -12,6 +12,9 @@ The connection belongs to a FastStream ``RabbitBroker`` (the one every vmsched s
   unroutable, so a status counts as sent only once a queue holds it.
 - a ``heartbeat`` channel without confirms: a lost heartbeat is replaced by the next one.
 
+Heartbeats and status reports carry the AMQP ``user_id`` property: the connection's user, which
+RabbitMQ checks, so the gateway knows which host's broker user sent them (docs/security.md).
+
 Consumers are plain aio-pika consumers rather than FastStream subscribers: starting 1,000
 FastStream subscribers takes about 3 times longer (each builds its own handler model), and a
 simulated fleet starts 10,000 of them.
@@ -35,6 +38,7 @@ from opentelemetry import propagate, trace
 
 from vmsched_agent.heartbeats import HeartbeatScheduler
 from vmsched_common import topology
+from vmsched_common.agent_identity import DEFAULT_VHOST, agent_username
 from vmsched_common.amqp import dead_letter, make_broker
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import AgentHeartbeat, VmStatusReport
@@ -152,6 +156,8 @@ class AgentConnection:
         self._next_lane = itertools.count()
         self._status_channel: AbstractRobustChannel | None = None
         self._heartbeat_channel: AbstractRobustChannel | None = None
+        self._user_id: str | None = None
+        self._vhost = DEFAULT_VHOST
         self._opened = False
 
     @classmethod
@@ -164,11 +170,19 @@ class AgentConnection:
     def is_open(self) -> bool:
         return self._opened
 
+    @property
+    def user_id(self) -> str | None:
+        """The broker user this connection logged in as (known once open): the ``user_id`` of what it
+        publishes."""
+        return self._user_id
+
     async def open(self) -> None:
         """Connect (if the broker is not connected yet), open the channels, start heartbeats."""
         if self._opened:
             return
         connection = await self.broker.connect()
+        self._user_id = connection.url.user or None
+        self._vhost = connection.url.path[1:] or DEFAULT_VHOST  # as aio-pika reads it
         self._status_channel = await _robust(connection.channel(publisher_confirms=True, on_return_raises=True))
         self._heartbeat_channel = await _robust(connection.channel(publisher_confirms=False))
         self._probe = _QueueProbe(await _robust(connection.channel(publisher_confirms=False)))
@@ -215,7 +229,9 @@ class AgentConnection:
             if loop.time() + delay > deadline:
                 raise AgentQueueMissing(
                     f"queue {name} still does not exist after {queue_wait_timeout:g} s; "
-                    "the gateway declares it when it sees the host's heartbeat: is it running?"
+                    "the gateway declares it when it takes the host's heartbeat: is it running, and does it take "
+                    f"this agent's word (with VMSCHED_AGENT_AUTH=required, only as broker user "
+                    f"{agent_username(host_id, self._vhost)!r}: vmsched-gateway enroll-agent {host_id})?"
                 )
             await asyncio.sleep(delay)
         # The probe just found it, so this passive declare cannot close the shared channel.
@@ -242,6 +258,7 @@ class AgentConnection:
                 delivery_mode=DeliveryMode.PERSISTENT,
                 message_id=status_message_id(report),
                 headers=headers,
+                user_id=self._user_id,
             )
             try:
                 # A closed channel is reopened by aio-pika itself (never here: see _Lane); publish
@@ -268,6 +285,7 @@ class AgentConnection:
             content_type=JSON,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
             message_id=uuid.uuid4().hex,
+            user_id=self._user_id,
         )
         await exchange.publish(message, routing_key=topology.AGENT_HEARTBEAT, mandatory=False)
 

@@ -149,8 +149,13 @@ class Receipt:
 
 
 class SimulatedFleet:
-    """``hosts`` as fake hypervisors sharing one broker connection, each reporting a measured usage
-    in its heartbeats unless ``measure_usage`` is off (:class:`FakeHypervisor`).
+    """``hosts`` as fake hypervisors, each reporting a measured usage in its heartbeats unless
+    ``measure_usage`` is off (:class:`FakeHypervisor`).
+
+    With ``credentials`` (host id -> the ``amqp_url`` ``vmsched-gateway enroll-agent`` printed for
+    it) each host connects as its own broker user, as real agents do, on a connection of its own.
+    Without, they share one connection as ``amqp_url``'s user (or ``broker``'s): fine for thousands
+    of hosts, and for a gateway that takes any user's word (VMSCHED_AGENT_AUTH=off).
 
     ``record_commands`` keeps every command and report, for tests (:meth:`received`,
     :meth:`wait_for_report`); a long benchmark turns it off and reads :attr:`commands_received`.
@@ -163,6 +168,7 @@ class SimulatedFleet:
         *,
         amqp_url: str | None = None,
         broker: RabbitBroker | None = None,
+        credentials: Mapping[str, str] | None = None,
         heartbeat_interval: float | None = None,
         create_delay: float = 0.0,
         fail_rate: float = 0.0,
@@ -175,20 +181,26 @@ class SimulatedFleet:
         record_receipts: bool = False,
         measure_usage: bool = True,
     ) -> None:
-        if amqp_url is not None and broker is not None:
-            raise ValueError("give amqp_url or broker, not both")
+        if sum(option is not None for option in (amqp_url, broker, credentials)) > 1:
+            raise ValueError("give at most one of amqp_url, broker and credentials")
         if len({host.id for host in hosts}) != len(hosts):
             raise ValueError("host ids must be unique")
-        owns_broker = broker is None
-        if broker is None:
-            settings = default_settings() if amqp_url is None else Settings(amqp_url=amqp_url)
-            broker = make_broker(settings)
-        self.connection = AgentConnection(
-            broker,
-            lanes=lanes or default_lanes(len(hosts)),
-            prefetch=max_concurrent_commands,
-            owns_broker=owns_broker,
-        )
+        missing = [host.id for host in hosts if credentials is not None and host.id not in credentials]
+        if missing:
+            raise ValueError(f"no credentials for host {missing[0]} ({len(missing)} hosts without)")
+        # The connection the hosts share; None when each has its own (credentials).
+        self.connection: AgentConnection | None = None
+        if credentials is None:
+            owns_broker = broker is None
+            if broker is None:
+                settings = default_settings() if amqp_url is None else Settings(amqp_url=amqp_url)
+                broker = make_broker(settings)
+            self.connection = AgentConnection(
+                broker,
+                lanes=lanes or default_lanes(len(hosts)),
+                prefetch=max_concurrent_commands,
+                owns_broker=owns_broker,
+            )
         self.record_commands = record_commands
         self._receipts: list[Receipt] = []
         self.startup_seconds: float | None = None
@@ -209,6 +221,8 @@ class SimulatedFleet:
                 host.capacity,
                 hypervisor,
                 connection=self.connection,
+                amqp_url=None if credentials is None else credentials[host.id],
+                max_concurrent_commands=max_concurrent_commands,
                 labels=host.labels,
                 taints=host.taints,
                 overcommit=host.overcommit,
@@ -228,7 +242,8 @@ class SimulatedFleet:
         """Connect, heartbeat every host, and return once every host consumes its queue
         (the gateway declares them). Records the time it took in :attr:`startup_seconds`."""
         began = time.perf_counter()
-        await self.connection.open()
+        if self.connection is not None:
+            await self.connection.open()
         results = await asyncio.gather(*(agent.start() for agent in self.agents.values()), return_exceptions=True)
         failures = [result for result in results if isinstance(result, BaseException)]
         if failures:
@@ -243,7 +258,15 @@ class SimulatedFleet:
     async def stop(self) -> None:
         """Stop every host (in-flight commands finish), then close the connection."""
         await asyncio.gather(*(agent.stop() for agent in self.agents.values()), return_exceptions=True)
-        await self.connection.close()
+        if self.connection is not None:
+            await self.connection.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether any of the fleet's broker connections is open."""
+        if self.connection is not None:
+            return self.connection.is_open
+        return any(agent.connection.is_open for agent in self.agents.values())
 
     async def cut_off(self, host_id: str) -> None:
         """The host loses its network, as in a partition: no heartbeats go out and no commands are

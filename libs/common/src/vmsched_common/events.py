@@ -16,6 +16,7 @@ from faststream.rabbit import RabbitBroker
 from vmsched_common import topology
 from vmsched_common.messages import (
     AgentCommand,
+    AgentConflict,
     AgentHeartbeat,
     VmAssigned,
     VmCreate,
@@ -157,6 +158,20 @@ def vm_preempted(broker: RabbitBroker) -> RabbitPublisher:
     )
 
 
+def agent_conflict(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.AGENT_CONFLICT,
+        persist=True,
+        schema=AgentConflict,
+        title=topology.AGENT_CONFLICT,
+        description="A second agent process (another instance_id) sent heartbeats for a host while the instance "
+        "holding its id was online (published by the gateway); they were refused and dead-lettered, the host left "
+        "as it was. At most one a minute per host and refused instance. "
+        "message_id is '<host_id>:conflict:<refused instance_id>'.",
+    )
+
+
 def agent_command(broker: RabbitBroker) -> RabbitPublisher:
     return broker.publisher(
         exchange=topology.AGENTS_EXCHANGE,
@@ -180,6 +195,7 @@ EVENTS: tuple[Declare, ...] = (
     vm_preempted,
     vm_status,
     agent_heartbeat,
+    agent_conflict,
     agent_command,
 )
 

@@ -4,7 +4,8 @@ heartbeat, one per VM per agent report.
 Through FastStream's per-message pipeline (dependency injection, context scopes, the telemetry,
 logging and dead-letter middlewares) a message cost the gateway about 2.8 ms of CPU, more than the
 work it carried (docs/performance.md). This consumer keeps what those messages need and nothing
-else: the same pydantic validation, poison messages dead-lettered with the reason, transient
+else: the same pydantic validation, poison messages dead-lettered with the reason (as are messages
+an ``admit`` check refuses, before any work), transient
 failures retried in place with the same backoff, the trace continued from the headers, and an ack
 after the handler (or none, ``acks=False``, for messages the next one replaces).
 """
@@ -21,7 +22,7 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel, ValidationError
 
 from vmsched_common import topology
-from vmsched_common.amqp import TRANSIENT_RETRY_DELAYS, dead_letter, is_transient, poison_reason
+from vmsched_common.amqp import TRANSIENT_RETRY_DELAYS, PoisonMessage, dead_letter, is_transient, poison_reason
 from vmsched_common.logs import bound, get_logger
 from vmsched_common.metrics import TRANSIENT_RETRIES
 
@@ -29,6 +30,9 @@ log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_common.lean_consumer")
 
 M = TypeVar("M", bound=BaseModel)
+# Raises PoisonMessage for a message that must not be handled, given its AMQP user_id (the broker
+# verifies it names the publishing user) and its body.
+Admit = Callable[[str | None, M], None]
 
 
 class LeanConsumer(Generic[M]):
@@ -41,6 +45,7 @@ class LeanConsumer(Generic[M]):
         *,
         prefetch: int,
         acks: bool = True,
+        admit: Admit[M] | None = None,
     ) -> None:
         self.broker = broker
         self.queue = queue
@@ -48,6 +53,7 @@ class LeanConsumer(Generic[M]):
         self.handle = handle
         self.prefetch = prefetch
         self.acks = acks
+        self.admit = admit
         self._declared: AbstractQueue | None = None
         self._consumer_tag: str | None = None
         self._span_name = f"{topology.EXCHANGE.name}.{queue.routing()} process"
@@ -80,6 +86,14 @@ class LeanConsumer(Generic[M]):
             if self.acks:
                 await message.ack()
             return
+        if self.admit is not None:
+            try:
+                self.admit(message.user_id, body)
+            except PoisonMessage as refused:
+                await dead_letter(self.broker, message, self.queue.name, str(refused))
+                if self.acks:
+                    await message.ack()
+                return
         with bound(message_id=message.message_id, routing_key=message.routing_key):
             if not message.headers:
                 await self._handle(message, body)

@@ -28,6 +28,8 @@ from pydantic import (
 from vmsched_common.settings import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+# One run of an agent process: a new one each time the process starts (the SDK draws a UUID).
+InstanceId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
 LabelValue = Annotated[str, StringConstraints(max_length=255)]
 Labels = dict[LabelKey, LabelValue]
@@ -401,6 +403,15 @@ class AgentHeartbeat(Message):
         default=None, description="measured load, for the least_utilized strategy; absent: ranked by allocation"
     )
     sent_at: datetime = Field(default_factory=utc_now)
+    # Added in schema version 1 without a new version: an older agent sends neither.
+    instance_id: InstanceId | None = Field(
+        default=None,
+        description="this run of the agent process (new at each start): while one instance of a host is online, "
+        "another one's heartbeats are refused (agent.conflict)",
+    )
+    leaving: bool = Field(
+        default=False, description="the last heartbeat of a stopping agent: it gives up the host id at once"
+    )
 
 
 class CommandAction(StrEnum):
@@ -456,6 +467,19 @@ class VmPreempted(Message):
     priority: Priority
     preempted_by: UUID = Field(description="the VM that took its room")
     preemptor_priority: Priority
+
+
+class AgentConflict(Message):
+    """``agent.conflict``: heartbeats for a host came from a second agent process (another
+    ``instance_id``) while the one holding the host id was online; they were refused, so the host's
+    labels and capacity did not change."""
+
+    schema_version: Literal[1] = 1
+    host_id: HostId
+    instance_id: InstanceId | None = Field(description="the refused instance (null: an agent too old to name one)")
+    held_by: InstanceId | None = Field(description="the instance that holds the host id")
+    detail: str
+    at: datetime = Field(default_factory=utc_now)
 
 
 class OrphanKind(StrEnum):

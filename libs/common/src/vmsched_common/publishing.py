@@ -29,6 +29,7 @@ from vmsched_common import events, topology
 from vmsched_common.messages import (
     MAX_VMS_PER_MESSAGE,
     AgentCommand,
+    AgentConflict,
     Assignment,
     Unplaced,
     VmAssigned,
@@ -115,6 +116,11 @@ class Publisher:
     async def vm_preempted(self, event: VmPreempted) -> None:
         await self._publisher(events.vm_preempted).publish(
             event, message_id=f"{event.vm_id}:preempted:{event.preempted_by}"
+        )
+
+    async def agent_conflict(self, event: AgentConflict) -> None:
+        await self._publisher(events.agent_conflict).publish(
+            event, message_id=f"{event.host_id}:conflict:{event.instance_id}"
         )
 
     async def command(self, host_id: str, command: AgentCommand) -> None:

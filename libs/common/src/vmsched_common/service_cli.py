@@ -147,11 +147,13 @@ def service_main(
     *,
     needs: Sequence[Server] = (Server.BROKER, Server.REDIS, Server.DATABASE),
     database_must_exist: bool = True,
+    commands: Sequence[Callable[..., None]] = (),
 ) -> Callable[[], None]:
-    """The console script's ``main``: a Typer app whose only command serves."""
+    """The console script's ``main``: a Typer app that serves when called without a command. The
+    ``commands`` (Typer command functions, named after the function: ``enroll_agent`` is
+    ``enroll-agent``) are tools beside it."""
     app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
 
-    @app.command(help=summary, epilog=settings_help())
     def run() -> None:
         settings = load_settings(service)
         problems = asyncio.run(unreachable(settings, needs, database_must_exist=database_must_exist))
@@ -163,6 +165,18 @@ def service_main(
             return
         except Exception as error:
             fail(service, f"stopped: {_why(error)}")
+
+    if not commands:
+        app.command(help=summary, epilog=settings_help())(run)
+    else:
+
+        @app.callback(invoke_without_command=True, help=summary, epilog=settings_help())
+        def serve_unless_told(context: typer.Context) -> None:
+            if context.invoked_subcommand is None:
+                run()
+
+        for command in commands:
+            app.command()(command)
 
     def main() -> None:
         app(prog_name=service)

@@ -12,7 +12,16 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import Field, PostgresDsn, RedisDsn, UrlConstraints, ValidationError, field_validator, model_validator
+from pydantic import (
+    AnyHttpUrl,
+    Field,
+    PostgresDsn,
+    RedisDsn,
+    UrlConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -33,6 +42,18 @@ class OrphanPolicy(StrEnum):
     REPORT = "report"
     DELETE_MOVED = "delete_moved"
     DELETE = "delete"
+
+
+class AgentAuth(StrEnum):
+    """Whether the gateway takes an agent's word only from that host's own broker user (docs/security.md)."""
+
+    REQUIRED = "required"  # heartbeats and reports must carry the AMQP user_id of the host's enrolled user
+    OFF = "off"  # a trusted lab: any broker user may speak for any host (the legacy path)
+
+
+# Where RabbitMQ's management plugin (HTTP API) listens unless VMSCHED_AMQP_ADMIN_URL says otherwise:
+# its plain and TLS ports, after the AMQP URL's scheme.
+MANAGEMENT_PORTS = {"amqp": ("http", 15672), "amqps": ("https", 15671)}
 
 
 def valid_strategies() -> str:
@@ -63,6 +84,14 @@ class Settings(BaseSettings):
     # PostgreSQL connections each process keeps (plus half as many in bursts); unset: the
     # service's own default (API 10, scheduler 8, gateway 6). Mind max_connections across replicas.
     db_pool_size: Annotated[int, Field(ge=1, le=200)] | None = None
+
+    # RabbitMQ's management HTTP API, used to enroll agents (``vmsched-gateway enroll-agent``). Unset:
+    # http://<the first AMQP node's host>:15672/ (https on 15671 for amqps) with the AMQP URL's user
+    # and password.
+    amqp_admin_url: AnyHttpUrl | None = None
+    # required: the gateway takes a host's heartbeats and VM reports only from that host's own broker
+    # user (the AMQP user_id RabbitMQ verifies); off: from anyone (a trusted lab).
+    agent_auth: AgentAuth = AgentAuth.REQUIRED
 
     # Prefixes every Redis key, so that several installations (or test runs) can share one Redis.
     redis_key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "vmsched"
@@ -193,6 +222,19 @@ class Settings(BaseSettings):
     @property
     def sqlalchemy_url(self) -> str:
         return str(self.database_url)
+
+    @property
+    def management_url(self) -> str:
+        """The management API's base URL with credentials: ``amqp_admin_url`` if set, else derived
+        from the first AMQP node (its host, port 15672, the AMQP URL's user and password)."""
+        if self.amqp_admin_url is not None:
+            return str(self.amqp_admin_url)
+        first = self.amqp_url.hosts()[0]
+        credentials = ""
+        if first["username"] is not None:
+            credentials = first["username"] + (f":{first['password']}" if first["password"] is not None else "") + "@"
+        scheme, port = MANAGEMENT_PORTS[self.amqp_url.scheme]
+        return f"{scheme}://{credentials}{first['host']}:{port}/"
 
 
 def describe_error(error: ValidationError) -> str:

@@ -25,6 +25,7 @@ VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"
 VM_PREEMPTED = "vm.preempted"
 AGENT_HEARTBEAT = "agent.heartbeat"
+AGENT_CONFLICT = "agent.conflict"
 
 # Header a consumer sets when it dead-letters a message itself, saying why.
 DEAD_LETTER_REASON_HEADER = "x-vmsched-dead-letter-reason"

@@ -8,6 +8,7 @@ from faststream import FastStream
 from faststream.middlewares import AckPolicy
 
 from vmsched_common import topology
+from vmsched_common.agent_identity import vhost_of
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
@@ -17,12 +18,13 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmStatusReport
 from vmsched_common.metrics_server import GATEWAY_METRICS_PORT
 from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
+from vmsched_common.settings import AgentAuth, Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
+from vmsched_gateway.identity import MessageKind, Speakers
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.relay import AssignmentRelay
@@ -66,6 +68,14 @@ def build_app(settings: Settings) -> FastStream:
         settings,
         FailureGrace.starting(time.monotonic(), settings.agent_lost_timeout),
     )
+    speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
+
+    def admit_heartbeat(user_id: str | None, beat: AgentHeartbeat) -> None:
+        speakers.check(MessageKind.HEARTBEAT, user_id, beat.agent_id)
+
+    def admit_status(user_id: str | None, report: VmStatusReport) -> None:
+        speakers.check(MessageKind.STATUS, user_id, report.agent_id)
+
     heartbeat_consumer = LeanConsumer(
         broker,
         topology.GATEWAY_HEARTBEAT_QUEUE,
@@ -73,9 +83,15 @@ def build_app(settings: Settings) -> FastStream:
         fold.on_heartbeat,
         prefetch=HEARTBEAT_PREFETCH,
         acks=False,
+        admit=admit_heartbeat,
     )
     status_consumer = LeanConsumer(
-        broker, topology.GATEWAY_STATUS_QUEUE, VmStatusReport, reports.on_status, prefetch=STATUS_PREFETCH
+        broker,
+        topology.GATEWAY_STATUS_QUEUE,
+        VmStatusReport,
+        reports.on_status,
+        prefetch=STATUS_PREFETCH,
+        admit=admit_status,
     )
 
     @broker.subscriber(
@@ -92,7 +108,9 @@ def build_app(settings: Settings) -> FastStream:
         await heartbeat_consumer.start()
         await status_consumer.start()
         background.start(health.forever())
-        log.info("gateway ready")
+        if settings.agent_auth is AgentAuth.OFF:
+            log.warning("VMSCHED_AGENT_AUTH=off: any broker user may send any host's heartbeats and VM reports")
+        log.info("gateway ready", agent_auth=settings.agent_auth.value)
 
     return consumer_app(
         broker,

@@ -1,6 +1,7 @@
 """Heartbeats, folded in batches: the hosts' rows in PostgreSQL, their snapshot hashes in Redis,
 the VMs of a host that comes back after a silence, and the VMs an agent runs that vmsched does not
-hold there."""
+hold there. A heartbeat from an agent process that does not hold its host id is refused
+(vmsched_gateway.instances): dead-lettered, counted, announced as ``agent.conflict``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from dataclasses import dataclass, field
 
 from vmsched_common.batching import Batcher
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat
+from vmsched_common.messages import AgentConflict, AgentHeartbeat
 from vmsched_common.outbox import publish_implied
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import HostWrite, Snapshot
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostFacts, HostStore
+from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
+from vmsched_gateway.instances import ConflictNotices, Refused
 from vmsched_gateway.metrics import VMS_RETURNED
 from vmsched_gateway.orphans import Orphans
 
@@ -30,28 +33,29 @@ class HeartbeatFold:
     orphans: Orphans
     publisher: Publisher
     offline_timeout: float
-    batches: Batcher[AgentHeartbeat, None] = field(init=False)
+    conflicts: ConflictNotices = field(default_factory=lambda: ConflictNotices(time.monotonic))
+    batches: Batcher[AgentHeartbeat, AgentRefused | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.batches = Batcher(self._fold, name="heartbeats", max_size=500, max_delay=0.05)
 
     async def on_heartbeat(self, beat: AgentHeartbeat) -> None:
+        """Fold ``beat``; raises :class:`AgentRefused` (the consumer dead-letters it) when another
+        agent process holds its host id."""
         age = time.time() - beat.sent_at.timestamp()
         if age > self.offline_timeout:
             log.warning("stale heartbeat ignored", host=beat.agent_id, age_seconds=round(age, 1))
             return
-        await self.batches.submit(beat)
+        refused = await self.batches.submit(beat)
+        if refused is not None:
+            raise refused
 
     async def drain(self) -> None:
         await self.batches.drain()
 
-    async def _fold(self, beats: list[AgentHeartbeat]) -> Sequence[None]:
-        newest: dict[str, AgentHeartbeat] = {}
-        for beat in beats:
-            kept = newest.get(beat.agent_id)
-            if kept is None or beat.sent_at >= kept.sent_at:
-                newest[beat.agent_id] = beat
-        folded = await self.store.fold_heartbeats(list(newest.values()))
+    async def _fold(self, beats: list[AgentHeartbeat]) -> Sequence[AgentRefused | None]:
+        folded = await self.store.fold_heartbeats(beats, takeover_after=self.offline_timeout)
+        newest = folded.accepted
         for host in folded.hosts:
             if host.inserted:
                 log.info("new host", host=host.host_id)
@@ -78,7 +82,28 @@ class HeartbeatFold:
         reported = [(beat.agent_id, beat.vm_ids) for beat in newest.values() if beat.vm_ids]
         for host_id, vm in await self.store.orphans(reported):
             await self.orphans.found(host_id, vm)
-        return [None] * len(beats)
+        refusals = {id(refused.beat): await self._conflict(refused) for refused in folded.refused}
+        return [refusals.get(id(beat)) for beat in beats]
+
+    async def _conflict(self, refused: Refused) -> AgentRefused:
+        beat = refused.beat
+        detail = (
+            f"host {beat.agent_id} is held by agent instance {refused.held_by}, online; this heartbeat is from "
+            f"instance {beat.instance_id}: another process with the same host id? (it is accepted once the holder "
+            f"stops, or is silent for {self.offline_timeout:g} s)"
+        )
+        if self.conflicts.due(beat.agent_id, beat.instance_id):
+            log.warning(
+                "second agent process for a host refused",
+                host=beat.agent_id,
+                instance=beat.instance_id,
+                held_by=refused.held_by,
+            )
+            event = AgentConflict(
+                host_id=beat.agent_id, instance_id=beat.instance_id, held_by=refused.held_by, detail=detail
+            )
+            await self.publisher.agent_conflict(event)
+        return refuse(MessageKind.HEARTBEAT, Refusal.INSTANCE_CONFLICT, detail)
 
 
 def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:

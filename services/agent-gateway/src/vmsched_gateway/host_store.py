@@ -7,6 +7,7 @@ schedulers' settlements), so that they queue instead of deadlocking.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,31 +24,42 @@ from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, Event, VmStatus, sources, sql_in
 from vmsched_common.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
 from vmsched_common.vm_changes import Change, host_lost, host_returned
+from vmsched_gateway.instances import Holder, Refused, settle
 
 _FIELDS = [rule.field for rule in RESOURCES]
 
 # The agent's values go to agent_* (and, for a new host, straight to the effective columns); a known
 # host's effective columns are the agent's new values overlaid by what the operator set.
+# Who holds each host id (vmsched_gateway.instances), the rows locked in id order (as the upsert
+# that follows locks them) so that the holder cannot change between this read and the write.
+_HOLDERS = text(
+    """
+    SELECT id, agent_instance, extract(epoch FROM now() - last_heartbeat) AS silent_for
+      FROM hosts WHERE id = ANY(CAST(:ids AS text[]))
+     ORDER BY id FOR UPDATE
+    """
+)
 _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
-                       last_heartbeat)
+                       agent_instance, last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
            CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
-           t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, now()
+           t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance, now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
-                  CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]))
-           AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio)
+                  CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]))
+           AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
+                instance)
     ON CONFLICT (id) DO UPDATE
        SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
            extra = excluded.extra, agent_cpu_ratio = excluded.agent_cpu_ratio,
            agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
            {overlay(agent="excluded", operator="hosts")},
-           last_heartbeat = excluded.last_heartbeat
+           agent_instance = excluded.agent_instance, last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
               memory_ratio, disk_ratio, (xmax = 0) AS inserted
@@ -128,6 +140,8 @@ class HostFacts:
 class Folded:
     hosts: list[HostFacts]
     returned: list[Change]  # VMs of returning hosts, settled by their heartbeats
+    accepted: Mapping[str, AgentHeartbeat] = field(default_factory=dict)  # the beat folded, per host
+    refused: list[Refused] = field(default_factory=list)  # from an agent process that does not hold the host
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +151,7 @@ class SilenceCheck:
     heard_any: bool  # some agent was heard from within the timeout
 
 
-def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[object]]:
+def heartbeat_params(beats: Sequence[AgentHeartbeat], holders: Mapping[str, Holder]) -> dict[str, list[object]]:
     return {
         "ids": [b.agent_id for b in beats],
         "statuses": [b.status.value for b in beats],
@@ -151,6 +165,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat]) -> dict[str, list[object]]
         "cpu_ratios": [b.overcommit.cpu for b in beats],
         "memory_ratios": [b.overcommit.memory for b in beats],
         "disk_ratios": [b.overcommit.disk for b in beats],
+        "instances": [holders[b.agent_id].instance_id for b in beats],
     }
 
 
@@ -158,14 +173,23 @@ class HostStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def fold_heartbeats(self, beats: Sequence[AgentHeartbeat]) -> Folded:
-        """One transaction for a batch of heartbeats (one per host: the caller keeps the newest):
-        the hosts' rows, then the unknown VMs of these hosts settled by what each heartbeat lists."""
-        ordered = sorted(beats, key=lambda beat: beat.agent_id)
-        listed = {(beat.agent_id, vm_id) for beat in ordered for vm_id in beat.vm_ids}
+    async def fold_heartbeats(self, beats: Sequence[AgentHeartbeat], *, takeover_after: float) -> Folded:
+        """One transaction for a batch of heartbeats: those of the agent process that holds each
+        host id (:func:`vmsched_gateway.instances.settle`; another one's are refused), the newest
+        per host written to the hosts' rows, then the unknown VMs of these hosts settled by what each
+        heartbeat lists."""
         now = time.time()
         async with self.engine.begin() as connection:
-            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(ordered))).all()
+            holders = {
+                row.id: Holder(row.agent_instance, math.inf if row.silent_for is None else float(row.silent_for))
+                for row in await connection.execute(_HOLDERS, {"ids": sorted({beat.agent_id for beat in beats})})
+            }
+            settled = settle(holders, beats, takeover_after)
+            ordered = sorted(settled.accepted.values(), key=lambda beat: beat.agent_id)
+            listed = {(beat.agent_id, vm_id) for beat in ordered for vm_id in beat.vm_ids}
+            if not ordered:
+                return Folded([], [], refused=settled.refused)
+            rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(ordered, settled.holders))).all()
             unknown = [
                 VmRecord.from_row(row)
                 for row in await connection.execute(_UNKNOWN_ON, {"hosts": [beat.agent_id for beat in ordered]})
@@ -197,7 +221,7 @@ class HostStore:
             )
             for row in rows
         ]
-        return Folded(hosts, returned)
+        return Folded(hosts, returned, settled.accepted, settled.refused)
 
     async def silence(self, offline_after: float) -> SilenceCheck:
         """Hosts silent for ``offline_after`` seconds become offline, and the VMs of offline hosts

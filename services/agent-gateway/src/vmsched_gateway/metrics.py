@@ -18,6 +18,12 @@ VMS_LOST = Counter(
 VMS_RETURNED = Counter(
     "vmsched_vms_returned_total", "Unknown VMs a returning host's heartbeat settled, by the status they got", ["status"]
 )
+AGENT_MESSAGES_REFUSED = Counter(
+    "vmsched_agent_messages_refused_total",
+    "Agents' heartbeats and VM reports refused and dead-lettered, by kind (heartbeat, status) and reason "
+    "(no_user, wrong_user, instance_conflict, vm_not_placed_here)",
+    ["kind", "reason"],
+)
 
 for kind in OrphanKind:
     for action in ("reported", "deleted"):

@@ -53,6 +53,12 @@ class RunningReport:
     vm: VmRecord | None  # when not applied: the VM as PostgreSQL has it (None: unknown to vmsched)
 
 
+@dataclass(frozen=True, slots=True)
+class Reported:
+    vm: VmRecord | None  # the VM before the report (None: unknown to vmsched)
+    change: Change | None  # what the report changed (None: nothing)
+
+
 class ReportStore:
     def __init__(self, engine: AsyncEngine, *, max_attempts: int, exclude_for: float) -> None:
         self.engine = engine
@@ -77,14 +83,14 @@ class ReportStore:
             )
         return [RunningReport(vm_id in applied, None if vm_id in applied else current.get(vm_id)) for vm_id in ids]
 
-    async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Change | None:
-        """A "failed" or "deleted" report: the change it made, or None when it changed nothing (late,
-        repeated, or from a host the VM is not on)."""
+    async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Reported:
+        """A "failed" or "deleted" report: the VM as it was, and the change the report made (None
+        when it changed nothing: late, repeated, or from a host the VM is not on)."""
         now = time.time()
         async with self.engine.begin() as connection:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
             if row is None:
-                return None
+                return Reported(None, None)
             vm = VmRecord.from_row(row)
             change: Change | None
             if status is ReportedStatus.DELETED:
@@ -94,6 +100,6 @@ class ReportStore:
                     vm, agent_id, message, now, max_attempts=self.max_attempts, exclude_for=self.exclude_for
                 )
             if change is None:
-                return None
+                return Reported(vm, None)
             landed = await vm_writes.apply(connection, [change])
-        return landed[0] if landed else None
+        return Reported(vm, landed[0] if landed else None)

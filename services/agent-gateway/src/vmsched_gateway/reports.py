@@ -1,5 +1,6 @@
 """What agents report about VMs (``vm.status``), applied through the lifecycle; the capacity it
-frees given back in Redis; the retry or the ``vm.deleted`` it implies published."""
+frees given back in Redis; the retry or the ``vm.deleted`` it implies published. A report about a
+VM vmsched never placed on the reporting host is refused (vmsched_gateway.identity)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from vmsched_common.batching import Batcher
+from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import bound, get_logger
 from vmsched_common.messages import CommandAction, ReportedStatus, VmDeleted, VmStatusReport
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot
+from vmsched_gateway.identity import MessageKind, Refusal, placed_on, refuse
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.report_store import ReportStore, RunningReport
@@ -36,12 +39,16 @@ class StatusReports:
         await self.running.drain()
 
     async def on_status(self, report: VmStatusReport) -> None:
+        """Apply ``report``; raises :class:`~vmsched_gateway.identity.AgentRefused` (the consumer
+        dead-letters it) when the VM was never placed on the reporting host."""
         with bound(vm_id=str(report.vm_id), host=report.agent_id, reported=report.status.value):
             if report.status is ReportedStatus.RUNNING:
                 await self._running(report)
                 return
-            change = await self.store.report(report.vm_id, report.agent_id, report.status, report.message)
+            reported = await self.store.report(report.vm_id, report.agent_id, report.status, report.message)
+            change = reported.change
             if change is None:
+                _check_placed(reported.vm, report)
                 log.info("status report changed nothing")
                 return
             if change.released_from is not None:
@@ -68,9 +75,21 @@ class StatusReports:
         if result.applied:
             log.info("VM running")
             return
-        if vm is None:
-            log.info("running report for a VM vmsched does not know; left alone")
-            return
+        vm = _check_placed(vm, report)
         if vm.hypervisor_id == report.agent_id and vm.status in HOLDS_CAPACITY:
             return  # already running here, or being deleted: its delete command is on the way
         await self.orphans.found(report.agent_id, vm)
+
+
+def _check_placed(vm: VmRecord | None, report: VmStatusReport) -> VmRecord:
+    """``vm`` if vmsched placed it on the reporting host, now or before; else the report is refused."""
+    if vm is None:
+        raise refuse(MessageKind.STATUS, Refusal.NOT_PLACED_HERE, f"vmsched knows no VM {report.vm_id}")
+    if not placed_on(vm, report.agent_id):
+        raise refuse(
+            MessageKind.STATUS,
+            Refusal.NOT_PLACED_HERE,
+            f"VM {report.vm_id} was never placed on host {report.agent_id} (it is {vm.status.value}"
+            + (f" on {vm.hypervisor_id})" if vm.hypervisor_id else ")"),
+        )
+    return vm

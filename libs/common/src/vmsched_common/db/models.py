@@ -145,6 +145,9 @@ class HostRow(Base):
     vm_count: Mapped[int] = mapped_column(Integer, server_default="0")
     scheduling_paused: Mapped[bool] = mapped_column(Boolean, server_default="false")
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The agent process (its heartbeats' instance_id) that holds this host id; NULL: none does (a new
+    # host, an agent that left, or one too old to name itself). See vmsched_gateway.instances.
+    agent_instance: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -2,7 +2,7 @@
 unpublished index covers preempted VMs (their delete command is implied by their status)
 
 Revision ID: 0012
-Revises: 0008
+Revises: 0010
 Create Date: 2026-11-23
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0012"
-down_revision = "0008"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,37 @@
+"""Simulated fleets whose hosts are enrolled agents: each its own broker user, as the gateway's
+default VMSCHED_AGENT_AUTH=required wants (docs/security.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tests.servers import Servers
+from vmsched_agent.hosts import HostSpec
+from vmsched_agent.simulator import SimulatedFleet
+from vmsched_common.agent_identity import AgentCredentials
+from vmsched_common.settings import Settings
+from vmsched_gateway.enrollment import BrokerAdmin
+
+# Enrollments at once: each is four calls to the management API.
+CONCURRENT_ENROLLMENTS = 8
+
+
+async def enroll(servers: Servers, host_ids: Iterable[str]) -> dict[str, AgentCredentials]:
+    """What ``vmsched-gateway enroll-agent`` gives each of ``host_ids`` on this run's broker."""
+    limit = asyncio.Semaphore(CONCURRENT_ENROLLMENTS)
+    async with BrokerAdmin.of(Settings.from_environment(servers.env())) as admin:
+
+        async def one(host_id: str) -> AgentCredentials:
+            async with limit:
+                return await admin.enroll(host_id)
+
+        enrolled = await asyncio.gather(*(one(host_id) for host_id in host_ids))
+    return {credentials.host_id: credentials for credentials in enrolled}
+
+
+async def enrolled_fleet(servers: Servers, hosts: Sequence[HostSpec], **options: Any) -> SimulatedFleet:
+    """A :class:`SimulatedFleet` of ``hosts``, each connected as its own freshly enrolled broker user."""
+    credentials = await enroll(servers, [host.id for host in hosts])
+    return SimulatedFleet(hosts, credentials={host_id: c.amqp_url for host_id, c in credentials.items()}, **options)

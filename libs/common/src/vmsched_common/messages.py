@@ -17,9 +17,20 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from vmsched_common.settings import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
-LabelValue = Annotated[str, StringConstraints(max_length=255)]
-Labels = dict[LabelKey, LabelValue]
+# Kubernetes' label keys, less the long DNS prefix: letters, digits, '-', '_', '.', '/', starting and
+# ending with a letter or digit.
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_./-]*[A-Za-z0-9])?$"
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LABEL_KEY_PATTERN)]
+# Any text without control characters (a value ends up in logs and in the scheduling-info text).
+LabelValue = Annotated[str, StringConstraints(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]
+MAX_LABELS = 64
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)]
+# A project: lower-case letters, digits and '-' (a DNS label), as Kubernetes names namespaces.
+ProjectName = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+]
+# The project of every VM made before projects existed, and of the bootstrap token.
+DEFAULT_PROJECT = "default"
 
 
 class TaintEffect(StrEnum):
@@ -57,7 +68,7 @@ class Toleration(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: Annotated[str, StringConstraints(max_length=63)] = ""
+    key: Annotated[str, StringConstraints(max_length=63, pattern=f"{LABEL_KEY_PATTERN}|^$")] = ""
     operator: TolerationOperator = TolerationOperator.EQUAL
     value: LabelValue = ""
     effect: TaintEffect | None = Field(default=None, description="null: every effect")
@@ -198,6 +209,7 @@ class VmToPlace(BaseModel):
     gang: UUID | None = Field(
         default=None, description="the all-or-nothing batch it belongs to: its VMs are placed together or not at all"
     )
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmCreate(Message):
@@ -220,6 +232,7 @@ class Assignment(BaseModel):
     strategy: Strategy
     attempt: int
     scheduled_at: datetime
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmAssigned(Message):
@@ -244,6 +257,7 @@ class Unplaced(BaseModel):
     rejections: dict[str, int] = Field(
         default_factory=dict, description="hosts rejected, by the first rule they failed"
     )
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmUnschedulable(Message):
@@ -357,6 +371,7 @@ class VmDeleted(Message):
     schema_version: Literal[1] = 1
     vm_id: UUID
     hypervisor_id: HostId | None = None
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owned the VM")
 
 
 class OrphanKind(StrEnum):
@@ -375,6 +390,7 @@ class VmOrphaned(Message):
     status: str = Field(description="the VM's status in vmsched")
     held_on: HostId | None = Field(default=None, description="the host vmsched holds it on, if any")
     deleted: bool = Field(description="whether the agent was told to delete it (VMSCHED_ORPHAN_VMS)")
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 def batch_message_id(kind: str, vms: Sequence[tuple[UUID, int]]) -> str:

@@ -48,7 +48,9 @@ class StatusReports:
             if change.after.status is VmStatus.PENDING:
                 await publish_rows(self.publisher, self.store.engine, [change.after])
             elif change.after.status is VmStatus.DELETED:
-                await self.publisher.vm_deleted(VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id))
+                await self.publisher.vm_deleted(
+                    VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id, project=change.after.project)
+                )
 
     async def _running(self, report: VmStatusReport) -> None:
         result = await self.running.submit((report.vm_id, report.agent_id))

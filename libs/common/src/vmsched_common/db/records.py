@@ -16,6 +16,7 @@ from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_o
 from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
+    DEFAULT_PROJECT,
     AgentCommand,
     CommandAction,
     HostSelectorTerm,
@@ -58,6 +59,7 @@ VM_FIELDS = (
     "wait_s",
     "wait_until",
     "gang_id",
+    "project",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -92,7 +94,7 @@ HOST_FIELDS = (
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
-SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at")
+SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at", "project")
 SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 
@@ -145,6 +147,7 @@ class VmRecord:
     wait_s: int = 0  # how long it may wait for room when no host fits it
     wait_until: datetime | None = None  # until when (None: it may not wait)
     gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
+    project: str = DEFAULT_PROJECT  # the project that owns it
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -174,6 +177,7 @@ class VmRecord:
             wait_s=row.wait_s,
             wait_until=row.wait_until,
             gang_id=row.gang_id,
+            project=row.project,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -194,6 +198,7 @@ class VmRecord:
             attempt=self.attempt,
             server_group=self.server_group,
             gang=self.gang_id,
+            project=self.project,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -246,6 +251,7 @@ class ServerGroupRecord:
     name: str
     rule: GroupRule
     created_at: datetime | None
+    project: str = DEFAULT_PROJECT
 
     @classmethod
     def from_row(cls, row: Any) -> ServerGroupRecord:
@@ -260,4 +266,5 @@ class ServerGroupRecord:
                 max_skew=row.max_skew,
             ),
             created_at=row.created_at,
+            project=row.project,
         )

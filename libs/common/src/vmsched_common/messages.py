@@ -26,9 +26,7 @@ LabelValue = Annotated[str, StringConstraints(max_length=255, pattern=r"^[^\x00-
 MAX_LABELS = 64
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)]
 # A project: lower-case letters, digits and '-' (a DNS label), as Kubernetes names namespaces.
-ProjectName = Annotated[
-    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-]
+ProjectName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
 # The project of every VM made before projects existed, and of the bootstrap token.
 DEFAULT_PROJECT = "default"
 

@@ -77,17 +77,10 @@ async def _reach(server: Server, settings: Settings, *, database_must_exist: boo
         finally:
             await client.aclose()
     else:
-        import asyncpg
-        from sqlalchemy.engine import make_url
+        from vmsched_common.db.engine import connect_directly
 
-        url = make_url(settings.sqlalchemy_url)
-        database = await asyncpg.connect(
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "postgres",
-            password=url.password,
-            database=(url.database if database_must_exist else "postgres") or "postgres",
-            timeout=CONNECT_TIMEOUT,
+        database = await connect_directly(
+            settings.sqlalchemy_url, database=None if database_must_exist else "postgres", timeout=CONNECT_TIMEOUT
         )
         await database.close()
 
@@ -147,12 +140,13 @@ def service_main(
     *,
     needs: Sequence[Server] = (Server.BROKER, Server.REDIS, Server.DATABASE),
     database_must_exist: bool = True,
+    commands: Sequence[Callable[[typer.Typer], None]] = (),
 ) -> Callable[[], None]:
-    """The console script's ``main``: a Typer app whose only command serves."""
+    """The console script's ``main``: a Typer app that serves, and runs ``commands`` (each adds
+    one to the app) when named: ``vmsched-api`` serves, ``vmsched-api create-token ...`` does that."""
     app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
 
-    @app.command(help=summary, epilog=settings_help())
-    def run() -> None:
+    def serve_now() -> None:
         settings = load_settings(service)
         problems = asyncio.run(unreachable(settings, needs, database_must_exist=database_must_exist))
         if problems:
@@ -163,6 +157,18 @@ def service_main(
             return
         except Exception as error:
             fail(service, f"stopped: {_why(error)}")
+
+    if commands:
+
+        @app.callback(invoke_without_command=True, help=summary, epilog=settings_help())
+        def serve_unless_a_command_is_named(context: typer.Context) -> None:
+            if context.invoked_subcommand is None:
+                serve_now()
+
+        for add in commands:
+            add(app)
+    else:
+        app.command(help=summary, epilog=settings_help())(serve_now)
 
     def main() -> None:
         app(prog_name=service)

@@ -7,12 +7,14 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from vmsched_api.identity.scopes import Scope
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
+    MAX_LABELS,
     AllocationRatio,
     HostSelector,
     HostSelectorTerm,
@@ -21,6 +23,7 @@ from vmsched_common.messages import (
     Labels,
     LabelValue,
     Overcommit,
+    ProjectName,
     Resources,
     RestartPolicy,
     Taint,
@@ -146,6 +149,7 @@ class Vm(BaseModel):
     gang_id: UUID | None = Field(
         default=None, description="the all-or-nothing batch it belongs to (placed together or not at all)"
     )
+    project: str = Field(description="the project that owns it (the requesting token's)")
 
 
 class ServerGroupRequest(BaseModel):
@@ -174,6 +178,7 @@ class ServerGroup(ServerGroupRequest):
     id: UUID
     members: list[UUID] = Field(description="its VMs not deleted, oldest first")
     created_at: datetime | None
+    project: str = Field(description="the project that owns it; only that project's VMs may join it")
 
 
 class VmPage(BaseModel):
@@ -275,7 +280,7 @@ class HostPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scheduling_paused: bool | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
-    labels: dict[LabelKey, LabelValue | None] | None = Field(
+    labels: Annotated[dict[LabelKey, LabelValue | None], Field(max_length=MAX_LABELS)] | None = Field(
         default=None,
         description="operator labels, merged over what the agent reports; a null value removes the "
         "operator's label (an agent's label of that key then applies again)",
@@ -312,3 +317,104 @@ class SchedulerSettingsView(SchedulerSettings):
     source: str = Field(
         description="'runtime' when set through this API, 'environment' for VMSCHED_SCHEDULING_STRATEGY"
     )
+
+
+class ErrorDetail(BaseModel):
+    """A refusal: what was wrong."""
+
+    detail: str
+
+
+class Quota(BaseModel):
+    """A project's limits; null (or left out): no limit on that resource."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instances: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(default=None, description="VMs")
+    cpu: Annotated[int, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="vCPUs, summed")
+    memory_mb: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="MiB, summed")
+    disk_gb: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="GB, summed")
+    gpu: Annotated[int, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="GPUs, summed")
+    max_priority: Annotated[int, Field(ge=0, le=1000)] | None = Field(
+        default=None, description="the highest priority its VMs may ask for"
+    )
+
+
+class ProjectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ProjectName = Field(description="lower-case letters, digits and '-' (a DNS label)")
+    quota: Quota = Field(default_factory=Quota)
+
+
+class ProjectUsage(BaseModel):
+    """What the project's VMs use now: every VM but those that ended deleted, unschedulable or failed."""
+
+    instances: int
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+
+
+class Project(BaseModel):
+    name: str
+    quota: Quota
+    usage: ProjectUsage
+    created_at: datetime
+
+
+TokenName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"),
+    Field(description="letters, digits, '.', '_' and '-', starting with a letter or digit"),
+]
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName
+    project: ProjectName = Field(description="the project whose VMs the token sees and changes")
+    scopes: Annotated[list[Scope], Field(min_length=1, max_length=len(Scope))] = Field(
+        description="vms:read, vms:write, hosts:read, hosts:admin, admin (docs/security.md)"
+    )
+    expires_at: AwareDatetime | None = Field(default=None, description="null: it never expires (revoke it)")
+
+    @field_validator("scopes")
+    @classmethod
+    def _distinct(cls, scopes: list[Scope]) -> list[Scope]:
+        if len(set(scopes)) != len(scopes):
+            raise ValueError("a scope is named twice")
+        return scopes
+
+
+class Token(BaseModel):
+    """A token as listed: never its secret."""
+
+    id: UUID
+    name: str
+    project: str
+    scopes: list[Scope]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None = Field(default=None, description="when it was revoked; null while it is live")
+
+
+class TokenCreated(Token):
+    token: str = Field(description="the secret, shown this once: send it as Authorization: Bearer <token>")
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: datetime
+    token_id: str | None = Field(description="the token's id ('bootstrap' for VMSCHED_BOOTSTRAP_TOKEN); null: none")
+    project: str | None = Field(description="the token's project")
+    action: str = Field(description="the method and the route, e.g. 'DELETE /v1/vms/{vm_id}'")
+    target: str = Field(description="the path it acted on, or what it created")
+    status: int = Field(description="the HTTP status it was answered with")
+
+
+class AuditPage(BaseModel):
+    items: list[AuditRecord] = Field(description="newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last page")

@@ -68,7 +68,8 @@ class VmRow(Base):
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Kubernetes-style tolerations of host taints: [{key, operator, value, effect}].
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
-    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    # Unique within its project (ux_vms_project_idempotency_key).
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -106,6 +107,7 @@ class VmRow(Base):
         Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
         Index("ix_vms_project_created", "project", "created_at", "id"),
+        Index("ux_vms_project_idempotency_key", "project", "idempotency_key", unique=True),
     )
 
 

@@ -57,17 +57,19 @@ def upgrade() -> None:
         sa.Column("status", sa.Integer(), nullable=False),
     )
     op.create_index("ix_audit_project", "audit", ["project", "id"])
-    op.add_column(
-        "vms", sa.Column("project", sa.String(63), nullable=False, server_default=DEFAULT_PROJECT)
-    )
+    op.add_column("vms", sa.Column("project", sa.String(63), nullable=False, server_default=DEFAULT_PROJECT))
     op.create_index("ix_vms_project_created", "vms", ["project", "created_at", "id"])
-    op.add_column(
-        "server_groups", sa.Column("project", sa.String(63), nullable=False, server_default=DEFAULT_PROJECT)
-    )
+    # An Idempotency-Key is the project's own: another project's request with the same key is
+    # another request (and learns nothing of the first).
+    op.drop_constraint("vms_idempotency_key_key", "vms", type_="unique")
+    op.create_index("ux_vms_project_idempotency_key", "vms", ["project", "idempotency_key"], unique=True)
+    op.add_column("server_groups", sa.Column("project", sa.String(63), nullable=False, server_default=DEFAULT_PROJECT))
 
 
 def downgrade() -> None:
     op.drop_column("server_groups", "project")
+    op.drop_index("ux_vms_project_idempotency_key", table_name="vms")
+    op.create_unique_constraint("vms_idempotency_key_key", "vms", ["idempotency_key"])
     op.drop_index("ix_vms_project_created", table_name="vms")
     op.drop_column("vms", "project")
     op.drop_index("ix_audit_project", table_name="audit")

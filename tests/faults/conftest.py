@@ -34,7 +34,7 @@ async def online_fleet(
     """``count`` uniform simulated hosts labelled ``suite=<suite>``, yielded once all are online."""
     hosts = generate_hosts(count, prefix=suite, capacity=capacity, profile=Profile.UNIFORM, labels={"suite": suite})
     async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=heartbeat_interval) as fleet:
-        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+        async with stack.async_client() as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(suite) and h["status"] == "online") == count,

@@ -103,7 +103,7 @@ async def test_a_broker_restart_mid_run_loses_no_accepted_vm(
     rng = random.Random(11)
     before = consumer_counts(servers)
     assert all(before.get(q, 0) >= n for q, n in CONSUMERS.items()), {q: before.get(q) for q in CONSUMERS}
-    async with httpx.AsyncClient(base_url=broker_stack.api_url, timeout=60) as api:
+    async with broker_stack.async_client(timeout=60) as api:
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         await wait_running(servers, vm_ids, 100)
 

@@ -54,7 +54,7 @@ async def group_race_fleet(group_race_stack: Stack, servers: Servers) -> AsyncIt
         zones=ZONES,
     )
     async with SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=2.0) as fleet:
-        async with httpx.AsyncClient(base_url=group_race_stack.api_url, timeout=30) as api:
+        async with group_race_stack.async_client(timeout=30) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(SUITE) and h["status"] == "online") == HOSTS,
@@ -68,7 +68,7 @@ async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str)
     """Create the group, submit its members in 40 requests at once (so every replica takes some),
     wait until all run; their (host, zone) rows from PostgreSQL. The members are deleted afterwards."""
     limits = httpx.Limits(max_connections=20)  # 200 requests at once would only queue in the API
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=120, limits=limits) as api:
+    async with stack.async_client(timeout=120, limits=limits) as api:
         response = await api.post("/v1/server-groups", json={"name": name, **group})
         assert response.status_code == 201, response.text
         group_id = response.json()["id"]

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
-import httpx
 import pytest
 
 from devtools.broker_node import broker_node

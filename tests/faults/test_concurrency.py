@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
 from devtools.stack import Stack

@@ -6,7 +6,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
 

@@ -7,7 +7,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from devtools.stack import Stack

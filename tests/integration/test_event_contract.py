@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from devtools.stack import Stack

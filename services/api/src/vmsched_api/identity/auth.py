@@ -9,12 +9,13 @@ then names the scope it needs with one of the aliases below (``principal: VmsRea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.dependencies.models import Dependant
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.security import HTTPBearer, SecurityScopes
 from starlette.routing import BaseRoute
 
@@ -111,11 +112,25 @@ def authenticates(route: APIRoute) -> bool:
     return any(dependant.call is authenticate for dependant in _dependants(route.dependant))
 
 
-def check_every_route_declares_a_scope(routes: list[BaseRoute], prefix: str = "/v1") -> None:
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # the full path template, e.g. /v1/vms/{vm_id}
+    route: APIRoute
+
+
+def endpoints(routes: Sequence[BaseRoute], prefix: str = "/v1") -> list[Endpoint]:
+    """Every method and path under ``prefix`` the app serves, included routers' routes too."""
+    found = []
+    for context in iter_route_contexts(routes):
+        route, path = context.original_route, context.path
+        if isinstance(route, APIRoute) and path is not None and path.startswith(prefix):
+            found += [Endpoint(method, path, route) for method in sorted(context.methods or ())]
+    return found
+
+
+def check_every_route_declares_a_scope(routes: Sequence[BaseRoute], prefix: str = "/v1") -> None:
     """Refuse to build an API with a /v1 route that is not authenticated or names no scope."""
-    for route in routes:
-        if not isinstance(route, APIRoute) or not route.path.startswith(prefix):
-            continue
-        if not authenticates(route) or not required_scopes(route):
-            methods = ",".join(sorted(route.methods or ()))
-            raise RuntimeError(f"{methods} {route.path} names no scope (vmsched_api.identity.auth.requires)")
+    for endpoint in endpoints(routes, prefix):
+        if not authenticates(endpoint.route) or not required_scopes(endpoint.route):
+            raise RuntimeError(f"{endpoint.method} {endpoint.path} names no scope (vmsched_api.identity.auth.requires)")

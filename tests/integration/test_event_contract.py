@@ -85,7 +85,7 @@ async def test_the_subscriber_of_the_events_guide_hears_a_placement(
             )
         finally:
             await broker.stop()
-    assert f"{vm_id} (heard) placed on {host.id} by least_loaded" in lines
+    assert f"{vm_id} (heard, project default) placed on {host.id} by least_loaded" in lines
 
 
 def _heard(heard: list[str]) -> Any:

@@ -30,5 +30,5 @@ async def test_the_sslmode_of_the_database_url_is_the_one_used(migrated: Servers
         async with engine.connect() as pooled:
             await pooled.exec_driver_sql("SELECT 1")
         await engine.dispose()
-    with pytest.raises(Exception, match="(?i)ssl"):
+    with pytest.raises(Exception, match=r"(?i)ssl"):
         await connect_directly(f"{migrated.database_url}?sslmode=require")

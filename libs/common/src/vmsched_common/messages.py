@@ -9,10 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from vmsched_common.settings import Strategy
 
@@ -24,7 +33,20 @@ LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern
 # Any text without control characters (a value ends up in logs and in the scheduling-info text).
 LabelValue = Annotated[str, StringConstraints(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]
 MAX_LABELS = 64
-Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)]
+
+
+def keys_by_pattern(schema: dict[str, Any]) -> None:
+    """The JSON schema of a dict whose keys have a pattern, as pydantic checks it. pydantic writes
+    ``patternProperties``, under which a key matching no pattern may hold anything; it is
+    ``propertyNames`` (every key matches) and ``additionalProperties`` (every value is one)."""
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        ((pattern, values),) = patterns.items()
+        schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+        schema["additionalProperties"] = values
+
+
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS, json_schema_extra=keys_by_pattern)]
 # A project: lower-case letters, digits and '-' (a DNS label), as Kubernetes names namespaces.
 ProjectName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
 # The project of every VM made before projects existed, and of the bootstrap token.
@@ -286,7 +308,7 @@ class HostStatus(StrEnum):
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
-AllocationRatio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+AllocationRatio = Annotated[float, Strict(), Field(gt=0.0, le=64.0, allow_inf_nan=False)]
 
 
 class Overcommit(BaseModel):

@@ -56,6 +56,7 @@ A token sees and changes only its own project's VMs and server groups. See docs/
 V1 = "/v1"
 # What any /v1 route may answer besides its own outcomes.
 V1_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorDetail, "description": "the body could not be read (not UTF-8 JSON)"},
     401: {"model": ErrorDetail, "description": "no live token (see the WWW-Authenticate header)"},
     403: {"model": ErrorDetail, "description": "the token lacks the scope this route needs"},
     413: {"description": "the request body is larger than VMSCHED_MAX_BODY_BYTES", "content": {"text/plain": {}}},

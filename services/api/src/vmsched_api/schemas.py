@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from vmsched_api.identity.scopes import Scope
 from vmsched_common.decision import PlacementRecord
@@ -30,8 +40,14 @@ from vmsched_common.messages import (
     Taints,
     Toleration,
     Tolerations,
+    keys_by_pattern,
 )
 from vmsched_common.settings import MAX_WAIT_S, Settings, Strategy
+
+# What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
+# (pydantic's lax mode would take both).
+Whole = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
 
 VmName = Annotated[
     str,
@@ -60,12 +76,12 @@ class VmRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: VmName
-    cpu: int | None = Field(default=None, ge=1, le=1024, description="vCPUs; omitted: VMSCHED_DEFAULT_VM_CPU")
-    memory_mb: int | None = Field(
+    cpu: Whole | None = Field(default=None, ge=1, le=1024, description="vCPUs; omitted: VMSCHED_DEFAULT_VM_CPU")
+    memory_mb: Whole | None = Field(
         default=None, ge=1, le=64 * 1024 * 1024, description="memory in MiB; omitted: VMSCHED_DEFAULT_VM_MEMORY_MB"
     )
-    disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
-    gpu: Annotated[int, Field(ge=0, le=64)] = 0
+    disk_gb: Annotated[Whole, Field(ge=0, le=1024 * 1024, description="disk in GB")]
+    gpu: Annotated[Whole, Field(ge=0, le=64)] = 0
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
     host_selector: HostSelector = Field(default_factory=list)
     tolerations: Tolerations = Field(
@@ -79,7 +95,7 @@ class VmRequest(BaseModel):
         default=None,
         description="join this server group (POST /v1/server-groups): its policy applies to where the VM goes",
     )
-    wait_s: int | None = Field(
+    wait_s: Whole | None = Field(
         default=None,
         ge=0,
         le=MAX_WAIT_S,
@@ -106,7 +122,7 @@ class VmBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vms: Annotated[list[VmRequest], Field(min_length=1, max_length=1000)]
-    all_or_nothing: bool = Field(
+    all_or_nothing: Flag = Field(
         default=False,
         description="place every VM of the batch or none (gang scheduling): if they do not all fit at once, "
         "every one ends unschedulable and no capacity is held. Its VMs may not wait for room (wait_s > 0 is "
@@ -168,8 +184,8 @@ class ServerGroupRequest(BaseModel):
         description="what a domain is: 'host' (each host), or a host label such as 'zone' or 'rack' (hosts "
         "with the same value); a host without the label takes no member of a hard group",
     )
-    max_per_domain: int = Field(default=1, ge=1, le=100_000, description="anti-affinity: members a domain may hold")
-    max_skew: int = Field(
+    max_per_domain: Whole = Field(default=1, ge=1, le=100_000, description="anti-affinity: members a domain may hold")
+    max_skew: Whole = Field(
         default=1, ge=1, le=100_000, description="spread: how far a domain's count may exceed the emptiest one's"
     )
 
@@ -253,7 +269,7 @@ class OvercommitPatch(BaseModel):
     disk: AllocationRatio | None = None
 
 
-ReservedAmount = Annotated[int, Field(ge=0)]
+ReservedAmount = Annotated[Whole, Field(ge=0)]
 
 
 class ReservedPatch(BaseModel):
@@ -279,8 +295,11 @@ class HostPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scheduling_paused: bool | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
-    labels: Annotated[dict[LabelKey, LabelValue | None], Field(max_length=MAX_LABELS)] | None = Field(
+    scheduling_paused: Flag | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
+    labels: (
+        Annotated[dict[LabelKey, LabelValue | None], Field(max_length=MAX_LABELS, json_schema_extra=keys_by_pattern)]
+        | None
+    ) = Field(
         default=None,
         description="operator labels, merged over what the agent reports; a null value removes the "
         "operator's label (an agent's label of that key then applies again)",
@@ -325,17 +344,22 @@ class ErrorDetail(BaseModel):
     detail: str
 
 
+def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The refusals a route documents besides its success (and 401, 403, 413, 422, 429)."""
+    return {code: {"model": ErrorDetail, "description": HTTPStatus(code).phrase} for code in codes}
+
+
 class Quota(BaseModel):
     """A project's limits; null (or left out): no limit on that resource."""
 
     model_config = ConfigDict(extra="forbid")
 
-    instances: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(default=None, description="VMs")
-    cpu: Annotated[int, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="vCPUs, summed")
-    memory_mb: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="MiB, summed")
-    disk_gb: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="GB, summed")
-    gpu: Annotated[int, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="GPUs, summed")
-    max_priority: Annotated[int, Field(ge=0, le=1000)] | None = Field(
+    instances: Annotated[Whole, Field(ge=0, le=10_000_000)] | None = Field(default=None, description="VMs")
+    cpu: Annotated[Whole, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="vCPUs, summed")
+    memory_mb: Annotated[Whole, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="MiB, summed")
+    disk_gb: Annotated[Whole, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="GB, summed")
+    gpu: Annotated[Whole, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="GPUs, summed")
+    max_priority: Annotated[Whole, Field(ge=0, le=1000)] | None = Field(
         default=None, description="the highest priority its VMs may ask for"
     )
 

@@ -13,7 +13,7 @@ from vmsched_api.agent_queues import delete_agent_queue
 from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.identity.auth import HostsAdmin, HostsReader
 from vmsched_api.repository import HostRemoval, to_host
-from vmsched_api.schemas import Host, HostPatch
+from vmsched_api.schemas import Host, HostPatch, refusals
 from vmsched_common.logs import get_logger
 from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
 from vmsched_common.snapshot import MeasuredUsage, inventory_fields
@@ -41,7 +41,7 @@ async def list_hosts(services: ServicesDep, _: HostsReader) -> list[Host]:
     return [to_host(host, usage.get(host.id)) for host in hosts]
 
 
-@router.get("/{host_id}", response_model=Host)
+@router.get("/{host_id}", response_model=Host, responses=refusals(404))
 async def get_host(host_id: str, services: ServicesDep, _: HostsReader) -> Host:
     host = await services.repository.get_host(host_id)
     if host is None:
@@ -49,7 +49,7 @@ async def get_host(host_id: str, services: ServicesDep, _: HostsReader) -> Host:
     return to_host(host, (await _usage(services, [host_id])).get(host_id))
 
 
-@router.patch("/{host_id}", response_model=Host)
+@router.patch("/{host_id}", response_model=Host, responses=refusals(404))
 async def patch_host(host_id: str, body: HostPatch, services: ServicesDep, _: HostsAdmin) -> Host:
     """Change what the operator owns of a host: pause it, its labels, taints, allocation ratios and
     reserved capacity. Fields left out stay as they are. Capacity may be lowered below what is
@@ -68,7 +68,7 @@ async def patch_host(host_id: str, body: HostPatch, services: ServicesDep, _: Ho
 @router.delete(
     "/{host_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={404: {"description": "no such host"}, 409: {"description": "VMs are on it"}},
+    responses=refusals(404, 409),
 )
 async def delete_host(host_id: str, services: ServicesDep, _: HostsAdmin) -> Response:
     """Forget a host no VM occupies: its row, its agent queue and its snapshot entry. A later
@@ -97,7 +97,7 @@ async def delete_host(host_id: str, services: ServicesDep, _: HostsAdmin) -> Res
 
 @router.get(
     "/{host_id}/scheduling-info",
-    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
+    responses={200: {"content": {"text/plain": {}, "application/json": {}}}, **refusals(404)},
 )
 async def get_scheduling_info(host_id: str, services: ServicesDep, request: Request, _: HostsReader) -> Response:
     """The host as the scheduler weighs it: text (the seed's getSchedulingInfo block) or JSON with

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import GroupHasMembers, GroupWithMembers, ServerGroupStore
 from vmsched_api.identity.auth import VmsReader, VmsWriter
-from vmsched_api.schemas import ServerGroup, ServerGroupRequest
+from vmsched_api.schemas import ServerGroup, ServerGroupRequest, refusals
 
 router = APIRouter(prefix="/server-groups", tags=["server-groups"])
 
@@ -59,7 +59,7 @@ async def list_server_groups(store: StoreDep, principal: VmsReader) -> list[Serv
     return [_view(found) for found in await store.list(principal.project_filter(None))]
 
 
-@router.get("/{group_id}", response_model=ServerGroup)
+@router.get("/{group_id}", response_model=ServerGroup, responses=refusals(404))
 async def get_server_group(group_id: UUID, store: StoreDep, principal: VmsReader) -> ServerGroup:
     found = await store.get(group_id, principal.project_filter(None))
     if found is None:
@@ -67,7 +67,7 @@ async def get_server_group(group_id: UUID, store: StoreDep, principal: VmsReader
     return _view(found)
 
 
-@router.delete("/{group_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{group_id}", status_code=status.HTTP_204_NO_CONTENT, responses=refusals(404, 409))
 async def delete_server_group(group_id: UUID, store: StoreDep, principal: VmsWriter) -> Response:
     """Delete an empty group: 409 while any of its VMs is not deleted."""
     try:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import Admin
 from vmsched_api.identity.store import TokenRecord, UnknownProject
-from vmsched_api.schemas import Token, TokenCreated, TokenRequest
+from vmsched_api.schemas import Token, TokenCreated, TokenRequest, refusals
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import ProjectName
 
@@ -55,7 +55,7 @@ async def list_tokens(
     return [_view(record) for record in await services.tokens.list(project)]
 
 
-@router.get("/{token_id}", response_model=Token)
+@router.get("/{token_id}", response_model=Token, responses=refusals(404))
 async def get_token(token_id: UUID, services: ServicesDep, _: Admin) -> Token:
     record = await services.tokens.get(token_id)
     if record is None:
@@ -63,7 +63,7 @@ async def get_token(token_id: UUID, services: ServicesDep, _: Admin) -> Token:
     return _view(record)
 
 
-@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=refusals(404))
 async def revoke_token(token_id: UUID, services: ServicesDep, principal: Admin) -> Response:
     """Revoke a token: refused from now on by every API replica (they hear of it through PostgreSQL)."""
     if not await services.tokens.revoke(token_id):

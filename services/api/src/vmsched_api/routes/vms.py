@@ -12,7 +12,7 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest
+from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest, refusals
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
@@ -38,7 +38,7 @@ async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(409))
 async def create_vm(
     body: VmRequest,
     services: ServicesDep,
@@ -120,7 +120,7 @@ async def list_vms(
     return VmPage(items=items, next_cursor=next_cursor)
 
 
-@router.get("/{vm_id}", response_model=Vm)
+@router.get("/{vm_id}", response_model=Vm, responses=refusals(404))
 async def get_vm(vm_id: UUID, services: ServicesDep, principal: VmsReader) -> Vm:
     vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:
@@ -128,7 +128,7 @@ async def get_vm(vm_id: UUID, services: ServicesDep, principal: VmsReader) -> Vm
     return to_vm(vm)
 
 
-@router.get("/{vm_id}/placement", response_model=Placement)
+@router.get("/{vm_id}/placement", response_model=Placement, responses=refusals(404))
 async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader) -> Placement:
     """The decision record of the VM's last placement: the chosen host and the runners-up, hosts
     rejected by rule, and for an unschedulable VM a few rejected hosts per rule with the numbers."""
@@ -144,7 +144,7 @@ async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
-@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404))
 async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
     found = await services.repository.request_delete(vm_id, principal.project_filter(None))
     if found is None:

@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -186,3 +187,11 @@ def test_principal_of_the_bootstrap_token_is_an_admin_of_the_default_project() -
         Principal(token_id="bootstrap", name="bootstrap", project="default", scopes=frozenset({Scope.ADMIN}))
         == BOOTSTRAP
     )
+
+
+def test_the_security_page_names_every_route_with_the_scope_it_needs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z]+) (/v1[^`]*)` \| `([^`]+)` \|$", page, flags=re.MULTILINE))
+    app = build_app(Settings(), migrate=False)
+    served = {(e.method, e.path, required_scopes(e.route)[0].value) for e in endpoints(app._application.routes)}
+    assert documented == served

@@ -267,3 +267,56 @@ async def test_the_served_app_has_no_asyncapi_try_and_its_pages_load_only_its_ow
                 assert asset.startswith("/static/"), (page, asset)  # nothing from another host
                 assert (await anyone.get(asset)).status_code == 200, asset
         assert (await anyone.get("/v1/vms")).status_code == 401
+
+
+async def test_fifty_concurrent_requests_on_two_replicas_against_room_for_ten_accept_exactly_ten(
+    stack: Stack, servers: Servers, admin: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    project = await new_project(admin, instances=10, cpu=1000)
+    token = (await new_token(admin, project, "vms:write"))["token"]
+    # They wait for room (no host has their label), holding their share of the quota meanwhile.
+    with second_replica(stack, servers, tmp_path) as replica:
+        async with (
+            api_client(stack.api_url, token, timeout=60) as on_a,
+            api_client(replica.api_url, token, timeout=60) as on_b,
+        ):
+            answers = await asyncio.gather(
+                *((on_a if i % 2 else on_b).post("/v1/vms", json=vm(f"race-{i}", wait_s=600)) for i in range(50))
+            )
+            statuses = sorted(answer.status_code for answer in answers)
+            assert statuses == [202] * 10 + [403] * 40, statuses
+            refusal = next(answer.json() for answer in answers if answer.status_code == 403)
+            assert refusal == {
+                "reason": "quota_exceeded",
+                "resource": "instances",
+                "limit": 10,
+                "used": 10,
+                "requested": 1,
+            }
+            shown = (await on_a.get(f"/v1/projects/{project}")).json()["usage"]
+            assert (shown["instances"], shown["cpu"]) == (10, 10)
+
+            # A batch past the quota is refused whole; a VM that ends gives its share back.
+            batch = await on_b.post("/v1/vms/batch", json={"vms": [vm("b1"), vm("b2")]})
+            assert batch.status_code == 403
+            assert batch.json()["requested"] == 2
+            accepted = [answer.json()["id"] for answer in answers if answer.status_code == 202]
+            assert (await on_a.delete(f"/v1/vms/{accepted[0]}")).status_code == 202
+            assert (await on_b.post("/v1/vms", json=vm("after", wait_s=600))).status_code == 202
+            for vm_id in accepted[1:]:
+                await on_a.delete(f"/v1/vms/{vm_id}")
+
+
+async def test_a_request_past_a_resource_limit_names_it(stack: Stack, admin: httpx.AsyncClient) -> None:
+    project = await new_project(admin, cpu=3)
+    token = (await new_token(admin, project, "vms:write"))["token"]
+    async with api_client(stack.api_url, token, timeout=30) as api:
+        first = await api.post("/v1/vms", json=vm("two", cpu=2, wait_s=600))
+        assert first.status_code == 202
+        refused = await api.post("/v1/vms", json=vm("two-more", cpu=2, wait_s=600))
+        assert (refused.status_code, refused.json()) == (
+            403,
+            {"reason": "quota_exceeded", "resource": "cpu", "limit": 3, "used": 2, "requested": 2},
+        )
+        assert (await api.get("/v1/vms")).json()["items"][0]["id"] == first.json()["id"]  # nothing else
+        await api.delete(f"/v1/vms/{first.json()['id']}")

@@ -185,3 +185,14 @@ async def test_the_authenticator_knows_the_bootstrap_token_and_live_ones_and_ask
     authenticator.forget(str(token.id))
     await authenticator.principal(secret)
     assert store.lookups == 2
+
+
+def test_the_first_limit_exceeded_is_named_with_its_numbers() -> None:
+    from vmsched_api.quota import QuotaExceeded, first_excess
+
+    limits = {"instances": 10, "cpu": 8, "memory_mb": None, "disk_gb": None, "gpu": 0}
+    asked = {"instances": 1, "cpu": 4, "memory_mb": 1 << 20, "disk_gb": 10, "gpu": 0}
+    within = {"instances": 3, "cpu": 8, "memory_mb": 1 << 30, "disk_gb": 99, "gpu": 0}
+    assert first_excess(limits, within, asked) is None  # at the limit is within it; None: no limit
+    past = {**within, "cpu": 9, "gpu": 1}
+    assert first_excess(limits, past, asked) == QuotaExceeded("cpu", limit=8, used=5, requested=4)

@@ -7,7 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request, status
+from fastapi.responses import JSONResponse
 from faststream.rabbit import RabbitBroker
 from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
@@ -21,6 +22,7 @@ from vmsched_api.identity.cache import TokenCache
 from vmsched_api.identity.rate_limit import RateLimiter
 from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
+from vmsched_api.quota import QuotaExceeded
 from vmsched_api.repository import Repository
 from vmsched_api.routes import audit, hosts, projects, server_groups, system, tokens, vms
 from vmsched_api.routes import settings as settings_routes
@@ -62,6 +64,11 @@ V1_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "the request body is larger than VMSCHED_MAX_BODY_BYTES", "content": {"text/plain": {}}},
     429: {"model": ErrorDetail, "description": "the token's request rate is spent (see the Retry-After header)"},
 }
+
+
+async def refuse_past_quota(_: Request, exceeded: Exception) -> JSONResponse:
+    assert isinstance(exceeded, QuotaExceeded)
+    return JSONResponse(exceeded.answer(), status_code=status.HTTP_403_FORBIDDEN)
 
 
 def v1_router() -> APIRouter:
@@ -156,6 +163,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
     if services is not None:
         application.state.services = services
     application.include_router(v1_router())
+    application.add_exception_handler(QuotaExceeded, refuse_past_quota)
     application.include_router(system.router)
     check_every_route_declares_a_scope(application.routes)
     application.add_middleware(AuditMiddleware)

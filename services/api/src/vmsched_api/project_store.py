@@ -10,18 +10,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_api.quota import USAGE
 from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.lifecycle import USES_QUOTA, sql_in
 
 QUOTA_FIELDS = ("instances", "cpu", "memory_mb", "disk_gb", "gpu", "max_priority")
 _COLUMNS = "name, created_at, " + ", ".join(f"quota_{field}" for field in QUOTA_FIELDS)
-_USAGE = text(
-    f"""
-    SELECT count(*) AS instances, coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
-           coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu
-      FROM vms WHERE project = :project AND status IN {sql_in(USES_QUOTA)}
-    """
-)
 
 
 class ProjectExists(Exception):
@@ -78,7 +71,7 @@ class ProjectStore:
     async def usage(self, name: str) -> dict[str, int]:
         """What the project's VMs use now (those in a status that counts against its quota)."""
         async with self.engine.connect() as connection:
-            row = (await connection.execute(_USAGE, {"project": name})).one()
+            row = (await connection.execute(USAGE, {"project": name})).one()
         return {
             "instances": row.instances,
             "cpu": row.cpu,

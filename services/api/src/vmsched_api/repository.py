@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
@@ -163,7 +164,8 @@ class Repository:
         """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
         (the row holds what the VM got); ``all_or_nothing``: as one gang, which never waits. Returns
         (the VMs, replayed: an earlier request's); the idempotency hash is the body's, so a replay
-        matches whatever the defaults are by then."""
+        matches whatever the defaults are by then. Raises QuotaExceeded (nothing inserted) when the
+        VMs would take ``project`` past a limit of its quota."""
         accepted = datetime.now(UTC)
         gang = uuid.uuid4() if all_or_nothing else None
         if all_or_nothing:
@@ -202,6 +204,7 @@ class Repository:
         async with self.engine.begin() as connection:
             await check_groups_exist(connection, [body.server_group for body in bodies], project)
             rows = (await connection.execute(statement, values)).all()
+            await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:
                 existing = (
                     await connection.execute(

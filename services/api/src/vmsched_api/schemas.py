@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -342,6 +342,22 @@ class ErrorDetail(BaseModel):
     """A refusal: what was wrong."""
 
     detail: str
+
+
+class QuotaRefusal(BaseModel):
+    """A VM request refused because it would take its project past a limit of its quota."""
+
+    reason: Literal["quota_exceeded"]
+    resource: str = Field(description="instances, cpu, memory_mb, disk_gb or gpu")
+    limit: int
+    used: int = Field(description="what the project's VMs hold now")
+    requested: int = Field(description="what the request asked for")
+
+
+# A VM request may be refused for the token's scope, or for its project's quota.
+QUOTA_REFUSAL: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorDetail | QuotaRefusal, "description": "the token lacks vms:write, or the quota is spent"}
+}
 
 
 def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:

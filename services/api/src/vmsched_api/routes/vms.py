@@ -12,7 +12,17 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest, refusals
+from vmsched_api.schemas import (
+    QUOTA_REFUSAL,
+    Placement,
+    Vm,
+    VmBatch,
+    VmBatchRequest,
+    VmDefaults,
+    VmPage,
+    VmRequest,
+    refusals,
+)
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
@@ -38,7 +48,7 @@ async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(409))
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses={**refusals(409), **QUOTA_REFUSAL})
 async def create_vm(
     body: VmRequest,
     services: ServicesDep,
@@ -46,7 +56,7 @@ async def create_vm(
     principal: VmsWriter,
     idempotency_key: IdempotencyKey = None,
 ) -> Vm:
-    """Ask for a VM, in the token's project."""
+    """Ask for a VM, in the token's project (403 ``quota_exceeded`` past its quota)."""
     try:
         vms, replayed = await services.repository.create_vms(
             [body], idempotency_key, defaults=VmDefaults.of(services.settings), project=principal.project
@@ -66,9 +76,9 @@ async def create_vm(
     return to_vm(vms[0])
 
 
-@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
+@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch, responses=QUOTA_REFUSAL)
 async def create_vms(body: VmBatchRequest, services: ServicesDep, principal: VmsWriter) -> VmBatch:
-    """Ask for up to 1,000 VMs at once, in the token's project."""
+    """Ask for up to 1,000 VMs at once, in the token's project: all of them within its quota, or none."""
     try:
         vms, _ = await services.repository.create_vms(
             body.vms,

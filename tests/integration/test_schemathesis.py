@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 # Examples per operation and per test: enough to go through every status an operation documents,
 # few enough to keep the whole run within a minute or two.
-EXAMPLES = 8
+EXAMPLES = 5
 TOKEN = secrets.token_urlsafe(32)
 
 

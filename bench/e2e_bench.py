@@ -72,7 +72,7 @@ from bench.e2e_stats import (  # noqa: E402
     sustained_rate,
     utilisation_spread,
 )
-from devtools.stack import Stack, wait_for  # noqa: E402
+from devtools.stack import Stack, api_client, wait_for  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402
 
 BASE_AMQP = os.environ.get("VMSCHED_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -305,14 +305,15 @@ class Senders:
 
     IDLE_LIMIT = 3.0
 
-    def __init__(self, base_url: str, count: int = SENDERS) -> None:
-        self.base_url = base_url
+    def __init__(self, stack: Stack, count: int = SENDERS) -> None:
+        self.base_url = stack.api_url
+        self.token = stack.token
         self.clients = [self._client() for _ in range(count)]
         self.last_used = [time.monotonic()] * count
 
     def _client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        return httpx.AsyncClient(base_url=self.base_url, timeout=60, limits=limits)
+        return api_client(self.base_url, self.token, timeout=60, limits=limits)
 
     async def get(self, n: int) -> httpx.AsyncClient:
         if time.monotonic() - self.last_used[n] > self.IDLE_LIMIT:
@@ -553,7 +554,8 @@ def wait_hosts(prefix: str, count: int, timeout: float) -> None:
 def stack_with_fleets(
     iso: Isolated, workdir: Path, fleets: Sequence[tuple[str, int, str, str, float]]
 ) -> Iterator[tuple[Stack, list[Fleet], float]]:
-    stack = Stack(env=iso.env, log_dir=workdir, api_port=18000 + random.randrange(1000))
+    # No rate limit: the harness measures what the system takes, from one token.
+    stack = Stack(env={**iso.env, "VMSCHED_RATE_LIMIT": "0"}, log_dir=workdir, api_port=18000 + random.randrange(1000))
     started: list[Fleet] = []
     with stack.running(schedulers=SCHEDULERS):
         try:
@@ -634,7 +636,7 @@ def component_pids(stack: Stack, fleets: Sequence[Fleet]) -> dict[int, str]:
 # -- the runs ------------------------------------------------------------------------------------
 async def load_runs(stack: Stack, fleets: list[Fleet], plan: Plan, host_ids: Sequence[str]) -> list[dict[str, Any]]:
     runs = []
-    senders = Senders(stack.api_url)
+    senders = Senders(stack)
     try:
         # Not measured: the first seconds after the services start fill their connection pools and
         # caches (the first second's p99 is two to three times the steady one).
@@ -749,7 +751,7 @@ async def placements_with_churn(
 
 
 async def waiting_runs(stack: Stack, fleets: list[Fleet], plan: Plan, waiting: int) -> dict[str, Any]:
-    senders = Senders(stack.api_url)
+    senders = Senders(stack)
     database_url = stack.env["VMSCHED_DATABASE_URL"]
     try:
         warm_up = Phase("warm-up", LATENCY_RATE, 1)
@@ -771,7 +773,7 @@ async def waiting_runs(stack: Stack, fleets: list[Fleet], plan: Plan, waiting: i
             await asyncio.sleep(0.5)
         print(f"  {found} VMs waiting", flush=True)
         await senders.aclose()  # fresh connections: none the long backlog requests left half-used
-        senders = Senders(stack.api_url)
+        senders = Senders(stack)
         after = await placements_with_churn(stack, fleets, plan, senders, f"{found} waiting")
     finally:
         await senders.aclose()
@@ -871,7 +873,7 @@ def contention_and_packing(plan: Plan, workdir: Path) -> dict[str, Any]:
             workload.append(mixed_body(len(workload), rng))
 
         async def drive() -> tuple[Phase, Phase, Phase]:
-            async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as client:
+            async with stack.async_client(timeout=60) as client:
                 # The fill alone first: its conflicts are the two schedulers racing for that pool.
                 fill = Phase("fill-80%", None, 500)
                 await post_all(client, fill_load, fill)

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import sys
 import time
 from pathlib import Path
 
-from devtools.stack import ROOT, Stack, wait_for
+from devtools.stack import ROOT, Stack, bearer, wait_for
 from vmsched_agent.hosts import host_id
+
+RUN_DIR = ROOT / ".run"
+DEV_TOKEN = RUN_DIR / "dev-token"
+
+
+def development_token() -> str:
+    """The admin token of `make run`'s API (its VMSCHED_BOOTSTRAP_TOKEN): the environment's if set,
+    else made once and kept in .run/dev-token (readable by you alone), so that a shell that
+    exported it keeps working across restarts."""
+    if os.environ.get("VMSCHED_BOOTSTRAP_TOKEN"):
+        return os.environ["VMSCHED_BOOTSTRAP_TOKEN"]
+    if DEV_TOKEN.exists():
+        return DEV_TOKEN.read_text().strip()
+    RUN_DIR.mkdir(exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    DEV_TOKEN.touch(mode=0o600)
+    DEV_TOKEN.write_text(token + "\n")
+    return token
 
 
 def _other_metrics(stack: Stack) -> str:
@@ -26,7 +45,12 @@ def main() -> int:
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
     port = int(os.environ.get("VMSCHED_API_PORT", "8000"))
     stack = Stack(
-        env={"VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json")}, log_dir=ROOT / ".run", api_port=port
+        env={
+            "VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json"),
+            "VMSCHED_BOOTSTRAP_TOKEN": development_token(),
+        },
+        log_dir=RUN_DIR,
+        api_port=port,
     )
     stopping = False
 
@@ -70,10 +94,16 @@ vmsched is running:
   {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s) in zones z1..z3, each its own broker user
   (credentials in .run/agent-credentials.jsonl); logs in .run/*.log
 
+Every /v1 request needs a token: this one is an admin's (VMSCHED_BOOTSTRAP_TOKEN, kept in .run/dev-token).
+In the shell you try it from:
+
+export VMSCHED_TOKEN={stack.token}
+
 Try:
-  curl -s -X POST {stack.api_url}/v1/vms -H 'content-type: application/json' \\
+  curl -s -X POST {stack.api_url}/v1/vms -H "Authorization: Bearer $VMSCHED_TOKEN" \\
+       -H 'content-type: application/json' \\
        -d '{{"name": "web-1", "cpu": 2, "memory_mb": 4096, "disk_gb": 20, "labels": {{"zone": "z1"}}}}'
-  curl -s {stack.api_url}/v1/hosts
+  curl -s -H "Authorization: Bearer $VMSCHED_TOKEN" {stack.api_url}/v1/hosts
 
 The commands (vmsched-agent, vmsched-api, ...) are in .venv/bin; in another shell:
   source .venv/bin/activate
@@ -98,8 +128,9 @@ def _hosts_online(stack: Stack) -> int:
     import json
     import urllib.request
 
+    request = urllib.request.Request(f"{stack.api_url}/v1/hosts", headers=bearer(stack.token))
     try:
-        with urllib.request.urlopen(f"{stack.api_url}/v1/hosts", timeout=2) as response:
+        with urllib.request.urlopen(request, timeout=2) as response:
             return sum(1 for host in json.load(response) if host["status"] == "online")
     except OSError:
         return 0

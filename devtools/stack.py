@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -14,6 +15,9 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from vmsched_common.metrics_server import GATEWAY_METRICS_PORT, SCHEDULER_METRICS_PORT
 
@@ -45,6 +49,16 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
             return
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header that authenticates an API request."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def api_client(base_url: str, token: str, **options: Any) -> httpx.AsyncClient:
+    """An asyncio HTTP client of a vmsched API that sends ``token``."""
+    return httpx.AsyncClient(base_url=base_url, headers=bearer(token), **options)
 
 
 @dataclass
@@ -113,17 +127,32 @@ class Service:
 
 @dataclass
 class Stack:
-    """The three services and, optionally, a simulated fleet, all sharing one environment."""
+    """The three services and, optionally, a simulated fleet, all sharing one environment.
+
+    The API gets a bootstrap admin token (``VMSCHED_BOOTSTRAP_TOKEN``: the environment's, else a
+    random one): :meth:`client` and :meth:`async_client` send it."""
 
     env: dict[str, str]
     log_dir: Path
     api_port: int = 8000
     default_ports: bool = False  # the scheduler's and gateway's documented /metrics ports, if free
     services: dict[str, Service] = field(default_factory=dict)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def __post_init__(self) -> None:
+        self.token = self.env.setdefault("VMSCHED_BOOTSTRAP_TOKEN", self.token)
 
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    def client(self, **options: Any) -> httpx.Client:
+        """An HTTP client of this stack's API, with its admin token."""
+        return httpx.Client(base_url=self.api_url, headers=bearer(self.token), **options)
+
+    def async_client(self, **options: Any) -> httpx.AsyncClient:
+        """An asyncio HTTP client of this stack's API, with its admin token."""
+        return api_client(self.api_url, self.token, **options)
 
     def _env(self) -> dict[str, str]:
         env = {**os.environ, **self.env, "VMSCHED_API_PORT": str(self.api_port), "PYTHONUNBUFFERED": "1"}

@@ -58,7 +58,7 @@ async def online_fleet(
         else SimulatedFleet(hosts, amqp_url=servers.amqp_url, heartbeat_interval=heartbeat_interval)
     )
     async with simulated as fleet:
-        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+        async with stack.async_client() as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(suite) and h["status"] == "online") == count,

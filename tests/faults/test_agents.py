@@ -58,7 +58,7 @@ def agents_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture
 async def api(agents_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=agents_stack.api_url, timeout=30) as client:
+    async with agents_stack.async_client(timeout=30) as client:
         yield client
 
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
-import httpx
 import pytest
 
 from devtools.broker_node import broker_node
@@ -107,7 +106,7 @@ async def test_a_broker_restart_mid_run_loses_no_accepted_vm(
     rng = random.Random(11)
     before = consumer_counts(servers)
     assert all(before.get(q, 0) >= n for q, n in CONSUMERS.items()), {q: before.get(q) for q in CONSUMERS}
-    async with httpx.AsyncClient(base_url=broker_stack.api_url, timeout=60) as api:
+    async with broker_stack.async_client(timeout=60) as api:
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         await wait_running(servers, vm_ids, 100)
 

@@ -120,7 +120,7 @@ async def test_a_node_killed_and_restarted_loses_no_vm_and_every_quorum_queue_re
     victim = cluster.nodes[0]  # the node every client tried first: all their connections die with it
     rates: dict[str, float] = {}
     vm_ids: list[str] = []
-    async with httpx.AsyncClient(base_url=cluster_stack.api_url, timeout=120) as api:
+    async with cluster_stack.async_client(timeout=120) as api:
         ids, rates["before"] = await place_phase(api, servers, rng, "before", PHASES["before"])
         vm_ids += ids
 

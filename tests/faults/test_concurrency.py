@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
 from devtools.stack import Stack
@@ -52,7 +51,7 @@ async def test_four_schedulers_never_overcommit_and_place_each_vm_once(
     rng = random.Random(4)
     async with (
         EventCounter(servers.amqp_url, "vm.assigned") as assigned,
-        httpx.AsyncClient(base_url=race_stack.api_url, timeout=120) as api,
+        race_stack.async_client(timeout=120) as api,
     ):
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         assert len(vm_ids) == VMS

@@ -6,7 +6,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
 
@@ -52,7 +51,7 @@ async def test_kill_9_of_a_scheduler_mid_run_loses_nothing_and_overcommits_nothi
     rng = random.Random(9)
     async with (
         EventCounter(servers.amqp_url, "vm.assigned") as assigned,
-        httpx.AsyncClient(base_url=crash_stack.api_url, timeout=120) as api,
+        crash_stack.async_client(timeout=120) as api,
     ):
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         wanted = set(vm_ids)
@@ -73,7 +72,7 @@ async def test_a_redis_flush_mid_run_loses_nothing_and_overcommits_nothing(
     crash_stack: Stack, crash_fleet: SimulatedFleet, servers: Servers
 ) -> None:
     rng = random.Random(10)
-    async with httpx.AsyncClient(base_url=crash_stack.api_url, timeout=120) as api:
+    async with crash_stack.async_client(timeout=120) as api:
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS)])
         await wait_running(servers, vm_ids, 100)
         # Every key of this installation goes, as after FLUSHALL (the machine's Redis is shared with

@@ -63,7 +63,7 @@ async def post_gangs(api: httpx.AsyncClient, repetition: int) -> dict[str, list[
 async def test_four_schedulers_place_each_all_or_nothing_batch_whole_or_not_at_all(
     four_schedulers: Stack, gang_race_fleet: SimulatedFleet, servers: Servers, repetition: int
 ) -> None:
-    async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=120) as api:
+    async with four_schedulers.async_client(timeout=120) as api:
         gangs = await post_gangs(api, repetition)
         vm_ids = [vm_id for ids in gangs.values() for vm_id in ids]
         await wait_settled(servers, vm_ids, timeout=180)

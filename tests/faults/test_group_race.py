@@ -48,7 +48,7 @@ async def group_race_fleet(four_schedulers: Stack, servers: Servers) -> AsyncIte
         zones=ZONES,
     )
     async with await enrolled_fleet(servers, hosts, heartbeat_interval=2.0) as fleet:
-        async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=30) as api:
+        async with four_schedulers.async_client(timeout=30) as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(SUITE) and h["status"] == "online") == HOSTS,
@@ -62,7 +62,7 @@ async def race(stack: Stack, servers: Servers, group: dict[str, Any], name: str)
     """Create the group, submit its members in 40 requests at once (so every replica takes some),
     wait until all run; their (host, zone) rows from PostgreSQL. The members are deleted afterwards."""
     limits = httpx.Limits(max_connections=20)  # 200 requests at once would only queue in the API
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=120, limits=limits) as api:
+    async with stack.async_client(timeout=120, limits=limits) as api:
         response = await api.post("/v1/server-groups", json={"name": name, **group})
         assert response.status_code == 201, response.text
         group_id = response.json()["id"]

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 import asyncpg
-import httpx
 import pytest
 
 from devtools.stack import Stack
@@ -48,7 +47,7 @@ def vms(kind: str, count: int, cpu: int, priority: int) -> list[dict[str, object
 async def test_four_schedulers_preempt_only_what_each_preemptor_needs_and_never_overcommit(
     four_schedulers: Stack, preempt_fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    async with httpx.AsyncClient(base_url=four_schedulers.api_url, timeout=120) as api:
+    async with four_schedulers.async_client(timeout=120) as api:
         low = await submit(api, vms("low", HOSTS * HOST_CPU // LOW_CPU, LOW_CPU, priority=0), batch=10)
         await wait_settled(servers, low, timeout=120)
         high = await submit(api, vms("high", HIGH, HIGH_CPU, priority=500), batch=2)  # ten requests at once

@@ -7,7 +7,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from devtools.stack import Stack
@@ -59,7 +58,7 @@ async def test_sigterm_of_a_scheduler_and_the_gateway_mid_run_loses_and_repeats_
     rng = random.Random(15)
     async with (
         EventCounter(servers.amqp_url, "vm.assigned") as assigned,
-        httpx.AsyncClient(base_url=term_stack.api_url, timeout=120) as api,
+        term_stack.async_client(timeout=120) as api,
     ):
         # Many small requests, so that the scheduler holds several messages when it is told to stop.
         vm_ids = await submit(api, [mixed_vm(rng, i, SUITE) for i in range(VMS - WHILE_DOWN)], batch=50)

@@ -34,5 +34,5 @@ def stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="session")
 def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.api_url, timeout=30) as client:
+    with stack.client(timeout=30) as client:
         yield client

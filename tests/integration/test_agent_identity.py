@@ -58,7 +58,7 @@ def suite() -> str:
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+    async with stack.async_client(timeout=30) as client:
         yield client
 
 
@@ -255,7 +255,7 @@ async def test_a_heartbeat_without_user_id_is_refused_and_says_how_to_enroll(
     dead = await dead_letters.wait(lambda m: m.message_id == marker)
     assert "no_user" in reason(dead)
     assert f"vmsched-gateway enroll-agent {host_id}" in reason(dead)
-    async with httpx.AsyncClient(base_url=stack.api_url) as api:
+    async with stack.async_client() as api:
         assert (await api.get(f"/v1/hosts/{host_id}")).status_code == 404  # never became a host
 
 

@@ -40,7 +40,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         seed=7,
     )
     async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
-        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+        async with stack.async_client() as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith("e2e") and h["status"] == "online") == 8,
@@ -52,7 +52,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+    async with stack.async_client(timeout=30) as client:
         yield client
 
 

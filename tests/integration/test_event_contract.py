@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from devtools.stack import Stack
@@ -36,7 +35,7 @@ def without_servers(document: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_the_api_serves_the_committed_asyncapi_document(stack: Stack) -> None:
-    async with httpx.AsyncClient(base_url=stack.api_url) as api:
+    async with stack.async_client() as api:
         served = await api.get("/asyncapi.json")
         page = await api.get("/asyncapi")
     assert served.status_code == 200
@@ -65,7 +64,7 @@ async def test_the_subscriber_of_the_events_guide_hears_a_placement(
     async with await enrolled_fleet(servers, [host], heartbeat_interval=1.0):
         await broker.start()
         try:
-            async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+            async with stack.async_client(timeout=30) as api:
                 await eventually(
                     lambda: api.get(f"/v1/hosts/{host.id}"),
                     lambda r: r.status_code == 200 and r.json()["status"] == "online",
@@ -86,7 +85,7 @@ async def test_the_subscriber_of_the_events_guide_hears_a_placement(
             )
         finally:
             await broker.stop()
-    assert f"{vm_id} (heard) placed on {host.id} by least_loaded" in lines
+    assert f"{vm_id} (heard, project default) placed on {host.id} by least_loaded" in lines
 
 
 def _heard(heard: list[str]) -> Any:

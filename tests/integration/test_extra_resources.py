@@ -74,7 +74,7 @@ async def test_a_host_with_two_fpgas_takes_two_vms_asking_one_and_its_accounting
         return vm
 
     try:
-        async with fleet, httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+        async with fleet, stack.async_client(timeout=30) as api:
             for host_id in (fpga_host, plain_host):
                 await eventually(
                     lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]

@@ -40,7 +40,7 @@ async def fleets(stack: Stack, servers: Servers) -> AsyncIterator[None]:
     async with (
         await enrolled_fleet(servers, REFUSING, heartbeat_interval=1.0, fail_rate=1.0),
         await enrolled_fleet(servers, WORKING, heartbeat_interval=1.0),
-        httpx.AsyncClient(base_url=stack.api_url) as api,
+        stack.async_client() as api,
     ):
         await eventually(
             lambda: api.get("/v1/hosts"),
@@ -53,7 +53,7 @@ async def fleets(stack: Stack, servers: Servers) -> AsyncIterator[None]:
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+    async with stack.async_client(timeout=30) as client:
         yield client
 
 

@@ -123,7 +123,7 @@ async def test_a_least_utilized_vm_lands_on_the_host_that_measures_less_busy(sta
     # Measured from the first heartbeat on: the schedulers read each host first when it is new.
     fleet.agents[busy].report_usage(Usage(cpu_used=14.0, memory_used_mb=60000))
     fleet.agents[quiet].report_usage(Usage(cpu_used=1.0, memory_used_mb=4096))
-    async with fleet, httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with fleet, stack.async_client(timeout=30) as api:
         await _online_with_usage(api, busy, 14.0)
         await _online_with_usage(api, quiet, 1.0)
 

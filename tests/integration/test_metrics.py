@@ -64,7 +64,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         labels={"suite": SUITE},
     )
     async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
-        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+        async with stack.async_client() as api:
             ids = {host.id for host in hosts}
             await eventually(
                 lambda: api.get("/v1/hosts"),
@@ -85,7 +85,7 @@ class Placed:
 async def placed(stack: Stack, fleet: SimulatedFleet) -> Placed:
     scheduler = stack.services["scheduler-1"].metrics_url
     assert scheduler is not None
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with stack.async_client(timeout=30) as api:
         before = await scrape(api, scheduler)
         created = await asyncio.gather(
             *(api.post("/v1/vms", json={**VM, "name": f"metrics-{i}", "strategy": "least_loaded"}) for i in range(VMS))
@@ -107,7 +107,7 @@ async def test_every_service_exports_the_placement_fleet_and_dead_letter_metrics
     gateway = stack.services["gateway"].metrics_url
     assert scheduler is not None
     assert gateway is not None
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with stack.async_client(timeout=30) as api:
         paused = next(iter(fleet.agents))
         assert (await api.patch(f"/v1/hosts/{paused}", json={"scheduling_paused": True})).status_code == 200
         try:

@@ -29,7 +29,7 @@ CAPACITY = Resources(cpu=4, memory_mb=16384, disk_gb=100)
 
 async def test_bad_patches_are_422_naming_the_field_and_change_nothing(stack: Stack, servers: Servers) -> None:
     host_id = f"inv-bad-{uuid.uuid4().hex[:6]}"
-    async with await _fleet(servers, host_id), httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with await _fleet(servers, host_id), stack.async_client(timeout=30) as api:
         before = (await _online(api, host_id)).json()
         refused = {
             "nothing": ({}, ()),
@@ -62,7 +62,7 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
     host_id = f"{suite}-a"
     # 6 cpus in a host of 4 with 1 reserved: only (4 - 1) x 2 holds it; only the operator says "gold".
     wanted = {"cpu": 6, "memory_mb": 1024, "disk_gb": 1, "labels": {"suite": suite, "tier": "gold"}}
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with stack.async_client(timeout=30) as api:
         async with await _fleet(servers, host_id, suite=suite):
             await _online(api, host_id)
             refused = await _settled(api, await _post(api, f"{suite}-1", wanted))
@@ -120,7 +120,7 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
     suite = f"del-{uuid.uuid4().hex[:6]}"
     host_id = f"{suite}-a"
     small = {"cpu": 1, "memory_mb": 512, "disk_gb": 1, "labels": {"suite": suite}}
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with stack.async_client(timeout=30) as api:
         async with await _fleet(servers, host_id, suite=suite):
             await _online(api, host_id)
             vm = await _settled(api, await _post(api, f"{suite}-1", small))

@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -78,7 +77,7 @@ async def test_an_api_with_an_otlp_endpoint_exports_its_spans(servers: Servers, 
         try:
             api = stack.start_api()
             wait_for(api.is_ready, 60, "the API to be ready")
-            async with httpx.AsyncClient(base_url=stack.api_url) as client:
+            async with stack.async_client() as client:
                 assert (await client.get("/v1/hosts")).status_code == 200
             await eventually(
                 _spans(collector),

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+    async with stack.async_client(timeout=30) as client:
         yield client
 
 

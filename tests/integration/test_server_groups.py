@@ -33,7 +33,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
     )
     assert {h.id: h.labels["zone"] for h in hosts} == ZONE_OF
     async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running:
-        async with httpx.AsyncClient(base_url=stack.api_url) as api:
+        async with stack.async_client() as api:
             await eventually(
                 lambda: api.get("/v1/hosts"),
                 lambda r: sum(1 for h in r.json() if h["id"].startswith(SUITE) and h["status"] == "online") == 4,
@@ -45,7 +45,7 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+    async with stack.async_client(timeout=30) as client:
         yield client
 
 

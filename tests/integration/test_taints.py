@@ -54,7 +54,7 @@ async def test_a_tainted_gpu_host_takes_only_tolerating_vms_and_untainted_is_kep
     ]
     fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
     placed: list[str] = []
-    async with fleet, httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+    async with fleet, stack.async_client(timeout=30) as api:
         for host_id in (gpu_host, plain_host):
             await eventually(
                 lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]

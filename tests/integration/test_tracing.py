@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from devtools.stack import free_port
+from devtools.stack import api_client, free_port
 from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers, provide_servers
@@ -44,6 +45,12 @@ SMALL = HostSpec(id="trace-small", capacity=Resources(cpu=1, memory_mb=32768, di
 class Traced:
     api_url: str
     exporter: InMemorySpanExporter
+
+    def async_client(self, **options: Any) -> httpx.AsyncClient:
+        return api_client(self.api_url, TOKEN, **options)
+
+
+TOKEN = secrets.token_urlsafe(32)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +113,7 @@ def _now(read: Callable[[], T]) -> Callable[[], Awaitable[T]]:
 
 @pytest.fixture(scope="module")
 async def traced(own_servers: Servers) -> AsyncIterator[Traced]:
-    settings = Settings.from_environment(own_servers.env())
+    settings = Settings.from_environment(own_servers.env(VMSCHED_BOOTSTRAP_TOKEN=TOKEN))
     port = free_port()
     with in_memory_spans() as exporter:
         api = build_api(settings)
@@ -116,7 +123,7 @@ async def traced(own_servers: Servers) -> AsyncIterator[Traced]:
             consuming(build_gateway(settings)),
             consuming(build_scheduler(settings).app),
             fleet,
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+            api_client(f"http://127.0.0.1:{port}", TOKEN) as client,
         ):
             await eventually(
                 lambda: client.get("/v1/hosts"),
@@ -147,7 +154,7 @@ def ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
 
 
 async def test_one_trace_spans_http_scheduler_redis_postgres_gateway_and_agent(traced: Traced) -> None:
-    async with httpx.AsyncClient(base_url=traced.api_url, timeout=30) as client:
+    async with traced.async_client(timeout=30) as client:
         created = await client.post("/v1/vms", json={"name": "traced", "cpu": 2, "memory_mb": 1024, "disk_gb": 10})
         assert created.status_code == 202, created.text
         vm_id = created.json()["id"]

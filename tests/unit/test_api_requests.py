@@ -3,6 +3,7 @@ is refused with 422 naming the field and the reason before anything is touched."
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -12,6 +13,9 @@ import pytest
 
 from vmsched_api.app import build_app
 from vmsched_api.deps import Services
+from vmsched_api.identity.audit import AuditEntry
+from vmsched_api.identity.authenticator import Authenticator
+from vmsched_api.identity.rate_limit import RateLimiter
 from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import VmStatus
@@ -27,20 +31,53 @@ class Untouchable:
         raise AssertionError(f"a refused request reached the services ({name})")
 
 
+TOKEN = secrets.token_urlsafe(32)
+
+
+class AuditSink:
+    """The audit trail, in memory."""
+
+    def __init__(self) -> None:
+        self.entries: list[AuditEntry] = []
+
+    async def record(self, entry: AuditEntry) -> None:
+        self.entries.append(entry)
+
+
+def in_memory_services(settings: Settings, **stores: Any) -> Services:
+    """The API's services with nothing behind them but ``stores``; the bootstrap token (TOKEN) is
+    the only one known, and needs no store."""
+    untouchable: Any = Untouchable()
+    audit: Any = AuditSink()
+    return Services(
+        **{
+            "settings": settings,
+            "engine": untouchable,
+            "repository": untouchable,
+            "snapshot": untouchable,
+            "broker": untouchable,
+            "publisher": untouchable,
+            "published": untouchable,
+            "authenticator": Authenticator(bootstrap=settings.bootstrap_token, store=untouchable),
+            "rate_limiter": RateLimiter(settings.rate_limit, settings.rate_burst),
+            "audit": audit,
+            "tokens": untouchable,
+            "projects": untouchable,
+            **stores,
+        }
+    )
+
+
+def in_process(app: Any, token: str | None = TOKEN) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers)
+
+
 @pytest.fixture
 async def api() -> AsyncIterator[httpx.AsyncClient]:
-    untouchable: Any = Untouchable()
-    services = Services(
-        settings=Settings(),
-        engine=untouchable,
-        repository=untouchable,
-        snapshot=untouchable,
-        broker=untouchable,
-        publisher=untouchable,
-        published=untouchable,
-    )
-    app = build_app(Settings(), migrate=False, services=services)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+    settings = Settings(bootstrap_token=TOKEN)
+    app = build_app(settings, migrate=False, services=in_memory_services(settings))
+    async with in_process(app) as client:
         yield client
 
 
@@ -97,6 +134,7 @@ class Accepting:
         *,
         defaults: VmDefaults,
         all_or_nothing: bool = False,
+        project: str = "default",
     ) -> tuple[list[VmRecord], bool]:
         self.defaults.append(defaults)
         return [self._record(body, defaults) for body in bodies], False
@@ -134,21 +172,12 @@ class Accepting:
 
 @pytest.fixture
 async def accepting() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
-    settings = Settings(default_vm_cpu=2, default_vm_memory_mb=3072)
+    settings = Settings(default_vm_cpu=2, default_vm_memory_mb=3072, bootstrap_token=TOKEN)
     stores = Accepting()
-    untouchable: Any = Untouchable()
     recording: Any = stores
-    services = Services(
-        settings=settings,
-        engine=untouchable,
-        repository=recording,
-        snapshot=untouchable,
-        broker=untouchable,
-        publisher=recording,
-        published=recording,
-    )
+    services = in_memory_services(settings, repository=recording, publisher=recording, published=recording)
     app = build_app(settings, migrate=False, services=services)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+    async with in_process(app) as client:
         yield client, stores
 
 

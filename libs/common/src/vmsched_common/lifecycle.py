@@ -181,6 +181,9 @@ HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(
 # for pending; the delete command for deleting and for preempted.
 IMPLIES_MESSAGE: frozenset[VmStatus] = frozenset({VmStatus.PENDING, VmStatus.DELETING, VmStatus.PREEMPTED})
 IMPLIES_DELETE: frozenset[VmStatus] = frozenset({VmStatus.DELETING, VmStatus.PREEMPTED})
+# What counts against its project's quota: every VM but those that ended deleted, unschedulable or
+# failed (a failed VM that restarts counts again from its restart on).
+USES_QUOTA: frozenset[VmStatus] = frozenset(set(VmStatus) - {VmStatus.DELETED, VmStatus.UNSCHEDULABLE, VmStatus.FAILED})
 # Where a VM rests until something happens to it: nothing of vmsched's own is in flight for it.
 SETTLED: frozenset[VmStatus] = frozenset({VmStatus.RUNNING, VmStatus.UNSCHEDULABLE, VmStatus.FAILED, VmStatus.DELETED})
 # No transition leaves these.

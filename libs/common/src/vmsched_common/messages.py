@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     ValidationInfo,
     WithJsonSchema,
@@ -30,9 +31,31 @@ from vmsched_common.settings import Strategy
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 # One run of an agent process: a new one each time the process starts (the SDK draws a UUID).
 InstanceId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
-LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63)]
-LabelValue = Annotated[str, StringConstraints(max_length=255)]
-Labels = dict[LabelKey, LabelValue]
+# Kubernetes' label keys, less the long DNS prefix: letters, digits, '-', '_', '.', '/', starting and
+# ending with a letter or digit.
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_./-]*[A-Za-z0-9])?$"
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LABEL_KEY_PATTERN)]
+# Any text without control characters (a value ends up in logs and in the scheduling-info text).
+LabelValue = Annotated[str, StringConstraints(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]
+MAX_LABELS = 64
+
+
+def keys_by_pattern(schema: dict[str, Any]) -> None:
+    """The JSON schema of a dict whose keys have a pattern, as pydantic checks it. pydantic writes
+    ``patternProperties``, under which a key matching no pattern may hold anything; it is
+    ``propertyNames`` (every key matches) and ``additionalProperties`` (every value is one)."""
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        ((pattern, values),) = patterns.items()
+        schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+        schema["additionalProperties"] = values
+
+
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS, json_schema_extra=keys_by_pattern)]
+# A project: lower-case letters, digits and '-' (a DNS label), as Kubernetes names namespaces.
+ProjectName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+# The project of every VM made before projects existed, and of the bootstrap token.
+DEFAULT_PROJECT = "default"
 # How much a VM matters when room is short: one that fits nowhere may preempt VMs of lower priority.
 MAX_PRIORITY = 1000
 Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY)]
@@ -73,7 +96,7 @@ class Toleration(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: Annotated[str, StringConstraints(max_length=63)] = ""
+    key: Annotated[str, StringConstraints(max_length=63, pattern=f"{LABEL_KEY_PATTERN}|^$")] = ""
     operator: TolerationOperator = TolerationOperator.EQUAL
     value: LabelValue = ""
     effect: TaintEffect | None = Field(default=None, description="null: every effect")
@@ -284,6 +307,7 @@ class VmToPlace(BaseModel):
     priority: Priority = Field(
         default=0, description="0..1000; when it fits nowhere, it may preempt VMs of lower priority"
     )
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmCreate(Message):
@@ -306,6 +330,7 @@ class Assignment(BaseModel):
     strategy: Strategy
     attempt: int
     scheduled_at: datetime
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmAssigned(Message):
@@ -331,6 +356,7 @@ class Unplaced(BaseModel):
     rejections: dict[str, int] = Field(
         default_factory=dict, description="hosts rejected, by the first rule they failed"
     )
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 class VmUnschedulable(Message):
@@ -361,7 +387,7 @@ class HostStatus(StrEnum):
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
-AllocationRatio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+AllocationRatio = Annotated[float, Strict(), Field(gt=0.0, le=64.0, allow_inf_nan=False)]
 
 
 class Overcommit(BaseModel):
@@ -453,6 +479,7 @@ class VmDeleted(Message):
     schema_version: Literal[1] = 1
     vm_id: UUID
     hypervisor_id: HostId | None = None
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owned the VM")
 
 
 class VmPreempted(Message):
@@ -467,6 +494,7 @@ class VmPreempted(Message):
     priority: Priority
     preempted_by: UUID = Field(description="the VM that took its room")
     preemptor_priority: Priority
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the preempted VM")
 
 
 class AgentConflict(Message):
@@ -498,6 +526,7 @@ class VmOrphaned(Message):
     status: str = Field(description="the VM's status in vmsched")
     held_on: HostId | None = Field(default=None, description="the host vmsched holds it on, if any")
     deleted: bool = Field(description="whether the agent was told to delete it (VMSCHED_ORPHAN_VMS)")
+    project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
 
 
 def batch_message_id(kind: str, vms: Sequence[tuple[UUID, int]]) -> str:

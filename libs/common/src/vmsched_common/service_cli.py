@@ -77,17 +77,10 @@ async def _reach(server: Server, settings: Settings, *, database_must_exist: boo
         finally:
             await client.aclose()
     else:
-        import asyncpg
-        from sqlalchemy.engine import make_url
+        from vmsched_common.db.engine import connect_directly
 
-        url = make_url(settings.sqlalchemy_url)
-        database = await asyncpg.connect(
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "postgres",
-            password=url.password,
-            database=(url.database if database_must_exist else "postgres") or "postgres",
-            timeout=CONNECT_TIMEOUT,
+        database = await connect_directly(
+            settings.sqlalchemy_url, database=None if database_must_exist else "postgres", timeout=CONNECT_TIMEOUT
         )
         await database.close()
 

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
+from urllib.parse import parse_qsl
 
 from pydantic import (
     AnyHttpUrl,
     Field,
     PostgresDsn,
     RedisDsn,
+    SecretStr,
     UrlConstraints,
     ValidationError,
     field_validator,
@@ -68,6 +70,10 @@ AmqpUrl = Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["amqp", "amqps
 # The longest a VM may wait for room (wait_s): a week.
 MAX_WAIT_S = 7 * 24 * 3600
 Weight = Annotated[float, Field(ge=0, le=1)]
+# libpq's sslmode values (``?sslmode=require`` on VMSCHED_DATABASE_URL); asyncpg takes the same names.
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# A bootstrap token must be as hard to guess as the ones vmsched makes (secrets.token_urlsafe(32)).
+MIN_BOOTSTRAP_TOKEN = 32
 
 
 class Settings(BaseSettings):
@@ -129,6 +135,15 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    # An admin token of the project "default" that needs no row in PostgreSQL: the first token of a
+    # new installation (it creates the others with POST /v1/tokens). Revoked by unsetting it.
+    bootstrap_token: Annotated[SecretStr, Field(min_length=MIN_BOOTSTRAP_TOKEN)] | None = None
+    # Request bodies larger than this are refused (413) before they are read.
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
+    # Requests per second each token may make to one API replica (a token bucket of RATE_BURST
+    # requests, refilled at this rate; 429 with Retry-After when empty); 0: no limit.
+    rate_limit: Annotated[float, Field(ge=0, le=1_000_000)] = 100.0
+    rate_burst: Annotated[int, Field(ge=1, le=1_000_000)] = 200
 
     # How long a VM may stay unpublished (its vm.create not confirmed by the broker) before a sweeper
     # publishes it again; also the sweep period.
@@ -172,6 +187,14 @@ class Settings(BaseSettings):
                 f"{ENV_PREFIX}AGENT_OFFLINE_TIMEOUT ({self.agent_offline_timeout:g})"
             )
         return self
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_sslmode(cls, value: PostgresDsn) -> PostgresDsn:
+        for key, mode in parse_qsl(value.query or ""):
+            if key in ("sslmode", "ssl") and mode not in SSL_MODES:
+                raise ValueError(f"unknown {key} {mode!r}; valid: {', '.join(SSL_MODES)}")
+        return value
 
     @field_validator("log_level")
     @classmethod
@@ -221,6 +244,7 @@ class Settings(BaseSettings):
 
     @property
     def sqlalchemy_url(self) -> str:
+        """The database URL as written, ``sslmode`` and all (vmsched_common.db.engine reads it)."""
         return str(self.database_url)
 
     @property

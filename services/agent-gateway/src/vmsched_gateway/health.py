@@ -122,7 +122,11 @@ class HealthCheck:
         for change in changes:
             if change.after.status is VmStatus.DELETED:
                 await self.publisher.vm_deleted(
-                    VmDeleted(vm_id=change.after.id, hypervisor_id=change.before.hypervisor_id)
+                    VmDeleted(
+                        vm_id=change.after.id,
+                        hypervisor_id=change.before.hypervisor_id,
+                        project=change.after.project,
+                    )
                 )
 
     async def forever(self, interval: float = 1.0) -> None:

@@ -71,5 +71,13 @@ class Orphans:
         if delete:
             await self.publisher.command(host_id, vm.command(CommandAction.DELETE))
         await self.publisher.vm_orphaned(
-            VmOrphaned(vm_id=vm.id, host_id=host_id, kind=kind, status=vm.status.value, held_on=held_on, deleted=delete)
+            VmOrphaned(
+                vm_id=vm.id,
+                host_id=host_id,
+                kind=kind,
+                status=vm.status.value,
+                held_on=held_on,
+                deleted=delete,
+                project=vm.project,
+            )
         )

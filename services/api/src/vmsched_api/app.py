@@ -7,14 +7,26 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request, status
+from fastapi.responses import JSONResponse
 from faststream.rabbit import RabbitBroker
 from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
 
 from vmsched_api.deps import Services
+from vmsched_api.docs_pages import add_documentation
+from vmsched_api.identity.audit import AuditLog, AuditMiddleware
+from vmsched_api.identity.auth import authenticate, check_every_route_declares_a_scope
+from vmsched_api.identity.authenticator import Authenticator
+from vmsched_api.identity.cache import TokenCache
+from vmsched_api.identity.rate_limit import RateLimiter
+from vmsched_api.identity.store import TokenStore
+from vmsched_api.project_store import ProjectStore
+from vmsched_api.quota import QuotaExceeded
 from vmsched_api.repository import Repository
-from vmsched_api.routes import hosts, server_groups, system, vms
+from vmsched_api.routes import audit, hosts, projects, server_groups, system, tokens, vms
+from vmsched_api.routes import settings as settings_routes
+from vmsched_api.schemas import ErrorDetail
 from vmsched_common import events, topology
 from vmsched_common.amqp import declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
@@ -37,7 +49,34 @@ DESCRIPTION = """vmsched places virtual machines on hypervisor hosts.
 `POST /v1/vms` accepts a VM (202, status `pending`); a scheduler places it within milliseconds
 (`scheduled`, with `hypervisor_id`), the host's agent creates it (`running`). Events for
 subscribers are described in the AsyncAPI document at `/asyncapi`.
+
+Every `/v1` route needs `Authorization: Bearer <token>` (401 without a live token) with the scope
+the route names (403 without it): `vms:read`, `vms:write`, `hosts:read`, `hosts:admin`, `admin`.
+A token sees and changes only its own project's VMs and server groups. See docs/security.md.
 """
+
+V1 = "/v1"
+# What any /v1 route may answer besides its own outcomes.
+V1_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorDetail, "description": "the body could not be read (not UTF-8 JSON)"},
+    401: {"model": ErrorDetail, "description": "no live token (see the WWW-Authenticate header)"},
+    403: {"model": ErrorDetail, "description": "the token lacks the scope this route needs"},
+    413: {"description": "the request body is larger than VMSCHED_MAX_BODY_BYTES", "content": {"text/plain": {}}},
+    429: {"model": ErrorDetail, "description": "the token's request rate is spent (see the Retry-After header)"},
+}
+
+
+async def refuse_past_quota(_: Request, exceeded: Exception) -> JSONResponse:
+    assert isinstance(exceeded, QuotaExceeded)
+    return JSONResponse(exceeded.answer(), status_code=status.HTTP_403_FORBIDDEN)
+
+
+def v1_router() -> APIRouter:
+    """Every /v1 route: authenticated by the router itself, each naming its scope."""
+    v1 = APIRouter(prefix=V1, dependencies=[Depends(authenticate)], responses=V1_RESPONSES)
+    for feature in (vms, hosts, server_groups, settings_routes, projects, tokens, audit):
+        v1.include_router(feature.router)
+    return v1
 
 
 async def sweep_unpublished(services: Services) -> None:
@@ -80,6 +119,8 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
             await upgrade_schema(settings.sqlalchemy_url)
         engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 10)
         redis = connect_redis(settings)
+        token_store = TokenStore(engine)
+        token_cache = TokenCache()
         live = Services(
             settings=settings,
             engine=engine,
@@ -88,15 +129,23 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
             broker=broker,
             publisher=publisher,
             published=published_marks(engine),
+            authenticator=Authenticator(bootstrap=settings.bootstrap_token, store=token_store, cache=token_cache),
+            rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
+            audit=AuditLog(engine),
+            tokens=token_store,
+            projects=ProjectStore(engine),
         )
         app.state.services = live
         sweeper = asyncio.create_task(sweep_unpublished(live))
+        listener = asyncio.create_task(token_cache.listen_forever(settings.sqlalchemy_url))
         freeze_startup_objects()
         try:
             yield {}
         finally:
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            for task in (sweeper, listener):
+                task.cancel()
+            await asyncio.gather(sweeper, listener, return_exceptions=True)
+            await live.audit.drain()
             await live.published.drain()
             await redis.aclose()
             await engine.dispose()
@@ -106,27 +155,34 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         version=API_VERSION,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
+        redoc_url=None,
+        # 413 for a larger body: by its Content-Length, or as soon as a streamed one grows past it.
+        max_body_size=settings.max_body_bytes,
     )
     if services is not None:
         application.state.services = services
-    application.include_router(vms.router)
-    application.include_router(hosts.router)
-    application.include_router(server_groups.router)
+    application.include_router(v1_router())
+    application.add_exception_handler(QuotaExceeded, refuse_past_quota)
     application.include_router(system.router)
+    check_every_route_declares_a_scope(application.routes)
+    application.add_middleware(AuditMiddleware)
     instrument_fastapi(application)
 
     async def connect(connected: Any) -> None:
         await connected.start()
         await declare_topology(connected)
 
-    return FastStreamAPI(
+    streams = FastStreamAPI(
         broker,
         application=application,
         specification=specification(),
-        asyncapi_path="/asyncapi",
+        # No FastStream pages: they load scripts from CDNs and add POST /asyncapi/try (docs_pages).
+        asyncapi_path=None,
         connection_hook=connect,
     )
+    add_documentation(application, streams.schema)
+    return streams
 
 
 def specification() -> AsyncAPI:

@@ -9,6 +9,11 @@ from fastapi import Depends, Request
 from faststream.rabbit import RabbitBroker
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_api.identity.audit import AuditLog
+from vmsched_api.identity.authenticator import Authenticator
+from vmsched_api.identity.rate_limit import RateLimiter
+from vmsched_api.identity.store import TokenStore
+from vmsched_api.project_store import ProjectStore
 from vmsched_api.repository import Repository
 from vmsched_common.outbox import PublishedMarks
 from vmsched_common.publishing import Publisher
@@ -25,6 +30,11 @@ class Services:
     broker: RabbitBroker
     publisher: Publisher
     published: PublishedMarks
+    authenticator: Authenticator
+    rate_limiter: RateLimiter
+    audit: AuditLog
+    tokens: TokenStore
+    projects: ProjectStore
 
 
 async def _services(request: Request) -> Services:

@@ -4,6 +4,9 @@ A group's members are its VMs in any status but a terminal one (:data:`~vmsched_
 a pending, unschedulable or failed VM may still be placed (again), under the group's rule. Deleting a
 group locks its row first, so a VM inserted meanwhile (whose foreign key check waits on that lock)
 either lands before the count, and the delete is refused, or finds the group gone.
+
+A group belongs to the project that made it: only that project's VMs may join it, and another
+project's token finds no such group (an admin's finds every one).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.records import SERVER_GROUP_COLUMNS, ServerGroupRecord
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.lifecycle import TERMINAL, sql_in
+from vmsched_common.messages import DEFAULT_PROJECT
 
 
 class UnknownServerGroup(Exception):
@@ -46,8 +50,8 @@ class GroupWithMembers:
 
 _INSERT = text(
     f"""
-    INSERT INTO server_groups (id, name, policy, topology_key, max_per_domain, max_skew)
-    VALUES (:id, :name, :policy, :topology_key, :max_per_domain, :max_skew)
+    INSERT INTO server_groups (id, name, policy, topology_key, max_per_domain, max_skew, project)
+    VALUES (:id, :name, :policy, :topology_key, :max_per_domain, :max_skew, :project)
     RETURNING {SERVER_GROUP_COLUMNS}
     """
 )
@@ -59,18 +63,21 @@ _MEMBERS = text(
      GROUP BY server_group
     """
 )
-_LOCK = text("SELECT id FROM server_groups WHERE id = :id FOR UPDATE")
+_LOCK = text("SELECT id, project FROM server_groups WHERE id = :id FOR UPDATE")
 _DELETE = text("DELETE FROM server_groups WHERE id = :id")
 # KEY SHARE, as the foreign key check takes it: a delete (FOR UPDATE) waits for the VMs' insert.
-_EXISTING = text("SELECT id FROM server_groups WHERE id = ANY(CAST(:ids AS uuid[])) FOR KEY SHARE")
+_EXISTING = text(
+    "SELECT id FROM server_groups WHERE id = ANY(CAST(:ids AS uuid[])) AND project = :project FOR KEY SHARE"
+)
 
 
-async def check_groups_exist(connection: AsyncConnection, group_ids: Sequence[UUID | None]) -> None:
-    """Raise :class:`UnknownServerGroup` for the first of ``group_ids`` that is not a server group."""
+async def check_groups_exist(connection: AsyncConnection, group_ids: Sequence[UUID | None], project: str) -> None:
+    """Raise :class:`UnknownServerGroup` for the first of ``group_ids`` that is not a server group
+    of ``project``."""
     wanted = [group_id for group_id in dict.fromkeys(group_ids) if group_id is not None]
     if not wanted:
         return
-    found = {row.id for row in await connection.execute(_EXISTING, {"ids": wanted})}
+    found = {row.id for row in await connection.execute(_EXISTING, {"ids": wanted, "project": project})}
     for group_id in wanted:
         if group_id not in found:
             raise UnknownServerGroup(group_id)
@@ -82,7 +89,14 @@ class ServerGroupStore:
 
     @retry_on_dead_connection
     async def create(
-        self, *, name: str, policy: GroupPolicy, topology_key: str, max_per_domain: int, max_skew: int
+        self,
+        *,
+        name: str,
+        policy: GroupPolicy,
+        topology_key: str,
+        max_per_domain: int,
+        max_skew: int,
+        project: str = DEFAULT_PROJECT,
     ) -> GroupWithMembers:
         async with self.engine.begin() as connection:
             row = (
@@ -95,32 +109,40 @@ class ServerGroupStore:
                         "topology_key": topology_key,
                         "max_per_domain": max_per_domain,
                         "max_skew": max_skew,
+                        "project": project,
                     },
                 )
             ).one()
         return GroupWithMembers(ServerGroupRecord.from_row(row), [])
 
     @retry_on_dead_connection
-    async def list(self) -> list[GroupWithMembers]:
+    async def list(self, project: str | None = None) -> list[GroupWithMembers]:
+        """The groups of ``project`` (of every project for None)."""
+        where = "WHERE project = :project" if project is not None else ""
         async with self.engine.connect() as connection:
-            rows = (await connection.execute(text(f"{_SELECT} ORDER BY created_at, id"))).all()
+            rows = (
+                await connection.execute(text(f"{_SELECT} {where} ORDER BY created_at, id"), {"project": project})
+            ).all()
             members = await _members(connection, [row.id for row in rows])
         return [GroupWithMembers(ServerGroupRecord.from_row(row), members.get(row.id, [])) for row in rows]
 
     @retry_on_dead_connection
-    async def get(self, group_id: UUID) -> GroupWithMembers | None:
+    async def get(self, group_id: UUID, project: str | None = None) -> GroupWithMembers | None:
+        """The group, if it is ``project``'s (any project's for None)."""
         async with self.engine.connect() as connection:
             row = (await connection.execute(text(f"{_SELECT} WHERE id = :id"), {"id": group_id})).first()
-            if row is None:
+            if row is None or (project is not None and row.project != project):
                 return None
             members = await _members(connection, [group_id])
         return GroupWithMembers(ServerGroupRecord.from_row(row), members.get(group_id, []))
 
     @retry_on_dead_connection
-    async def delete(self, group_id: UUID) -> bool:
-        """Delete the group; False when there is none. Raises :class:`GroupHasMembers` while it has any."""
+    async def delete(self, group_id: UUID, project: str | None = None) -> bool:
+        """Delete the group; False when ``project`` has none such (any project for None). Raises
+        :class:`GroupHasMembers` while it has any."""
         async with self.engine.begin() as connection:
-            if (await connection.execute(_LOCK, {"id": group_id})).first() is None:
+            row = (await connection.execute(_LOCK, {"id": group_id})).first()
+            if row is None or (project is not None and row.project != project):
                 return False
             members = (await _members(connection, [group_id])).get(group_id, [])
             if members:

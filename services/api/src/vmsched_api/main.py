@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from vmsched_api.token_cli import create_token
 from vmsched_common.logs import configure_logging
 from vmsched_common.service_cli import service_main
 from vmsched_common.settings import Settings
@@ -33,6 +34,7 @@ main = service_main(
     "database if it is missing and upgrades its schema first.",
     serve,
     database_must_exist=False,
+    commands=[create_token],
 )
 
 if __name__ == "__main__":

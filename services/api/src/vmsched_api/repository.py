@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
@@ -26,7 +27,7 @@ from vmsched_common.db.models import SchedulerSettingRow, VmRow
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
-from vmsched_common.messages import HostStatus
+from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
@@ -101,6 +102,7 @@ def to_vm(vm: VmRecord) -> Vm:
         gang_id=vm.gang_id,
         priority=vm.priority,
         preempted_by=vm.preempted_by,
+        project=vm.project,
     )
 
 
@@ -160,11 +162,13 @@ class Repository:
         *,
         defaults: VmDefaults,
         all_or_nothing: bool = False,
+        project: str = DEFAULT_PROJECT,
     ) -> tuple[list[VmRecord], bool]:
         """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
         (the row holds what the VM got); ``all_or_nothing``: as one gang, which never waits. Returns
         (the VMs, replayed: an earlier request's); the idempotency hash is the body's, so a replay
-        matches whatever the defaults are by then."""
+        matches whatever the defaults are by then. Raises QuotaExceeded (nothing inserted) when the
+        VMs would take ``project`` past a limit of its quota."""
         accepted = datetime.now(UTC)
         gang = uuid.uuid4() if all_or_nothing else None
         if all_or_nothing:
@@ -191,6 +195,7 @@ class Repository:
                 "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
                 "gang_id": gang,
                 "priority": body.priority,
+                "project": project,
             }
             for body in bodies
         ]
@@ -199,15 +204,17 @@ class Repository:
         # batch size, which cost a fifth of the API's CPU under load.
         inserting = insert(VmRow)
         if idempotency_key is not None:
-            inserting = inserting.on_conflict_do_nothing(index_elements=["idempotency_key"])
+            inserting = inserting.on_conflict_do_nothing(index_elements=["project", "idempotency_key"])
         statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
         async with self.engine.begin() as connection:
-            await check_groups_exist(connection, [body.server_group for body in bodies])
+            await check_groups_exist(connection, [body.server_group for body in bodies], project)
             rows = (await connection.execute(statement, values)).all()
+            await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:
                 existing = (
                     await connection.execute(
-                        text(f"{_VM_SELECT} WHERE idempotency_key = :key"), {"key": idempotency_key}
+                        text(f"{_VM_SELECT} WHERE project = :project AND idempotency_key = :key"),
+                        {"project": project, "key": idempotency_key},
                     )
                 ).one()
                 if existing.request_hash != request_hash(bodies[0]):
@@ -216,17 +223,30 @@ class Repository:
         return [VmRecord.from_row(row) for row in rows], False
 
     @retry_on_dead_connection
-    async def get_vm(self, vm_id: UUID) -> VmRecord | None:
+    async def get_vm(self, vm_id: UUID, project: str | None = None) -> VmRecord | None:
+        """The VM, if it is ``project``'s (any project's for None)."""
         async with self.engine.connect() as connection:
             row = (await connection.execute(text(f"{_VM_SELECT} WHERE id = :id"), {"id": vm_id})).first()
-        return VmRecord.from_row(row) if row else None
+        if row is None or (project is not None and row.project != project):
+            return None
+        return VmRecord.from_row(row)
 
     @retry_on_dead_connection
     async def list_vms(
-        self, *, status: VmStatus | None, hypervisor_id: str | None, limit: int, cursor: str | None
+        self,
+        *,
+        status: VmStatus | None,
+        hypervisor_id: str | None,
+        limit: int,
+        cursor: str | None,
+        project: str | None = None,
     ) -> tuple[list[Vm], str | None]:
+        """A page of VMs in creation order; only ``project``'s unless None."""
         clauses = []
         params: dict[str, Any] = {"limit": limit + 1}
+        if project is not None:
+            clauses.append("project = :project")
+            params["project"] = project
         if status is not None:
             clauses.append("status = :status")
             params["status"] = status.value
@@ -245,12 +265,13 @@ class Repository:
         return items, next_cursor
 
     @retry_on_dead_connection
-    async def request_delete(self, vm_id: UUID) -> tuple[VmRecord, Change | None] | None:
+    async def request_delete(self, vm_id: UUID, project: str | None = None) -> tuple[VmRecord, Change | None] | None:
         """The lifecycle's ``delete_requested``: a VM on a host goes ``deleting`` (its agent must act),
-        one on none ``deleted`` at once. Returns the VM as it is now and the change, if any."""
+        one on none ``deleted`` at once. Returns the VM as it is now and the change, if any; None if
+        there is no such VM of ``project`` (of any project for None)."""
         async with self.engine.begin() as connection:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
-            if row is None:
+            if row is None or (project is not None and row.project != project):
                 return None
             vm = VmRecord.from_row(row)
             change = delete_requested(vm)

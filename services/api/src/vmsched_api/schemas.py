@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from http import HTTPStatus
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
+from vmsched_api.identity.scopes import Scope
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
     MAX_EXTRA_AMOUNT,
     MAX_EXTRA_NAMES,
+    MAX_LABELS,
     AllocationRatio,
     ExtraName,
     HostSelector,
@@ -25,14 +37,21 @@ from vmsched_common.messages import (
     LabelValue,
     Overcommit,
     Priority,
+    ProjectName,
     Resources,
     RestartPolicy,
     Taint,
     Taints,
     Toleration,
     Tolerations,
+    keys_by_pattern,
 )
 from vmsched_common.settings import MAX_WAIT_S, Settings, Strategy
+
+# What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
+# (pydantic's lax mode would take both).
+Whole = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
 
 VmName = Annotated[
     str,
@@ -67,12 +86,12 @@ class VmRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: VmName
-    cpu: int | None = Field(default=None, ge=1, le=1024, description="vCPUs; omitted: VMSCHED_DEFAULT_VM_CPU")
-    memory_mb: int | None = Field(
+    cpu: Whole | None = Field(default=None, ge=1, le=1024, description="vCPUs; omitted: VMSCHED_DEFAULT_VM_CPU")
+    memory_mb: Whole | None = Field(
         default=None, ge=1, le=64 * 1024 * 1024, description="memory in MiB; omitted: VMSCHED_DEFAULT_VM_MEMORY_MB"
     )
-    disk_gb: Annotated[int, Field(ge=0, le=1024 * 1024, description="disk in GB")]
-    gpu: Annotated[int, Field(ge=0, le=64)] = 0
+    disk_gb: Annotated[Whole, Field(ge=0, le=1024 * 1024, description="disk in GB")]
+    gpu: Annotated[Whole, Field(ge=0, le=64)] = 0
     extra: ExtraRequest = Field(
         default_factory=dict,
         # Left out of the dump when empty: the Idempotency-Key hash of a request without extras stays
@@ -94,7 +113,7 @@ class VmRequest(BaseModel):
         default=None,
         description="join this server group (POST /v1/server-groups): its policy applies to where the VM goes",
     )
-    wait_s: int | None = Field(
+    wait_s: Whole | None = Field(
         default=None,
         ge=0,
         le=MAX_WAIT_S,
@@ -127,7 +146,7 @@ class VmBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vms: Annotated[list[VmRequest], Field(min_length=1, max_length=1000)]
-    all_or_nothing: bool = Field(
+    all_or_nothing: Flag = Field(
         default=False,
         description="place every VM of the batch or none (gang scheduling): if they do not all fit at once, "
         "every one ends unschedulable and no capacity is held. Its VMs may not wait for room (wait_s > 0 is "
@@ -173,6 +192,7 @@ class Vm(BaseModel):
     )
     priority: int = Field(default=0, description="0..1000: it may preempt VMs of lower priority")
     preempted_by: UUID | None = Field(default=None, description="the VM of higher priority that took its room")
+    project: str = Field(description="the project that owns it (the requesting token's)")
 
 
 class ServerGroupRequest(BaseModel):
@@ -191,8 +211,8 @@ class ServerGroupRequest(BaseModel):
         description="what a domain is: 'host' (each host), or a host label such as 'zone' or 'rack' (hosts "
         "with the same value); a host without the label takes no member of a hard group",
     )
-    max_per_domain: int = Field(default=1, ge=1, le=100_000, description="anti-affinity: members a domain may hold")
-    max_skew: int = Field(
+    max_per_domain: Whole = Field(default=1, ge=1, le=100_000, description="anti-affinity: members a domain may hold")
+    max_skew: Whole = Field(
         default=1, ge=1, le=100_000, description="spread: how far a domain's count may exceed the emptiest one's"
     )
 
@@ -201,6 +221,7 @@ class ServerGroup(ServerGroupRequest):
     id: UUID
     members: list[UUID] = Field(description="its VMs not deleted, oldest first")
     created_at: datetime | None
+    project: str = Field(description="the project that owns it; only that project's VMs may join it")
 
 
 class VmPage(BaseModel):
@@ -275,7 +296,7 @@ class OvercommitPatch(BaseModel):
     disk: AllocationRatio | None = None
 
 
-ReservedAmount = Annotated[int, Field(ge=0)]
+ReservedAmount = Annotated[Whole, Field(ge=0)]
 
 
 class ReservedPatch(BaseModel):
@@ -301,8 +322,11 @@ class HostPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scheduling_paused: bool | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
-    labels: dict[LabelKey, LabelValue | None] | None = Field(
+    scheduling_paused: Flag | None = Field(default=None, description="maintenance: no new VMs; its VMs stay")
+    labels: (
+        Annotated[dict[LabelKey, LabelValue | None], Field(max_length=MAX_LABELS, json_schema_extra=keys_by_pattern)]
+        | None
+    ) = Field(
         default=None,
         description="operator labels, merged over what the agent reports; a null value removes the "
         "operator's label (an agent's label of that key then applies again)",
@@ -339,3 +363,125 @@ class SchedulerSettingsView(SchedulerSettings):
     source: str = Field(
         description="'runtime' when set through this API, 'environment' for VMSCHED_SCHEDULING_STRATEGY"
     )
+
+
+class ErrorDetail(BaseModel):
+    """A refusal: what was wrong."""
+
+    detail: str
+
+
+class QuotaRefusal(BaseModel):
+    """A VM request refused because it would take its project past a limit of its quota."""
+
+    reason: Literal["quota_exceeded"]
+    resource: str = Field(description="instances, cpu, memory_mb, disk_gb or gpu")
+    limit: int
+    used: int = Field(description="what the project's VMs hold now")
+    requested: int = Field(description="what the request asked for")
+
+
+# A VM request may be refused for the token's scope, or for its project's quota.
+QUOTA_REFUSAL: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorDetail | QuotaRefusal, "description": "the token lacks vms:write, or the quota is spent"}
+}
+
+
+def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The refusals a route documents besides its success (and 401, 403, 413, 422, 429)."""
+    return {code: {"model": ErrorDetail, "description": HTTPStatus(code).phrase} for code in codes}
+
+
+class Quota(BaseModel):
+    """A project's limits; null (or left out): no limit on that resource."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instances: Annotated[Whole, Field(ge=0, le=10_000_000)] | None = Field(default=None, description="VMs")
+    cpu: Annotated[Whole, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="vCPUs, summed")
+    memory_mb: Annotated[Whole, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="MiB, summed")
+    disk_gb: Annotated[Whole, Field(ge=0, le=1 << 50)] | None = Field(default=None, description="GB, summed")
+    gpu: Annotated[Whole, Field(ge=0, le=1 << 40)] | None = Field(default=None, description="GPUs, summed")
+    max_priority: Annotated[Whole, Field(ge=0, le=1000)] | None = Field(
+        default=None, description="the highest priority its VMs may ask for"
+    )
+
+
+class ProjectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ProjectName = Field(description="lower-case letters, digits and '-' (a DNS label)")
+    quota: Quota = Field(default_factory=Quota)
+
+
+class ProjectUsage(BaseModel):
+    """What the project's VMs use now: every VM but those that ended deleted, unschedulable or failed."""
+
+    instances: int
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+
+
+class Project(BaseModel):
+    name: str
+    quota: Quota
+    usage: ProjectUsage
+    created_at: datetime
+
+
+TokenName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"),
+    Field(description="letters, digits, '.', '_' and '-', starting with a letter or digit"),
+]
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName
+    project: ProjectName = Field(description="the project whose VMs the token sees and changes")
+    scopes: Annotated[list[Scope], Field(min_length=1, max_length=len(Scope))] = Field(
+        description="vms:read, vms:write, hosts:read, hosts:admin, admin (docs/security.md)"
+    )
+    expires_at: AwareDatetime | None = Field(default=None, description="null: it never expires (revoke it)")
+
+    @field_validator("scopes")
+    @classmethod
+    def _distinct(cls, scopes: list[Scope]) -> list[Scope]:
+        if len(set(scopes)) != len(scopes):
+            raise ValueError("a scope is named twice")
+        return scopes
+
+
+class Token(BaseModel):
+    """A token as listed: never its secret."""
+
+    id: UUID
+    name: str
+    project: str
+    scopes: list[Scope]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None = Field(default=None, description="when it was revoked; null while it is live")
+
+
+class TokenCreated(Token):
+    token: str = Field(description="the secret, shown this once: send it as Authorization: Bearer <token>")
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: datetime
+    token_id: str | None = Field(description="the token's id ('bootstrap' for VMSCHED_BOOTSTRAP_TOKEN); null: none")
+    project: str | None = Field(description="the token's project")
+    action: str = Field(description="the method and the route, e.g. 'DELETE /v1/vms/{vm_id}'")
+    target: str = Field(description="the path it acted on, or what it created")
+    status: int = Field(description="the HTTP status it was answered with")
+
+
+class AuditPage(BaseModel):
+    items: list[AuditRecord] = Field(description="newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last page")

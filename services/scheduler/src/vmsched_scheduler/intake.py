@@ -109,6 +109,7 @@ class PlacementIntake:
                     priority=victim.priority,
                     preempted_by=victim.preempted_by,
                     preemptor_priority=priority,
+                    project=victim.project,
                 )
             )
             for victim in victims

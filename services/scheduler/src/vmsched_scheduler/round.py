@@ -647,6 +647,7 @@ def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> 
         strategy=placement.strategy,
         attempt=vm.attempt,
         scheduled_at=scheduled_at,
+        project=vm.project,
     )
 
 
@@ -657,6 +658,7 @@ def _unplaced(vm: VmToPlace, record: PlacementRecord) -> Unplaced:
         reason=record.reason or NO_AVAILABLE_AGENTS,
         detail=record.detail or "",
         rejections=dict(record.rejections),
+        project=vm.project,
     )
 
 
@@ -681,6 +683,7 @@ def _announced(vm: VmToPlace, record: VmRecord | None) -> Outcome:
                 strategy=record.strategy or Strategy.LEAST_LOADED,
                 attempt=vm.attempt,
                 scheduled_at=record.scheduled_at,
+                project=vm.project,
             ),
             False,
         )

@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import asyncpg
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from tenacity import retry, retry_if_exception, stop_after_attempt
+
+from vmsched_common.settings import SSL_MODES
+
+
+def tls_of(url: URL) -> tuple[URL, dict[str, Any]]:
+    """``url`` without its TLS mode, and asyncpg's keyword for it. A database URL names the mode as
+    libpq does (``?sslmode=require``, or asyncpg's ``?ssl=require``); SQLAlchemy would hand
+    ``sslmode`` to asyncpg as a keyword it does not take. Certificates come from the standard
+    ``PGSSLROOTCERT``, ``PGSSLCERT`` and ``PGSSLKEY`` variables, which asyncpg reads."""
+    mode = url.query.get("sslmode") or url.query.get("ssl")
+    if mode is None:
+        return url, {}
+    if not isinstance(mode, str) or mode not in SSL_MODES:
+        raise ValueError(f"unknown sslmode {mode!r}; valid: {', '.join(SSL_MODES)}")
+    return url.difference_update_query(["sslmode", "ssl"]), {"ssl": mode}
+
+
+async def connect_directly(
+    database_url: str, *, database: str | None = None, timeout: float = 60
+) -> asyncpg.Connection:
+    """One asyncpg connection outside any pool (to create the database, to LISTEN), with the URL's
+    credentials and TLS mode; ``database`` instead of the URL's, if given."""
+    url, tls = tls_of(make_url(database_url))
+    return await asyncpg.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        user=url.username or "postgres",
+        password=url.password,
+        database=database or url.database or "postgres",
+        timeout=timeout,
+        **tls,
+    )
 
 
 def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
@@ -17,8 +50,9 @@ def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
     PostgreSQL restart left dead fails its first statement instead, and SQLAlchemy then discards
     the whole pool: the consumers retry the message (``amqp.is_transient``), the API its unit of
     work once (:func:`retry_on_dead_connection`)."""
+    url, tls = tls_of(make_url(database_url))
     return create_async_engine(
-        database_url,
+        url,
         pool_size=pool_size,
         # No overflow: a connection beyond the pool is opened for one burst and closed when returned,
         # and under steady load that churn (a PostgreSQL backend forked per request) cost the API a
@@ -26,6 +60,7 @@ def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
         max_overflow=0,
         pool_pre_ping=False,
         connect_args={
+            **tls,
             "server_settings": {
                 # Bounded statements: a stuck lock must surface as an error, not as a hung consumer.
                 "statement_timeout": "10000",
@@ -37,7 +72,7 @@ def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
                 # late or never (measured: 30-70 ms a statement at 17,000 VMs, and POST->scheduled
                 # going from under a second to several). Planning these statements costs 0.1-0.6 ms.
                 "plan_cache_mode": "force_custom_plan",
-            }
+            },
         },
     )
 
@@ -65,13 +100,7 @@ async def ensure_database(database_url: str) -> None:
     name = url.database
     if not name:
         return
-    admin = await asyncpg.connect(
-        host=url.host or "127.0.0.1",
-        port=url.port or 5432,
-        user=url.username or "postgres",
-        password=url.password,
-        database="postgres",
-    )
+    admin = await connect_directly(database_url, database="postgres")
     try:
         exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
         if not exists:

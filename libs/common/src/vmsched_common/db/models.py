@@ -1,5 +1,5 @@
-"""The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups`` and
-``scheduler_settings`` tables.
+"""The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
+``scheduler_settings``, ``projects``, ``tokens`` and ``audit`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
 (``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name). They are changed only in the
@@ -14,9 +14,24 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, func, text
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from vmsched_common.messages import DEFAULT_PROJECT
 
 
 class Base(DeclarativeBase):
@@ -55,7 +70,8 @@ class VmRow(Base):
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Kubernetes-style tolerations of host taints: [{key, operator, value, effect}].
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
-    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    # Unique within its project (ux_vms_project_idempotency_key).
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -80,6 +96,8 @@ class VmRow(Base):
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     # The VM that preempted it, while and after it is preempted.
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # The project that owns it (the token's that asked for it): only that project's tokens see it.
+    project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -95,6 +113,8 @@ class VmRow(Base):
         Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
         Index("ix_vms_preempting", "preempted_by", postgresql_where=text("status = 'preempted'")),
+        Index("ix_vms_project_created", "project", "created_at", "id"),
+        Index("ux_vms_project_idempotency_key", "project", "idempotency_key", unique=True),
     )
 
 
@@ -164,6 +184,8 @@ class ServerGroupRow(Base):
     max_per_domain: Mapped[int] = mapped_column(Integer, server_default="1")
     max_skew: Mapped[int] = mapped_column(Integer, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The project that owns it; VMs of that project only may join it.
+    project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
 
 
 class SchedulerSettingRow(Base):
@@ -174,3 +196,50 @@ class SchedulerSettingRow(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(255))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ProjectRow(Base):
+    """A project: owns VMs, server groups and tokens. A NULL quota column is no limit on that resource."""
+
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    quota_instances: Mapped[int | None] = mapped_column(Integer)
+    quota_cpu: Mapped[int | None] = mapped_column(BigInteger)
+    quota_memory_mb: Mapped[int | None] = mapped_column(BigInteger)
+    quota_disk_gb: Mapped[int | None] = mapped_column(BigInteger)
+    quota_gpu: Mapped[int | None] = mapped_column(BigInteger)
+    quota_max_priority: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class TokenRow(Base):
+    """An API token. Only the sha256 of its secret is kept: the secret is shown once, when created."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str] = mapped_column(String(63), ForeignKey("projects.name"))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(String(32)))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Set by DELETE /v1/tokens/{id}; the row stays, so that the audit trail's token ids keep a name.
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditRow(Base):
+    """One mutating API request: who (token, project), what (action, target) and how it ended (status)."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    token_id: Mapped[str | None] = mapped_column(String(64))
+    project: Mapped[str | None] = mapped_column(String(63))
+    action: Mapped[str] = mapped_column(String(128))
+    target: Mapped[str] = mapped_column(String(512))
+    status: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("ix_audit_project", "project", "id"),)

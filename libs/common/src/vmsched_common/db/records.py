@@ -16,6 +16,7 @@ from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_o
 from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import (
+    DEFAULT_PROJECT,
     AgentCommand,
     CommandAction,
     HostSelectorTerm,
@@ -61,6 +62,7 @@ VM_FIELDS = (
     "gang_id",
     "priority",
     "preempted_by",
+    "project",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -97,7 +99,7 @@ HOST_FIELDS = (
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
-SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at")
+SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at", "project")
 SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 
@@ -152,6 +154,7 @@ class VmRecord:
     gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
     priority: int = 0  # 0..1000: it may preempt VMs of lower priority
     preempted_by: UUID | None = None  # the VM that preempted it
+    project: str = DEFAULT_PROJECT  # the project that owns it
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -183,6 +186,7 @@ class VmRecord:
             gang_id=row.gang_id,
             priority=row.priority,
             preempted_by=row.preempted_by,
+            project=row.project,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -204,6 +208,7 @@ class VmRecord:
             server_group=self.server_group,
             gang=self.gang_id,
             priority=self.priority,
+            project=self.project,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -256,6 +261,7 @@ class ServerGroupRecord:
     name: str
     rule: GroupRule
     created_at: datetime | None
+    project: str = DEFAULT_PROJECT
 
     @classmethod
     def from_row(cls, row: Any) -> ServerGroupRecord:
@@ -270,4 +276,5 @@ class ServerGroupRecord:
                 max_skew=row.max_skew,
             ),
             created_at=row.created_at,
+            project=row.project,
         )

@@ -11,13 +11,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from vmsched_api.agent_queues import delete_agent_queue
 from vmsched_api.deps import Services, ServicesDep
+from vmsched_api.identity.auth import HostsAdmin, HostsReader
 from vmsched_api.repository import HostRemoval, to_host
-from vmsched_api.schemas import Host, HostPatch
+from vmsched_api.schemas import Host, HostPatch, refusals
 from vmsched_common.logs import get_logger
 from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
 from vmsched_common.snapshot import MeasuredUsage, inventory_fields
 
-router = APIRouter(prefix="/v1/hosts", tags=["hosts"])
+router = APIRouter(prefix="/hosts", tags=["hosts"])
 log = get_logger("vmsched_api")
 
 
@@ -34,22 +35,22 @@ async def _usage(services: Services, host_ids: list[str]) -> dict[str, MeasuredU
 
 
 @router.get("", response_model=list[Host])
-async def list_hosts(services: ServicesDep) -> list[Host]:
+async def list_hosts(services: ServicesDep, _: HostsReader) -> list[Host]:
     hosts = await services.repository.list_hosts()
     usage = await _usage(services, [host.id for host in hosts])
     return [to_host(host, usage.get(host.id)) for host in hosts]
 
 
-@router.get("/{host_id}", response_model=Host)
-async def get_host(host_id: str, services: ServicesDep) -> Host:
+@router.get("/{host_id}", response_model=Host, responses=refusals(404))
+async def get_host(host_id: str, services: ServicesDep, _: HostsReader) -> Host:
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
     return to_host(host, (await _usage(services, [host_id])).get(host_id))
 
 
-@router.patch("/{host_id}", response_model=Host)
-async def patch_host(host_id: str, body: HostPatch, services: ServicesDep) -> Host:
+@router.patch("/{host_id}", response_model=Host, responses=refusals(404))
+async def patch_host(host_id: str, body: HostPatch, services: ServicesDep, _: HostsAdmin) -> Host:
     """Change what the operator owns of a host: pause it, its labels, taints, allocation ratios and
     reserved capacity. Fields left out stay as they are. Capacity may be lowered below what is
     allocated: the host keeps its VMs and takes nothing new until it has room again."""
@@ -67,9 +68,9 @@ async def patch_host(host_id: str, body: HostPatch, services: ServicesDep) -> Ho
 @router.delete(
     "/{host_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={404: {"description": "no such host"}, 409: {"description": "VMs are on it"}},
+    responses=refusals(404, 409),
 )
-async def delete_host(host_id: str, services: ServicesDep) -> Response:
+async def delete_host(host_id: str, services: ServicesDep, _: HostsAdmin) -> Response:
     """Forget a host no VM occupies: its row, its agent queue and its snapshot entry. A later
     heartbeat from it registers it again, as a new host."""
     removal, occupants = await services.repository.delete_host(host_id)
@@ -96,9 +97,9 @@ async def delete_host(host_id: str, services: ServicesDep) -> Response:
 
 @router.get(
     "/{host_id}/scheduling-info",
-    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
+    responses={200: {"content": {"text/plain": {}, "application/json": {}}}, **refusals(404)},
 )
-async def get_scheduling_info(host_id: str, services: ServicesDep, request: Request) -> Response:
+async def get_scheduling_info(host_id: str, services: ServicesDep, request: Request, _: HostsReader) -> Response:
     """The host as the scheduler weighs it: text (the seed's getSchedulingInfo block) or JSON with
     ``Accept: application/json``."""
     host = await services.repository.get_host(host_id)

@@ -1,16 +1,15 @@
-"""Health, readiness, metrics and runtime scheduler settings."""
+"""Health, readiness and metrics: open to all (no token), outside /v1."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.fleet_metrics import refresh_fleet_gauges
-from vmsched_api.schemas import SchedulerSettings, SchedulerSettingsView
 from vmsched_common.logs import get_logger
 
 router = APIRouter(tags=["system"])
@@ -54,20 +53,3 @@ async def metrics(services: ServicesDep) -> Response:
     except Exception as error:  # a scrape still answers, with the last fleet values, while PostgreSQL is away
         log.warning("fleet gauges not refreshed", error=repr(error))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-
-@router.get("/v1/settings/scheduler", response_model=SchedulerSettingsView, tags=["settings"])
-async def get_scheduler_settings(services: ServicesDep) -> SchedulerSettingsView:
-    runtime = await services.repository.default_strategy()
-    if runtime is not None:
-        return SchedulerSettingsView(default_strategy=runtime, source="runtime")
-    return SchedulerSettingsView(default_strategy=services.settings.scheduling_strategy, source="environment")
-
-
-@router.put("/v1/settings/scheduler", response_model=SchedulerSettingsView, tags=["settings"])
-async def put_scheduler_settings(body: SchedulerSettings, services: ServicesDep) -> SchedulerSettingsView:
-    """Change the cluster's default strategy; schedulers pick it up within seconds."""
-    if body.default_strategy is None:  # pragma: no cover - pydantic already refuses it
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "default_strategy is required")
-    await services.repository.set_default_strategy(body.default_strategy)
-    return SchedulerSettingsView(default_strategy=body.default_strategy, source="runtime")

@@ -10,16 +10,27 @@ from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
+from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest
+from vmsched_api.schemas import (
+    QUOTA_REFUSAL,
+    Placement,
+    Vm,
+    VmBatch,
+    VmBatchRequest,
+    VmDefaults,
+    VmPage,
+    VmRequest,
+    refusals,
+)
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmDeleted
+from vmsched_common.messages import ProjectName, VmDeleted
 from vmsched_common.outbox import publish_rows
 
-router = APIRouter(prefix="/v1/vms", tags=["vms"])
+router = APIRouter(prefix="/vms", tags=["vms"])
 log = get_logger("vmsched_api")
 
 IdempotencyKey = Annotated[
@@ -37,13 +48,18 @@ async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses={**refusals(409), **QUOTA_REFUSAL})
 async def create_vm(
-    body: VmRequest, services: ServicesDep, response: Response, idempotency_key: IdempotencyKey = None
+    body: VmRequest,
+    services: ServicesDep,
+    response: Response,
+    principal: VmsWriter,
+    idempotency_key: IdempotencyKey = None,
 ) -> Vm:
+    """Ask for a VM, in the token's project (403 ``quota_exceeded`` past its quota)."""
     try:
         vms, replayed = await services.repository.create_vms(
-            [body], idempotency_key, defaults=VmDefaults.of(services.settings)
+            [body], idempotency_key, defaults=VmDefaults.of(services.settings), project=principal.project
         )
     except IdempotencyConflict as error:
         raise HTTPException(
@@ -52,6 +68,7 @@ async def create_vm(
         ) from None
     except UnknownServerGroup as error:
         raise _unknown_group(error, ["body", "server_group"]) from None
+    response.headers["Location"] = f"/v1/vms/{vms[0].id}"
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
@@ -59,11 +76,15 @@ async def create_vm(
     return to_vm(vms[0])
 
 
-@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch)
-async def create_vms(body: VmBatchRequest, services: ServicesDep) -> VmBatch:
+@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch, responses=QUOTA_REFUSAL)
+async def create_vms(body: VmBatchRequest, services: ServicesDep, principal: VmsWriter) -> VmBatch:
+    """Ask for up to 1,000 VMs at once, in the token's project: all of them within its quota, or none."""
     try:
         vms, _ = await services.repository.create_vms(
-            body.vms, defaults=VmDefaults.of(services.settings), all_or_nothing=body.all_or_nothing
+            body.vms,
+            defaults=VmDefaults.of(services.settings),
+            all_or_nothing=body.all_or_nothing,
+            project=principal.project,
         )
     except UnknownServerGroup as error:
         first = next(i for i, vm in enumerate(body.vms) if vm.server_group == error.group_id)
@@ -81,14 +102,25 @@ def _unknown_group(error: UnknownServerGroup, loc: list[str | int]) -> HTTPExcep
 @router.get("", response_model=VmPage)
 async def list_vms(
     services: ServicesDep,
+    principal: VmsReader,
     status_filter: Annotated[VmStatus | None, Query(alias="status")] = None,
-    hypervisor_id: str | None = None,
+    hypervisor_id: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: str | None = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    project: Annotated[
+        ProjectName | None, Query(description="admin tokens: only this project's VMs (others see only their own)")
+    ] = None,
 ) -> VmPage:
+    """The token's project's VMs (an admin's: every project's, or ``project``'s), oldest first."""
+    if not principal.sees(project or principal.project):
+        return VmPage(items=[], next_cursor=None)
     try:
         items, next_cursor = await services.repository.list_vms(
-            status=status_filter, hypervisor_id=hypervisor_id, limit=limit, cursor=cursor
+            status=status_filter,
+            hypervisor_id=hypervisor_id,
+            limit=limit,
+            cursor=cursor,
+            project=principal.project_filter(project),
         )
     except ValueError as error:
         raise HTTPException(
@@ -98,19 +130,19 @@ async def list_vms(
     return VmPage(items=items, next_cursor=next_cursor)
 
 
-@router.get("/{vm_id}", response_model=Vm)
-async def get_vm(vm_id: UUID, services: ServicesDep) -> Vm:
-    vm = await services.repository.get_vm(vm_id)
+@router.get("/{vm_id}", response_model=Vm, responses=refusals(404))
+async def get_vm(vm_id: UUID, services: ServicesDep, principal: VmsReader) -> Vm:
+    vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     return to_vm(vm)
 
 
-@router.get("/{vm_id}/placement", response_model=Placement)
-async def get_placement(vm_id: UUID, services: ServicesDep) -> Placement:
+@router.get("/{vm_id}/placement", response_model=Placement, responses=refusals(404))
+async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader) -> Placement:
     """The decision record of the VM's last placement: the chosen host and the runners-up, hosts
     rejected by rule, and for an unschedulable VM a few rejected hosts per rule with the numbers."""
-    vm = await services.repository.get_vm(vm_id)
+    vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     decision = None
@@ -122,9 +154,9 @@ async def get_placement(vm_id: UUID, services: ServicesDep) -> Placement:
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
-@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
-async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
-    found = await services.repository.request_delete(vm_id)
+@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404))
+async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
+    found = await services.repository.request_delete(vm_id, principal.project_filter(None))
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     vm, change = found
@@ -132,7 +164,7 @@ async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
         await _publish(services, [vm])
     elif change is not None and vm.status is VmStatus.DELETED:
         try:
-            await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None))
+            await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project))
         except Exception as error:  # the VM is deleted; only subscribers miss the event
             log.warning("vm.deleted not published", error=repr(error))
     return to_vm(vm)

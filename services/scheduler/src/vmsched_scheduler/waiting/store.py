@@ -62,7 +62,7 @@ _EXPIRE = text(
            status_reason = coalesce(v.status_reason, '') || '; waited ' || v.wait_s || 's for room'
       FROM target
      WHERE v.id = target.id AND v.status = '{WAITING}'
-    RETURNING v.id, v.attempt, v.placement
+    RETURNING v.id, v.attempt, v.placement, v.project
     """
 )
 
@@ -121,17 +121,24 @@ class WaitingStore:
         the last reason; returns what vm.unschedulable says of each."""
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_EXPIRE, {"limit": limit})).all()
-        return [_unplaced(row.id, row.attempt, row.placement) for row in rows]
+        return [_unplaced(row.id, row.attempt, row.placement, row.project) for row in rows]
 
 
-def _unplaced(vm_id: UUID, attempt: int, placement: dict[str, object] | None) -> Unplaced:
+def _unplaced(vm_id: UUID, attempt: int, placement: dict[str, object] | None, project: str) -> Unplaced:
     record = PlacementRecord.model_validate(placement) if placement else None
     if record is None:
-        return Unplaced(vm_id=vm_id, attempt=attempt, reason=UnschedulableReason.NO_AVAILABLE_AGENTS, detail="")
+        return Unplaced(
+            vm_id=vm_id,
+            attempt=attempt,
+            reason=UnschedulableReason.NO_AVAILABLE_AGENTS,
+            detail="",
+            project=project,
+        )
     return Unplaced(
         vm_id=vm_id,
         attempt=attempt,
         reason=record.reason or UnschedulableReason.NO_AVAILABLE_AGENTS,
         detail=record.detail or "",
         rejections=dict(record.rejections),
+        project=project,
     )

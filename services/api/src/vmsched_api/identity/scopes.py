@@ -1,0 +1,52 @@
+"""Scopes a token holds, what each one grants, and the principal a request acts as."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Scope(StrEnum):
+    VMS_READ = "vms:read"  # see the project's VMs, server groups, placements; its project's quota and usage
+    VMS_WRITE = "vms:write"  # create and delete the project's VMs and server groups
+    HOSTS_READ = "hosts:read"  # see the fleet and the scheduler settings
+    HOSTS_ADMIN = "hosts:admin"  # change and delete hosts (maintenance, labels, taints, ratios)
+    ADMIN = "admin"  # everything, every project: projects, quotas, tokens, settings, the audit trail
+
+
+# The scopes that grant each scope: itself, and those that include it.
+GRANTED_BY: dict[Scope, frozenset[Scope]] = {
+    Scope.VMS_READ: frozenset({Scope.VMS_READ, Scope.VMS_WRITE, Scope.ADMIN}),
+    Scope.VMS_WRITE: frozenset({Scope.VMS_WRITE, Scope.ADMIN}),
+    Scope.HOSTS_READ: frozenset({Scope.HOSTS_READ, Scope.HOSTS_ADMIN, Scope.ADMIN}),
+    Scope.HOSTS_ADMIN: frozenset({Scope.HOSTS_ADMIN, Scope.ADMIN}),
+    Scope.ADMIN: frozenset({Scope.ADMIN}),
+}
+
+BOOTSTRAP_TOKEN_ID = "bootstrap"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """What a request acts as: a token of a project, with its scopes."""
+
+    token_id: str  # the token's id (a UUID), or "bootstrap" for VMSCHED_BOOTSTRAP_TOKEN
+    name: str
+    project: str
+    scopes: frozenset[Scope]
+
+    def may(self, scope: Scope) -> bool:
+        return not self.scopes.isdisjoint(GRANTED_BY[scope])
+
+    @property
+    def is_admin(self) -> bool:
+        return Scope.ADMIN in self.scopes
+
+    def project_filter(self, asked: str | None) -> str | None:
+        """The project whose VMs a request may see: an admin's choice (None: every project), else
+        the token's own whatever was asked."""
+        return asked if self.is_admin else self.project
+
+    def sees(self, project: str) -> bool:
+        """Whether a thing of ``project`` exists for this principal (anything else is a 404)."""
+        return self.is_admin or project == self.project

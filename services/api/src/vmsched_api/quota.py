@@ -1,0 +1,107 @@
+"""Project quotas, enforced when VMs are accepted.
+
+The check runs in the transaction that inserts the VMs, under the project's row lock: concurrent
+requests of one project, on any API replica, take turns, and each sees what the others committed.
+Usage is what the project's VMs hold in a status that counts (``lifecycle.USES_QUOTA``): it is
+given back as soon as a VM ends deleted, unschedulable or failed, with no counter to keep right.
+A project without any limit takes no lock at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from vmsched_common.lifecycle import USES_QUOTA, sql_in
+
+# The limits on what VMs hold; max_priority limits a request, not a sum.
+SUMMED = ("instances", "cpu", "memory_mb", "disk_gb", "gpu")
+_LIMITS = ", ".join(f"quota_{resource}" for resource in SUMMED)
+_READ = text(f"SELECT {_LIMITS}, quota_max_priority FROM projects WHERE name = :project")
+_LOCK = text(f"SELECT {_LIMITS} FROM projects WHERE name = :project FOR UPDATE")
+USAGE = text(
+    f"""
+    SELECT count(*) AS instances, coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
+           coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu
+      FROM vms WHERE project = :project AND status IN {sql_in(USES_QUOTA)}
+    """
+)
+
+
+class QuotaExceeded(Exception):
+    """A request would take the project past one of its limits."""
+
+    def __init__(self, resource: str, limit: int, used: int, requested: int) -> None:
+        super().__init__(f"{resource}: {used} used + {requested} requested > {limit}")
+        self.resource, self.limit, self.used, self.requested = resource, limit, used, requested
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QuotaExceeded) and self.answer() == other.answer()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.answer().items()))
+
+    def answer(self) -> dict[str, Any]:
+        return {
+            "reason": "quota_exceeded",
+            "resource": self.resource,
+            "limit": self.limit,
+            "used": self.used,
+            "requested": self.requested,
+        }
+
+
+def requested_by(rows: Sequence[Any]) -> dict[str, int]:
+    """What inserted VM rows ask for, per summed resource."""
+    return {
+        "instances": len(rows),
+        **{resource: sum(getattr(row, resource) for row in rows) for resource in SUMMED if resource != "instances"},
+    }
+
+
+def first_excess(
+    limits: Mapping[str, int | None], used_after: Mapping[str, int], requested: Mapping[str, int]
+) -> QuotaExceeded | None:
+    """The first limit (in SUMMED's order) that ``used_after`` (usage with the request) exceeds."""
+    for resource in SUMMED:
+        limit = limits.get(resource)
+        if limit is not None and used_after[resource] > limit:
+            ask = requested[resource]
+            return QuotaExceeded(resource, limit, used_after[resource] - ask, ask)
+    return None
+
+
+def priority_excess(max_priority: int | None, rows: Sequence[Any]) -> QuotaExceeded | None:
+    """A VM asking a priority above its project's ``max_priority`` (its quota's cap on how much its
+    VMs may preempt), or None."""
+    if max_priority is None:
+        return None
+    highest = max((row.priority for row in rows), default=0)
+    return QuotaExceeded("max_priority", max_priority, 0, highest) if highest > max_priority else None
+
+
+async def enforce(connection: AsyncConnection, project: str, inserted: Sequence[Any]) -> None:
+    """Raise QuotaExceeded (the caller's transaction then rolls back the insert) when the VMs just
+    inserted take ``project`` past a limit."""
+    if not inserted:
+        return
+    row = (await connection.execute(_READ, {"project": project})).first()
+    if row is None or all(value is None for value in row):
+        return
+    too_high = priority_excess(row.quota_max_priority, inserted)
+    if too_high is not None:
+        raise too_high
+    if all(getattr(row, f"quota_{resource}") is None for resource in SUMMED):
+        return
+    limits = (await connection.execute(_LOCK, {"project": project})).one()._mapping
+    usage = (await connection.execute(USAGE, {"project": project})).one()._mapping
+    excess = first_excess(
+        {resource: limits[f"quota_{resource}"] for resource in SUMMED},
+        {resource: int(usage[resource]) for resource in SUMMED},
+        requested_by(inserted),
+    )
+    if excess is not None:
+        raise excess

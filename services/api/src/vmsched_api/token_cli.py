@@ -1,0 +1,51 @@
+"""``vmsched-api create-token``: a token made straight in PostgreSQL, for the first admin of an
+installation (or one who lost every admin token). It prints the secret alone on stdout, so that
+``export VMSCHED_TOKEN=$(vmsched-api create-token --project default --scope admin)`` works."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from vmsched_api.identity.scopes import Scope
+from vmsched_api.identity.store import TokenStore, UnknownProject
+from vmsched_common.db.engine import create_engine
+from vmsched_common.db.migrate import upgrade_schema
+from vmsched_common.service_cli import Server, fail, unreachable
+from vmsched_common.settings import load_settings
+
+SERVICE = "vmsched-api"
+
+
+async def _create(database_url: str, name: str, project: str, scopes: list[Scope], expires_at: datetime | None) -> str:
+    await upgrade_schema(database_url)
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        _, secret = await TokenStore(engine).create(name=name, project=project, scopes=scopes, expires_at=expires_at)
+    finally:
+        await engine.dispose()
+    return secret
+
+
+def create_token(
+    project: Annotated[str, typer.Option("--project", help="the project the token acts for (it must exist)")],
+    scope: Annotated[list[Scope], typer.Option("--scope", help="a scope it holds; repeat for more")],
+    name: Annotated[str, typer.Option("--name", help="a name to tell it by in GET /v1/tokens")] = "cli",
+    expires_at: Annotated[
+        datetime | None, typer.Option("--expires-at", help="when it stops working (default: never)")
+    ] = None,
+) -> None:
+    """Make an API token in the database VMSCHED_DATABASE_URL names (upgrading its schema first)
+    and print its secret, which nothing keeps."""
+    settings = load_settings(SERVICE)
+    problems = asyncio.run(unreachable(settings, [Server.DATABASE], database_must_exist=False))
+    if problems:
+        fail(SERVICE, "; ".join(problems))
+    try:
+        secret = asyncio.run(_create(settings.sqlalchemy_url, name, project, scope, expires_at))
+    except UnknownProject:
+        fail(SERVICE, f"no project {project} (an admin token creates it: POST /v1/projects)")
+    typer.echo(secret)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-import pytest
 
 from devtools.stack import Stack, free_port
 from tests.fleets import enrolled_fleet
@@ -26,14 +25,6 @@ def fault_stack(servers: Servers, log_dir: Path, *, schedulers: int, **env: str)
     """A stack of this module's own, so what a test kills harms no other module."""
     stack = Stack(env=servers.env(VMSCHED_REPUBLISH_AFTER="2", **env), log_dir=log_dir, api_port=free_port())
     with stack.running(schedulers=schedulers):
-        yield stack
-
-
-@pytest.fixture(scope="package")
-def four_schedulers(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A stack with four scheduler replicas, shared by the races that kill nothing (group, gang):
-    starting one costs tens of seconds on a small machine."""
-    with fault_stack(servers, Path(tmp_path_factory.mktemp("four-schedulers-logs")), schedulers=4) as stack:
         yield stack
 
 

@@ -3,7 +3,7 @@ anti-affinity group over 200 hosts never share a host, and 200 members spread ov
 within max_skew of each other; counted from PostgreSQL, the truth.
 
 Each race runs ``VMSCHED_GROUP_RACES`` times (default 2; the issue asks for 10:
-``VMSCHED_GROUP_RACES=10 .venv/bin/python -m pytest tests/faults/test_group_race.py``).
+``VMSCHED_GROUP_RACES=10 .venv/bin/python -m pytest tests/faults/races/test_group_race.py``).
 """
 
 from __future__ import annotations

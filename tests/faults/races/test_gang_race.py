@@ -3,7 +3,7 @@ wholly placed or wholly unschedulable, no host is overcommitted, and no claim is
 the snapshot's allocation and claims equal what PostgreSQL's VMs hold, counted from the rows.
 
 Each race runs ``VMSCHED_GANG_RACES`` times (default 1; ``VMSCHED_GANG_RACES=10 .venv/bin/python -m
-pytest tests/faults/test_gang_race.py`` for the issue's ten).
+pytest tests/faults/races/test_gang_race.py`` for the issue's ten).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ class StandInGateway:
         self.heartbeats: list[AgentHeartbeat] = []
         self.statuses: list[Received] = []
         self.declared: set[str] = set()
+        self.ever_declared: set[str] = set()
         self._changed = asyncio.Condition()
         self._channel: AbstractRobustChannel | None = None
 
@@ -63,8 +64,11 @@ class StandInGateway:
             if self.declare_queues and beat.agent_id not in self.declared:
                 # What the gateway does when it first sees a host.
                 queue = await self.broker.declare_queue(topology.agent_queue(beat.agent_id))
+                if beat.agent_id in self.ever_declared:  # FastStream hands it back without asking the broker
+                    await queue.declare()
                 await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=beat.agent_id)
                 self.declared.add(beat.agent_id)
+                self.ever_declared.add(beat.agent_id)
             await self._record(self.heartbeats, beat)
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:

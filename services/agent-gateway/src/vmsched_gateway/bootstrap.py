@@ -62,6 +62,7 @@ def build_app(settings: Settings) -> FastStream:
         publisher,
         settings,
         FailureGrace.starting(time.monotonic(), settings.agent_lost_timeout),
+        queues,
     )
     heartbeat_consumer = LeanConsumer(
         broker,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import aio_pika
@@ -92,23 +94,39 @@ async def move_to_quorum(connection: AbstractConnection) -> int:
     """The move described above; returns how many messages were moved out of the classic queue."""
     name = topology.DEAD_LETTER_QUEUE.name
     exchange = topology.DEAD_LETTER_EXCHANGE.name
-    channel = await plain_channel(connection, publisher_confirms=True)
-    try:
+    async with _channel(connection) as channel:
         await channel.declare_exchange(exchange, aio_pika.ExchangeType.TOPIC, durable=True)
         moving = await channel.declare_queue(MOVING_QUEUE, durable=True, arguments=QUORUM)
         await moving.bind(exchange, routing_key=DEAD_LETTER_KEY)
-        moved = 0
-        if await _is_classic(connection):
+    moved = 0
+    if await _is_classic(connection):
+        # A channel of its own: RabbitMQ 3.10 remembers per channel what it knew of a queue by its
+        # name, and a channel that used the classic queue publishing to the quorum one of the same
+        # name crashes (and its connection with it).
+        async with _channel(connection) as channel:
             classic = await channel.declare_queue(name, passive=True)
             await classic.unbind(exchange, routing_key=DEAD_LETTER_KEY)
             moved = await _move(channel, classic, MOVING_QUEUE)
             await classic.delete(if_unused=False, if_empty=True)
+    async with _channel(connection) as channel:
         quorum = await channel.declare_queue(name, durable=True, arguments=QUORUM)
         await quorum.bind(exchange, routing_key=DEAD_LETTER_KEY)
+        moving = await channel.declare_queue(MOVING_QUEUE, passive=True)
         await moving.unbind(exchange, routing_key=DEAD_LETTER_KEY)
         await _move(channel, moving, name)
-        await moving.delete(if_unused=False, if_empty=True)
-        return moved
+        # Unbound, so nothing arrives any more; quorum queues take no if-empty delete: asked first.
+        left = (await channel.declare_queue(MOVING_QUEUE, passive=True)).declaration_result.message_count
+        if left:
+            raise RuntimeError(f"{MOVING_QUEUE} still holds {left} messages; run the move again")
+        await moving.delete(if_unused=False, if_empty=False)
+    return moved
+
+
+@contextlib.asynccontextmanager
+async def _channel(connection: AbstractConnection) -> AsyncIterator[AbstractChannel]:
+    channel = await plain_channel(connection, publisher_confirms=True)
+    try:
+        yield channel
     finally:
         if not channel.is_closed:
             await channel.close()

@@ -19,6 +19,10 @@ from aio_pika import RobustConnection
 from pydantic_core import MultiHostUrl
 from yarl import URL
 
+from vmsched_common.logs import get_logger
+
+log = get_logger(__name__)
+
 _DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
 
 
@@ -53,13 +57,17 @@ class NodeRotatingConnection(RobustConnection):
     def __init__(self, url: URL, *, nodes: tuple[str, ...] = (), **kwargs: Any) -> None:
         self._nodes = tuple(URL(node) for node in nodes) or (URL(url),)
         self._turn = 0
+        self._last = self._nodes[0]
         super().__init__(url, **kwargs)
         self._turn = 0  # __init__ read it once; the first attempt goes to the first node
+        # aio-pika says when a connection is lost and each attempt that fails, not when one succeeds.
+        self.reconnect_callbacks.add(self._log_reconnected)
 
     @property
     def url(self) -> URL:
         node = self._nodes[self._turn % len(self._nodes)]
         self._turn += 1
+        self._last = node
         return node
 
     @url.setter
@@ -68,9 +76,16 @@ class NodeRotatingConnection(RobustConnection):
         # keep each node's host and port, take the credentials.
         self._nodes = tuple(node.with_user(value.user).with_password(value.password) for node in self._nodes)
 
+    def _log_reconnected(self, *_: object) -> None:
+        log.info("broker connection restored", node=str(_masked(self._last)))
+
     @property
     def node_count(self) -> int:
         return len(self._nodes)
 
     def __str__(self) -> str:
-        return ",".join(str(node.with_password("******") if node.password else node) for node in self._nodes)
+        return ",".join(str(_masked(node)) for node in self._nodes)
+
+
+def _masked(node: URL) -> URL:
+    return node.with_password("******") if node.password else node

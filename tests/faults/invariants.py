@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 import asyncpg
+import redis.asyncio as aioredis
 
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
@@ -83,3 +84,37 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                     f"VM {vm['id']} on {vm['hypervisor_id']} but create commands went to {hosts_told}"
                 )
     return report
+
+
+async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: str) -> list[str]:
+    """Where the Redis snapshot disagrees with PostgreSQL for the hosts whose id starts with
+    ``host_prefix``: each must be there, synced, with PostgreSQL's capacity, allocation and VM count.
+    (Read field by field from Redis: a second opinion, not the snapshot module's own reader.)"""
+    conn = await asyncpg.connect(dsn)
+    try:
+        hosts = await conn.fetch("SELECT * FROM hosts WHERE id LIKE $1 ORDER BY id", f"{host_prefix}%")
+    finally:
+        await conn.close()
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    problems = []
+    try:
+        for host in hosts:
+            raw = {str(k): str(v) for k, v in (await client.hgetall(f"{prefix}:host:{host['id']}")).items()}
+            if raw.get("synced") != "1":
+                problems.append(f"host {host['id']}: not in the snapshot, or not synced ({sorted(raw)[:5]})")
+                continue
+            for resource in RESOURCES:
+                pairs = ((resource, resource), (f"a_{resource}", f"alloc_{resource}"))
+                for field_name, column in pairs:
+                    if int(raw.get(field_name, -1)) != host[column]:
+                        problems.append(
+                            f"host {host['id']}: Redis {field_name}={raw.get(field_name)}, "
+                            f"PostgreSQL {column}={host[column]}"
+                        )
+            if int(raw.get("vm_count", -1)) != host["vm_count"]:
+                problems.append(
+                    f"host {host['id']}: Redis vm_count={raw.get('vm_count')}, PostgreSQL {host['vm_count']}"
+                )
+    finally:
+        await client.aclose()
+    return problems

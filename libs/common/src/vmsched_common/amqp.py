@@ -59,15 +59,19 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     aiormq.exceptions.ChannelInvalidStateError,
 )
 TRANSIENT_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-# PostgreSQL's "run the transaction again" errors: a deadlock victim, a serialization failure.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+# PostgreSQL's "run the transaction again" errors (a deadlock victim, a serialization failure), and
+# those of a server going down or coming back (shut down by an administrator or after a crash, still
+# recovering: "the database system is not yet accepting connections"). Class 08 (connection
+# exceptions) is retried too.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001", "57P01", "57P02", "57P03"})
 
 
 def is_transient(error: BaseException) -> bool:
     if isinstance(error, DBAPIError):
         if error.connection_invalidated:
             return True
-        if getattr(error.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        if isinstance(sqlstate, str) and (sqlstate in RETRYABLE_SQLSTATES or sqlstate.startswith("08")):
             return True
     return isinstance(error, TRANSIENT_ERRORS)
 

@@ -66,10 +66,10 @@ class AgentQueues:
                 await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=host_id)
             except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as error:
                 # RuntimeError: aio-pika's word for a connection that is closing or reconnecting.
+                # Said once per host until it is declared: a node down is refused every few seconds.
+                say = log.debug if host_id in self._refused else log.warning
+                say("agent queue not declared; its commands wait for the resend", host=host_id, error=str(error))
                 self._refused[host_id] = self.clock()
-                log.warning(
-                    "agent queue not declared; its commands wait for the resend", host=host_id, error=str(error)
-                )
                 return False
         self._refused.pop(host_id, None)
         self._declared.add(host_id)

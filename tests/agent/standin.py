@@ -40,6 +40,7 @@ class StandInGateway:
         self.heartbeat_users: dict[str, set[str | None]] = {}  # host id -> the AMQP user_ids of its heartbeats
         self.statuses: list[Received] = []
         self.declared: set[str] = set()
+        self.ever_declared: set[str] = set()
         self._changed = asyncio.Condition()
         self._channel: AbstractRobustChannel | None = None
 
@@ -65,8 +66,11 @@ class StandInGateway:
             if self.declare_queues and beat.agent_id not in self.declared:
                 # What the gateway does when it first sees a host.
                 queue = await self.broker.declare_queue(topology.agent_queue(beat.agent_id))
+                if beat.agent_id in self.ever_declared:  # FastStream hands it back without asking the broker
+                    await queue.declare()
                 await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=beat.agent_id)
                 self.declared.add(beat.agent_id)
+                self.ever_declared.add(beat.agent_id)
             self.heartbeat_users.setdefault(beat.agent_id, set()).add(message.user_id)
             await self._record(self.heartbeats, beat)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 import asyncpg
-from redis.asyncio import Redis
+import redis.asyncio as aioredis
 
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -112,30 +112,39 @@ def _counts(raw: object) -> dict[str, int]:
     return {str(name): int(count) for name, count in parsed.items() if int(count)}
 
 
-async def snapshot_against_rows(servers: Servers, suite: str) -> list[str]:
-    """Per host of the suite (ids starting ``<suite>-``): where the snapshot's a_cpu or claim count
-    differs from what PostgreSQL's VMs hold."""
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: str) -> list[str]:
+    """Where the Redis snapshot disagrees with PostgreSQL for the hosts whose id starts with
+    ``host_prefix``: each must be there, synced, with PostgreSQL's capacity, allocation and VM count,
+    and hold a claim per VM (no claim left behind, none missing).
+    (Read field by field from Redis: a second opinion, not the snapshot module's own reader.)"""
+    conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch(
-            """SELECT h.id, h.alloc_cpu, coalesce(sum(v.cpu), 0) AS held, count(v.id) AS vms
-                 FROM hosts h LEFT JOIN vms v ON v.hypervisor_id = h.id AND v.status = ANY($2::text[])
-                WHERE h.id LIKE $1 GROUP BY h.id, h.alloc_cpu""",
-            f"{suite}-%",
-            list(ALLOCATING),
-        )
-        problems = []
-        for row in rows:
-            key = f"{servers.redis_key_prefix}:host:{row['id']}"
-            snapshot_cpu = int(await redis.hget(key, "a_cpu") or 0)
-            claims = int(await redis.scard(f"{key}:vms"))
-            if (snapshot_cpu, claims) != (row["held"], row["vms"]):
-                problems.append(
-                    f"{row['id']}: snapshot a_cpu={snapshot_cpu} with {claims} claims, "
-                    f"PostgreSQL's VMs hold {row['held']} cpu in {row['vms']} VMs (alloc_cpu={row['alloc_cpu']})"
-                )
-        return problems
+        hosts = await conn.fetch("SELECT * FROM hosts WHERE id LIKE $1 ORDER BY id", f"{host_prefix}%")
     finally:
         await conn.close()
-        await redis.aclose()
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    problems = []
+    try:
+        for host in hosts:
+            raw = {str(k): str(v) for k, v in (await client.hgetall(f"{prefix}:host:{host['id']}")).items()}
+            if raw.get("synced") != "1":
+                problems.append(f"host {host['id']}: not in the snapshot, or not synced ({sorted(raw)[:5]})")
+                continue
+            for resource in RESOURCES:
+                pairs = ((resource, resource), (f"a_{resource}", f"alloc_{resource}"))
+                for field_name, column in pairs:
+                    if int(raw.get(field_name, -1)) != host[column]:
+                        problems.append(
+                            f"host {host['id']}: Redis {field_name}={raw.get(field_name)}, "
+                            f"PostgreSQL {column}={host[column]}"
+                        )
+            if int(raw.get("vm_count", -1)) != host["vm_count"]:
+                problems.append(
+                    f"host {host['id']}: Redis vm_count={raw.get('vm_count')}, PostgreSQL {host['vm_count']}"
+                )
+            claims = int(await client.scard(f"{prefix}:host:{host['id']}:vms"))
+            if claims != host["vm_count"]:
+                problems.append(f"host {host['id']}: {claims} claims in Redis, {host['vm_count']} VMs in PostgreSQL")
+    finally:
+        await client.aclose()
+    return problems

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage
+import aiormq
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from tests.servers import Servers
 
 
 async def publish_raw(amqp_url: str, exchange: str, routing_key: str, body: bytes, **properties: object) -> None:
@@ -86,3 +90,57 @@ class Tap:
                 raise TimeoutError(f"no matching message on {self.exchange} {self.routing_keys} within {timeout}s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), left)
+
+
+async def queue_exists(amqp_url: str, name: str) -> bool:
+    """Whether ``name`` exists (a passive declare on a connection of its own)."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        try:
+            await channel.declare_queue(name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        return True
+
+
+async def queue_type(amqp_url: str, name: str) -> str:
+    """``quorum`` or ``classic``: RabbitMQ refuses a quorum declaration of a classic queue."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        try:
+            await channel.declare_queue(name, durable=True, passive=False, arguments={"x-queue-type": "quorum"})
+        except aiormq.exceptions.ChannelPreconditionFailed:
+            return "classic"
+        return "quorum"
+
+
+async def drop_connection(connection: AbstractRobustConnection, timeout: float = 15.0) -> None:
+    """Close ``connection``'s socket as a broker node going away does, and return once aio-pika has
+    reconnected and restored what it restores (its reconnect callbacks run last)."""
+    transport = connection.transport
+    assert transport is not None, "the connection is not connected"
+    reconnected = asyncio.Event()
+
+    def on_reconnect(*_: object) -> None:
+        reconnected.set()
+
+    connection.reconnect_callbacks.add(on_reconnect)
+    try:
+        await transport.connection.close(ConnectionError("test: the connection is lost"))
+        await asyncio.wait_for(reconnected.wait(), timeout)
+    finally:
+        connection.reconnect_callbacks.discard(on_reconnect)
+
+
+@contextlib.asynccontextmanager
+async def fresh_vhost(servers: Servers) -> AsyncIterator[str]:
+    """The URL of a virtual host of its own, removed afterwards."""
+    vhost = f"vmsched-test-{uuid.uuid4().hex[:10]}"
+    servers.rabbitmqctl("add_vhost", vhost)
+    try:
+        servers.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        yield servers.amqp_url.rsplit("/", 1)[0] + "/" + vhost
+    finally:
+        servers.rabbitmqctl("delete_vhost", vhost)

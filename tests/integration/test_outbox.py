@@ -144,7 +144,7 @@ async def test_ready_messages_counts_what_waits_in_a_queue(settings: Settings) -
 
 
 async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: Settings, servers: Servers) -> None:
-    """gateway.heartbeats was a quorum queue; RabbitMQ refuses to declare it classic over that.
+    """gateway.heartbeats was a classic queue; RabbitMQ refuses to declare it quorum over that.
     Its messages are disposable, so declare_topology replaces it."""
     vhost = f"vmsched-test-old-{uuid.uuid4().hex[:8]}"
     servers.rabbitmqctl("add_vhost", vhost)
@@ -155,7 +155,9 @@ async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: 
         async with connection:
             channel = await connection.channel()
             await channel.declare_queue(
-                topology.GATEWAY_HEARTBEAT_QUEUE.name, durable=True, arguments={"x-queue-type": "quorum"}
+                topology.GATEWAY_HEARTBEAT_QUEUE.name,
+                durable=True,
+                arguments={"x-max-length": 100_000, "x-overflow": "drop-head"},
             )
         broker = make_broker(settings.model_copy(update={"amqp_url": url}))
         try:
@@ -165,6 +167,6 @@ async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: 
         finally:
             await broker.stop()
         listed = servers.rabbitmqctl("list_queues", "-p", vhost, "name", "type")
-        assert f"{topology.GATEWAY_HEARTBEAT_QUEUE.name}\tclassic" in listed
+        assert f"{topology.GATEWAY_HEARTBEAT_QUEUE.name}\tquorum" in listed
     finally:
         servers.rabbitmqctl("delete_vhost", vhost)

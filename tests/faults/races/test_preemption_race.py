@@ -13,7 +13,7 @@ import pytest
 
 from devtools.stack import Stack
 from tests.faults.conftest import online_fleet, submit, wait_settled
-from tests.faults.invariants import check, snapshot_against_rows
+from tests.faults.invariants import check, snapshot_problems
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -79,7 +79,7 @@ async def test_four_schedulers_preempt_only_what_each_preemptor_needs_and_never_
         )
         report = await check(servers.asyncpg_dsn, low + high, preempt_fleet)
         assert report.problems == [], report.problems
-        assert await snapshot_against_rows(servers, SUITE) == []
+        assert await snapshot_problems(servers.asyncpg_dsn, servers.redis_url, servers.redis_key_prefix, f"{SUITE}-") == []
 
 
 async def count_failed(servers: Servers, vm_ids: list[str]) -> int:

@@ -6,8 +6,12 @@ The connection belongs to a FastStream ``RabbitBroker`` (the one every vmsched s
 
 - a ``probe`` channel only for the passive declare that asks whether ``agent.<id>`` exists yet.
   RabbitMQ answers "no" by closing the channel, so no consumer may live on it.
-- ``consumer`` channels ("lanes"), each holding the consumers of many agent queues. They are
-  robust: after a reconnect aio-pika declares the queues again and resumes every consumer.
+- ``consumer`` channels ("lanes"), each holding the consumers of many agent queues. aio-pika
+  reopens them after a reconnect, but does not declare the agent queues again nor resume their
+  consumers: an agent queue is a classic queue on one node of a cluster, and while that node is
+  down RabbitMQ refuses its declaration, which would fail the whole reconnection and stop the
+  heartbeats of every agent on the connection. The connection resumes each consumer itself once its
+  queue answers (:meth:`AgentConnection._keep_consuming`).
 - a ``status`` channel with publisher confirms that raises when a message is returned
   unroutable, so a status counts as sent only once a queue holds it.
 - a ``heartbeat`` channel without confirms: a lost heartbeat is replaced by the next one.
@@ -26,13 +30,20 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel, DeliveryMode
+from aio_pika.abc import (
+    AbstractConnection,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+    DeliveryMode,
+)
 from faststream.rabbit import RabbitBroker
 from opentelemetry import propagate, trace
 
@@ -61,6 +72,11 @@ STATUS_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0)
 STATUS_RETRY_MAX_DELAY = 5.0
 # Seconds to wait for aio-pika to reopen the probe channel after RabbitMQ closed it.
 PROBE_REOPEN_TIMEOUT = 5.0
+# Seconds between looks for consumers to resume (a reconnection or the broker's cancel wakes it sooner),
+# and between attempts to resume one whose queue does not answer.
+CONSUMER_CHECK_INTERVAL = 1.0
+RESUME_DELAYS = (0.5, 1.0, 2.0, 4.0)
+RESUME_MAX_DELAY = 5.0
 
 
 class AgentQueueMissing(TimeoutError):
@@ -76,17 +92,37 @@ def _delays(first: tuple[float, ...], then: float) -> Iterator[float]:
     return itertools.chain(first, itertools.repeat(then))
 
 
-@dataclass
+@dataclass(eq=False)
 class Consumer:
-    """An agent's subscription to its queue."""
+    """An agent's subscription to its queue, kept by the :class:`AgentConnection` that made it:
+    resumed after a reconnection, or after the broker cancelled it (the queue deleted, or its node
+    down), once the queue answers again."""
 
-    queue: AbstractQueue
-    consumer_tag: str
+    queue_name: str
+    on_message: OnMessage
+    lane: AbstractRobustChannel
+    queue: AbstractQueue | None = None
+    consumer_tag: str | None = None
+    cancelled: bool = False
+    resume_delays: Iterator[float] = field(default_factory=lambda: _delays(RESUME_DELAYS, RESUME_MAX_DELAY))
+    resume_at: float = 0.0
 
     async def cancel(self) -> None:
-        """Stop deliveries (what was delivered already still runs)."""
-        if not self.queue.channel.is_closed:
+        """Stop deliveries (what was delivered already still runs); the connection stops keeping it."""
+        self.cancelled = True
+        if self.queue is not None and self.consumer_tag is not None and not self.lane.is_closed:
             await self.queue.cancel(self.consumer_tag)
+
+    async def start(self) -> None:
+        """Consume the queue on the lane. robust=False: a reconnecting connection declares nothing
+        of it again (see the module's docstring); the connection resumes it instead."""
+        queue = await self.lane.declare_queue(self.queue_name, passive=True, robust=False)
+        self.consumer_tag = await queue.consume(self.on_message, robust=False)
+        self.queue = queue
+        self.resume_delays = _delays(RESUME_DELAYS, RESUME_MAX_DELAY)
+
+    def put_off(self, now: float) -> None:
+        self.resume_at = now + next(self.resume_delays)
 
 
 @dataclass
@@ -158,6 +194,10 @@ class AgentConnection:
         self._heartbeat_channel: AbstractRobustChannel | None = None
         self._user_id: str | None = None
         self._vhost = DEFAULT_VHOST
+        self._connection: AbstractConnection | None = None
+        self._consumers: set[Consumer] = set()
+        self._keeper: asyncio.Task[None] | None = None
+        self._wake_keeper = asyncio.Event()
         self._opened = False
 
     @classmethod
@@ -189,7 +229,13 @@ class AgentConnection:
         for _ in range(self._lane_count):
             consumer = await _robust(connection.channel(publisher_confirms=False))
             await consumer.set_qos(prefetch_count=self._prefetch)
+            consumer.reopen_callbacks.add(self._wake)
             self._lanes.append(consumer)
+        # A RobustConnection's (FastStream always makes one): after a reconnection, resume at once.
+        if isinstance(connection, AbstractRobustConnection):
+            connection.reconnect_callbacks.add(self._wake)
+        self._connection = connection
+        self._keeper = asyncio.create_task(self._keep_consuming(), name="vmsched-agent-consumers")
         self.heartbeats.start()
         self._opened = True
 
@@ -199,6 +245,14 @@ class AgentConnection:
             return
         self._opened = False
         await self.heartbeats.stop()
+        if isinstance(self._connection, AbstractRobustConnection):
+            self._connection.reconnect_callbacks.discard(self._wake)
+        self._connection = None
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+            self._keeper = None
+        self._consumers.clear()
         channels = [self._status_channel, self._heartbeat_channel, *self._lanes]
         if self._probe is not None:
             channels.append(self._probe.channel)
@@ -235,9 +289,50 @@ class AgentConnection:
                 )
             await asyncio.sleep(delay)
         # The probe just found it, so this passive declare cannot close the shared channel.
-        queue = await lane.declare_queue(name, passive=True)
-        consumer_tag = await queue.consume(on_message)
-        return Consumer(queue, consumer_tag)
+        consumer = Consumer(name, on_message, lane)
+        await consumer.start()
+        self._consumers.add(consumer)
+        return consumer
+
+    def _wake(self, *_: object) -> None:
+        self._wake_keeper.set()
+
+    async def _keep_consuming(self) -> None:
+        """Resume every consumer the broker no longer delivers to, once its queue answers (asked on
+        the probe channel first: a passive declare refused on a lane would close every consumer
+        on it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_keeper.wait(), CONSUMER_CHECK_INTERVAL)
+            self._wake_keeper.clear()
+            active: dict[AbstractRobustChannel, Container[str]] = {}
+            for consumer in list(self._consumers):
+                if consumer.cancelled:
+                    self._consumers.discard(consumer)
+                    continue
+                if consumer.lane not in active:
+                    active[consumer.lane] = await _consumer_tags(consumer.lane)
+                if loop.time() < consumer.resume_at or consumer.consumer_tag in active[consumer.lane]:
+                    continue
+                await self._resume(consumer, loop.time())
+
+    async def _resume(self, consumer: Consumer, now: float) -> None:
+        probe = self._probe
+        try:
+            if probe is None or not await probe.queue_exists(consumer.queue_name, deadline=now + PROBE_REOPEN_TIMEOUT):
+                consumer.put_off(now)
+                return
+            await consumer.start()
+        except Exception as error:  # the connection went again, or the queue with it: next round
+            log.debug("consumer not resumed yet", queue=consumer.queue_name, error=repr(error))
+            consumer.put_off(now)
+            return
+        if consumer.cancelled:  # cancelled while resuming: the broker must not keep delivering
+            with contextlib.suppress(Exception):
+                await consumer.cancel()
+            return
+        log.info("agent taking commands again", queue=consumer.queue_name)
 
     async def publish_status(self, report: VmStatusReport) -> None:
         """Publish ``report`` on ``vm.status``, persistent, and return once the broker has confirmed
@@ -298,6 +393,15 @@ class AgentConnection:
         if channel is None:
             raise RuntimeError("AgentConnection is not open; call open() first")
         return channel
+
+
+async def _consumer_tags(lane: AbstractRobustChannel) -> Container[str]:
+    """The consumers the broker delivers to on ``lane``: a reconnection or the broker's cancel
+    removes theirs (waits while the connection is down)."""
+    if lane.is_closed:
+        return ()
+    underlay = cast("aiormq.Channel", await lane.get_underlay_channel())
+    return underlay.consumers.keys()
 
 
 async def _robust(opening: Awaitable[Any]) -> AbstractRobustChannel:

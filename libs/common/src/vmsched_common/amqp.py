@@ -27,7 +27,9 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from vmsched_common import topology
+from vmsched_common.amqp_channels import plain_channel
 from vmsched_common.amqp_nodes import NodeRotatingConnection, node_urls
+from vmsched_common.dead_letters import declare_dead_letter_queue
 from vmsched_common.logs import MessageLogContext, get_logger
 from vmsched_common.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
 from vmsched_common.settings import Settings
@@ -57,15 +59,19 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     aiormq.exceptions.ChannelInvalidStateError,
 )
 TRANSIENT_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-# PostgreSQL's "run the transaction again" errors: a deadlock victim, a serialization failure.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+# PostgreSQL's "run the transaction again" errors (a deadlock victim, a serialization failure), and
+# those of a server going down or coming back (shut down by an administrator or after a crash, still
+# recovering: "the database system is not yet accepting connections"). Class 08 (connection
+# exceptions) is retried too.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001", "57P01", "57P02", "57P03"})
 
 
 def is_transient(error: BaseException) -> bool:
     if isinstance(error, DBAPIError):
         if error.connection_invalidated:
             return True
-        if getattr(error.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        if isinstance(sqlstate, str) and (sqlstate in RETRYABLE_SQLSTATES or sqlstate.startswith("08")):
             return True
     return isinstance(error, TRANSIENT_ERRORS)
 
@@ -173,7 +179,9 @@ async def declare_topology(broker: RabbitBroker) -> None:
     """Exchanges, the services' queues with their bindings, and the dead-letter queue; idempotent,
     every service calls it on start. The consumers' queues are declared by every service, not only
     by their consumer: a ``vm.create`` published before any scheduler ever started must find its
-    queue, or the exchange drops it."""
+    queue, or the exchange drops it. Every queue declared here is a quorum queue (but an old classic
+    dead-letter queue, see dead_letters.py): a reconnecting connection declares them again, and a
+    quorum queue can be declared on any node of a cluster, also while one is down."""
     for exchange in (topology.EXCHANGE, topology.AGENTS_EXCHANGE, topology.DEAD_LETTER_EXCHANGE):
         await broker.declare_exchange(exchange)
     connection = await broker.connect()
@@ -182,21 +190,20 @@ async def declare_topology(broker: RabbitBroker) -> None:
     for queue in topology.CONSUMER_QUEUES:
         declared = await broker.declare_queue(queue)
         await declared.bind(topology.EXCHANGE.name, routing_key=queue.routing())
-    dead_letters = await broker.declare_queue(topology.DEAD_LETTER_QUEUE)
-    await dead_letters.bind(topology.DEAD_LETTER_EXCHANGE.name, routing_key="#")
+    await declare_dead_letter_queue(broker)
 
 
 async def _replace_if_declared_otherwise(connection: aio_pika.abc.AbstractConnection, queue: RabbitQueue) -> None:
     """Delete ``queue`` if it exists with other arguments (declared by an older version): RabbitMQ
     refuses to declare it again otherwise. Only for queues whose messages may be lost. On a channel
     of its own, since a refused declare closes the channel."""
-    channel = await connection.channel()
+    channel = await plain_channel(connection)
     try:
         await channel.declare_queue(queue.name, durable=queue.durable, arguments=dict(queue.arguments or {}))
     except aiormq.exceptions.ChannelPreconditionFailed as error:
         log.warning("queue declared with other arguments by an older version; replacing it", queue=queue.name)
         log.debug("declare refused", error=str(error))
-        channel = await connection.channel()
+        channel = await plain_channel(connection)
         await channel.queue_delete(queue.name)
     finally:
         if not channel.is_closed:

@@ -13,13 +13,25 @@ the right one: the Service does the rotation.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aio_pika import RobustConnection
 from pydantic_core import MultiHostUrl
 from yarl import URL
 
+from vmsched_common.logs import get_logger
+
+log = get_logger(__name__)
+
 _DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
+# Seconds a reconnection waits, once another node has answered, before using it: the quorum queues
+# whose leader was on the lost node elect a new one meanwhile (under a second on this machine). On
+# RabbitMQ 3.10, a channel whose first publish to a quorum queue comes before that election has
+# every publish to it refused for good, confirmed or not: its queue client starts from the stale
+# leader in the queue record. RabbitMQ later made it start from the current leader
+# (rabbitmq-server#9241, in 3.11.x and 3.12.x); no later version was tried here.
+ELECTION_GRACE = 3.0
 
 
 def node_urls(url: str | MultiHostUrl) -> tuple[str, ...]:
@@ -50,16 +62,23 @@ class NodeRotatingConnection(RobustConnection):
     is what an operator reading the logs expects, and queues live on every node anyway (quorum).
     """
 
-    def __init__(self, url: URL, *, nodes: tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, url: URL, *, nodes: tuple[str, ...] = (), election_grace: float = ELECTION_GRACE, **kwargs: Any
+    ) -> None:
         self._nodes = tuple(URL(node) for node in nodes) or (URL(url),)
+        self._election_grace = election_grace
         self._turn = 0
+        self._last = self._nodes[0]
         super().__init__(url, **kwargs)
         self._turn = 0  # __init__ read it once; the first attempt goes to the first node
+        # aio-pika says when a connection is lost and each attempt that fails, not when one succeeds.
+        self.reconnect_callbacks.add(self._log_reconnected)
 
     @property
     def url(self) -> URL:
         node = self._nodes[self._turn % len(self._nodes)]
         self._turn += 1
+        self._last = node
         return node
 
     @url.setter
@@ -68,9 +87,21 @@ class NodeRotatingConnection(RobustConnection):
         # keep each node's host and port, take the credentials.
         self._nodes = tuple(node.with_user(value.user).with_password(value.password) for node in self._nodes)
 
+    async def _on_connected(self) -> None:
+        if self.connection_attempt:  # a reconnection (aio-pika counts the connections made)
+            await asyncio.sleep(self._election_grace)
+        await super()._on_connected()
+
+    def _log_reconnected(self, *_: object) -> None:
+        log.info("broker connection restored", node=str(_masked(self._last)))
+
     @property
     def node_count(self) -> int:
         return len(self._nodes)
 
     def __str__(self) -> str:
-        return ",".join(str(node.with_password("******") if node.password else node) for node in self._nodes)
+        return ",".join(str(_masked(node)) for node in self._nodes)
+
+
+def _masked(node: URL) -> URL:
+    return node.with_password("******") if node.password else node

@@ -49,15 +49,21 @@ def consumer_queue(name: str, routing_key: str, delivery_limit: int = DEFAULT_DE
 
 
 def disposable_queue(name: str, routing_key: str, max_length: int) -> RabbitQueue:
-    """A queue of messages that the next one replaces (heartbeats): classic and durable, its messages
-    transient, the oldest dropped beyond ``max_length``. A quorum queue's replicated log would cost
-    the broker twice as much a message (990 against 428 us at 333 a second, bench/broker_floor.py's
-    method) for data nobody needs after the next heartbeat."""
+    """A queue of messages that the next one replaces (heartbeats): the oldest dropped beyond
+    ``max_length``, no dead-lettering, consumed without acks. A quorum queue, so that it lives on
+    every node of a cluster: a classic one lives on one node, and while that node is down every
+    client that declared it fails to reconnect (RabbitMQ answers its declaration with NOT_FOUND,
+    "home node ... is down"; docs/deploy.md, "A broker cluster"). Its replicated log costs the
+    broker about twice the CPU a message of a classic queue (990 against 428 us at 333 a second,
+    bench/broker_floor.py's method); a non-durable classic queue, re-created on whichever node
+    survives, would not, but RabbitMQ 4.3 refuses non-durable shared queues by default
+    (``transient_nonexcl_queues``)."""
     return RabbitQueue(
         name,
+        queue_type=QueueType.QUORUM,
         durable=True,
         routing_key=routing_key,
-        arguments=cast("ClassicQueueArgs", {"x-max-length": max_length, "x-overflow": "drop-head"}),
+        arguments=cast("QuorumQueueArgs", {"x-max-length": max_length, "x-overflow": "drop-head"}),
     )
 
 
@@ -66,11 +72,13 @@ SCHEDULER_QUEUE = consumer_queue("scheduler.vm-create", VM_CREATE)
 GATEWAY_HEARTBEAT_QUEUE = disposable_queue("gateway.heartbeats", AGENT_HEARTBEAT, max_length=100_000)
 GATEWAY_ASSIGNED_QUEUE = consumer_queue("gateway.vm-assigned", VM_ASSIGNED)
 GATEWAY_STATUS_QUEUE = consumer_queue("gateway.vm-status", VM_STATUS)
-DEAD_LETTER_QUEUE = RabbitQueue("vmsched.dead-letters", durable=True, routing_key="#")
+# Quorum for the same reason as the heartbeats' queue. Before, it was classic; RabbitMQ cannot change
+# a queue's type, so an old classic one is kept until an operator moves it (dead_letters.py).
+DEAD_LETTER_QUEUE = RabbitQueue("vmsched.dead-letters", queue_type=QueueType.QUORUM, durable=True, routing_key="#")
 # Every queue a vmsched service consumes from the ``vmsched`` exchange, each bound by its routing key.
 CONSUMER_QUEUES = (SCHEDULER_QUEUE, GATEWAY_HEARTBEAT_QUEUE, GATEWAY_ASSIGNED_QUEUE, GATEWAY_STATUS_QUEUE)
 # Queues whose messages may be thrown away: one an older version declared with other arguments is
-# deleted and declared again (a quorum gateway.heartbeats, before it became classic).
+# deleted and declared again (gateway.heartbeats was quorum, then classic, now quorum again).
 DISPOSABLE_QUEUES = (GATEWAY_HEARTBEAT_QUEUE,)
 
 
@@ -79,13 +87,20 @@ def agent_queue_name(host_id: str) -> str:
 
 
 def agent_queue(host_id: str, *, declare: bool = True) -> RabbitQueue:
-    """The per-host command queue. Classic and durable: one per hypervisor, thousands of them, so
-    a Raft group each (quorum) would cost more than it protects. The gateway declares it; agents
-    bind passively (``declare=False``)."""
+    """The per-host command queue. Classic and durable: one per hypervisor, thousands of them, and a
+    quorum queue costs the broker about ten times the memory of a classic one (315 against 31 KB
+    over a 3-node cluster) and CPU even idle (0.24 of a core for 1,000 of them) (docs/deploy.md, "A
+    broker cluster"). It lives on one node, so neither the gateway nor an agent keeps it among
+    what a reconnecting connection declares again. The gateway declares it; agents bind passively
+    (``declare=False``)."""
     return RabbitQueue(
         agent_queue_name(host_id),
         durable=True,
         declare=declare,
         routing_key=host_id,
-        arguments={"x-dead-letter-exchange": DEAD_LETTER_EXCHANGE.name},
+        arguments=cast("ClassicQueueArgs", agent_queue_arguments()),
     )
+
+
+def agent_queue_arguments() -> dict[str, Any]:
+    return {"x-dead-letter-exchange": DEAD_LETTER_EXCHANGE.name}

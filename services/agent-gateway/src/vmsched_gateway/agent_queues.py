@@ -1,26 +1,92 @@
 """The per-host command queues: ``agent.<host id>``, declared by the gateway when it first needs one
-(durable, so no command is lost while an agent restarts; agents bind to it passively)."""
+(durable, so no command is lost while an agent restarts; agents bind to it passively).
+
+They are classic queues (topology.agent_queue says why), each on one node of a cluster, so they are
+declared on a channel of their own that no reconnection restores (amqp_channels.py): while a node is
+down, RabbitMQ refuses to declare its queues, and a reconnection that declared them again would fail
+whole, taking the gateway offline with it. A refused declaration is not an error here: the command
+is published anyway, RabbitMQ drops what it cannot route, and the VM stays ``scheduled`` until the
+stale-command sweep (health.py) sends it again, declaring the queue first.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
 from faststream.rabbit import RabbitBroker
 
 from vmsched_common import topology
+from vmsched_common.amqp_channels import plain_channel
+from vmsched_common.logs import get_logger
+
+log = get_logger(__name__)
+
+# Seconds before a queue RabbitMQ refused is asked for again: a node down stays down for a while, and
+# each refusal costs a channel.
+RETRY_REFUSED_AFTER = 5.0
 
 
 class AgentQueues:
-    def __init__(self, broker: RabbitBroker) -> None:
+    def __init__(
+        self,
+        broker: RabbitBroker,
+        *,
+        retry_refused_after: float = RETRY_REFUSED_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.broker = broker
+        self.retry_refused_after = retry_refused_after
+        self.clock = clock
         self._declared: set[str] = set()
+        self._refused: dict[str, float] = {}
+        self._channel: AbstractChannel | None = None
+        self._connection: AbstractConnection | None = None
+        self._lock = asyncio.Lock()
 
-    async def ensure(self, host_id: str, *, again: bool = False) -> None:
-        """Declare ``agent.<host_id>`` the first time this process needs it (idempotent on the broker),
-        or ``again``: the queue may have been deleted since (``DELETE /v1/hosts/{id}``)."""
-        known = host_id in self._declared
-        if known and not again:
-            return
-        queue = await self.broker.declare_queue(topology.agent_queue(host_id))
-        if known:
-            await queue.declare()  # FastStream hands back the queue it declared before, without asking the broker
-        await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=host_id)
+    async def ensure(self, host_id: str, *, again: bool = False) -> bool:
+        """Declare ``agent.<host_id>`` (and bind it) the first time this process needs it since it
+        last connected to the broker, or ``again``: the queue may have been deleted since
+        (``DELETE /v1/hosts/{id}``). False when RabbitMQ refused or could not be asked (the next
+        call within ``retry_refused_after`` seconds does not ask again)."""
+        if host_id in self._declared and not again:
+            return True
+        refused_at = self._refused.get(host_id)
+        if refused_at is not None and self.clock() - refused_at < self.retry_refused_after and not again:
+            return False
+        async with self._lock:
+            try:
+                channel = await self._declaring_channel()
+                queue = await channel.declare_queue(
+                    topology.agent_queue_name(host_id), durable=True, arguments=topology.agent_queue_arguments()
+                )
+                await queue.bind(topology.AGENTS_EXCHANGE.name, routing_key=host_id)
+            except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as error:
+                # RuntimeError: aio-pika's word for a connection that is closing or reconnecting.
+                # Said once per host until it is declared: a node down is refused every few seconds.
+                say = log.debug if host_id in self._refused else log.warning
+                say("agent queue not declared; its commands wait for the resend", host=host_id, error=str(error))
+                self._refused[host_id] = self.clock()
+                return False
+        self._refused.pop(host_id, None)
         self._declared.add(host_id)
+        return True
+
+    def forget(self, *_: object) -> None:
+        """Declare every queue again when next needed: after a reconnection the broker may be a new
+        one that never had them (a node rebuilt from scratch)."""
+        self._declared.clear()
+        self._refused.clear()
+
+    async def _declaring_channel(self) -> AbstractChannel:
+        connection = await self.broker.connect()
+        if connection is not self._connection:
+            if isinstance(connection, AbstractRobustConnection):  # FastStream always makes one
+                connection.reconnect_callbacks.add(self.forget)
+            self._connection = connection
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await plain_channel(connection)
+        return self._channel

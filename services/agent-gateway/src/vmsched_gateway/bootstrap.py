@@ -67,6 +67,7 @@ def build_app(settings: Settings) -> FastStream:
         publisher,
         settings,
         FailureGrace.starting(time.monotonic(), settings.agent_lost_timeout),
+        queues,
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
 

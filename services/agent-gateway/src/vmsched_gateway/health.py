@@ -9,9 +9,10 @@ patience about hosts that only look dead):
 - failed VMs that ran, with ``restart_policy: on_failure``, go back to pending after RESTART_DELAY,
   the host they failed on excluded for EXCLUDE_FOR, and are published for placement again;
 - scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
-  (the agent is idempotent on vm_id), in case it was dead-lettered on the way; not while the
-  gateway's own assignment queue has a backlog (the command may not be sent yet: a copy would only
-  add to the load that made it late).
+  (the agent is idempotent on vm_id), its queue declared first: the command may have been
+  dead-lettered on the way, lost with a broker restart, or dropped because its queue's node was down
+  (agent_queues.py); not while the gateway's own assignment queue has a backlog (the command may not
+  be sent yet: a copy would only add to the load that made it late).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_common.vm_changes import Change
+from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.metrics import HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
@@ -73,6 +75,7 @@ class HealthCheck:
     publisher: Publisher
     settings: Settings
     grace: FailureGrace
+    queues: AgentQueues
 
     async def once(self) -> None:
         now = time.monotonic()
@@ -100,6 +103,7 @@ class HealthCheck:
             if vm.hypervisor_id is None:
                 continue
             log.warning("create command unanswered; sending it again", vm_id=str(vm.id), host=vm.hypervisor_id)
+            await self.queues.ensure(vm.hypervisor_id)
             await self.publisher.command(vm.hypervisor_id, vm.command(CommandAction.CREATE))
 
     async def _settle(self, changes: list[Change], what: str) -> None:

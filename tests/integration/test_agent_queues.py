@@ -1,0 +1,91 @@
+"""The gateway's per-host queues are declared outside what a reconnection restores
+(vmsched_gateway/agent_queues.py): a declaration RabbitMQ refuses (a queue whose node is down, here
+one declared with other arguments) is no error and is asked again only after a while, and after a
+reconnection each queue is declared again when next needed, not by the reconnection itself."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+from faststream.rabbit import RabbitBroker
+
+from tests.integration.amqp_tools import drop_connection, queue_exists
+from tests.servers import Servers
+from vmsched_common import topology
+from vmsched_common.amqp import declare_topology, make_broker
+from vmsched_common.settings import Settings
+from vmsched_gateway.agent_queues import AgentQueues
+
+pytestmark = pytest.mark.integration
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def broker(servers: Servers) -> AsyncIterator[RabbitBroker]:
+    """A broker of the test's own: the test drops its connection."""
+    broker = make_broker(Settings(amqp_url=servers.amqp_url))
+    await broker.connect()
+    await declare_topology(broker)
+    yield broker
+    await broker.stop()
+
+
+def new_host() -> str:
+    return f"queues-{uuid.uuid4().hex[:10]}"
+
+
+async def delete_queue(servers: Servers, host_id: str) -> None:
+    connection = await aio_pika.connect(servers.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(topology.agent_queue_name(host_id))
+
+
+async def test_a_refused_declaration_is_no_error_and_is_asked_again_only_after_a_while(
+    broker: RabbitBroker, servers: Servers
+) -> None:
+    refused, fine = new_host(), new_host()
+    connection = await aio_pika.connect(servers.amqp_url)
+    async with connection:  # declared otherwise (no dead-letter exchange): RabbitMQ refuses ours
+        await (await connection.channel()).declare_queue(topology.agent_queue_name(refused), durable=True)
+    clock = Clock()
+    queues = AgentQueues(broker, retry_refused_after=5.0, clock=clock)
+
+    assert not await queues.ensure(refused)
+    assert await queues.ensure(fine)  # the refusal closed a channel, not the gateway's connection
+
+    await delete_queue(servers, refused)  # now it could be declared, but it is not asked yet
+    clock.now += 4.0
+    assert not await queues.ensure(refused)
+    assert not await queue_exists(servers.amqp_url, topology.agent_queue_name(refused))
+    clock.now += 1.5
+    assert await queues.ensure(refused)
+    assert await queue_exists(servers.amqp_url, topology.agent_queue_name(refused))
+    await delete_queue(servers, refused)
+    await delete_queue(servers, fine)
+
+
+async def test_a_reconnection_declares_no_agent_queue_again_and_the_next_use_does(
+    broker: RabbitBroker, servers: Servers
+) -> None:
+    host_id = new_host()
+    queues = AgentQueues(broker)
+    assert await queues.ensure(host_id)
+    await delete_queue(servers, host_id)  # as a broker rebuilt from scratch would have lost it
+
+    await drop_connection(await broker.connect())
+
+    assert not await queue_exists(servers.amqp_url, topology.agent_queue_name(host_id))
+    assert await queues.ensure(host_id)  # declared again: the reconnection emptied the cache
+    assert await queue_exists(servers.amqp_url, topology.agent_queue_name(host_id))
+    await delete_queue(servers, host_id)

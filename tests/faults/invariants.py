@@ -11,7 +11,6 @@ from uuid import UUID
 import asyncpg
 import redis.asyncio as aioredis
 
-from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
 

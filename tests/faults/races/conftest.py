@@ -16,6 +16,9 @@ from tests.servers import Servers
 
 @pytest.fixture(scope="package")
 def four_schedulers(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A stack with four scheduler replicas (starting one costs tens of seconds on a small machine)."""
-    with fault_stack(servers, Path(tmp_path_factory.mktemp("four-schedulers-logs")), schedulers=4) as stack:
+    """A stack with four scheduler replicas (starting one costs tens of seconds on a small machine),
+    reconciling the snapshot with PostgreSQL every 5 s as the integration stack does."""
+    with fault_stack(
+        servers, Path(tmp_path_factory.mktemp("four-schedulers-logs")), schedulers=4, VMSCHED_RECONCILE_INTERVAL="5"
+    ) as stack:
         yield stack

@@ -20,11 +20,11 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
-test: .venv/.synced servers ## the whole suite on the real servers (but the broker cluster's test)
-	$(PY) -m pytest -m "not cluster"
+test: .venv/.synced servers ## the whole suite on the real servers (but the tests that run servers of their own)
+	$(PY) -m pytest -m "not own_servers"
 
-test-cluster: .venv/.synced servers ## a three-node RabbitMQ cluster loses a node mid-run (CI runs it after make test)
-	$(PY) -m pytest -m cluster -s -p no:logging tests/faults/test_cluster.py
+test-cluster: .venv/.synced servers ## servers of their own: a three-node RabbitMQ cluster loses a node, Redis and PostgreSQL restart mid-run (CI runs it after make test)
+	$(PY) -m pytest -m own_servers -s -p no:logging tests/faults/test_cluster.py tests/faults/test_restarts.py
 
 test-fast: .venv/.synced ## unit and property tests only (no servers)
 	$(PY) -m pytest -m "not integration" services/scheduler/tests tests/unit

@@ -14,7 +14,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from devtools.private_servers import PostgresServer, RedisServer, private_postgres, private_redis
@@ -26,7 +25,7 @@ from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.own_servers]
 
 SUITE = "restart"
 HOSTS = 20
@@ -82,7 +81,7 @@ async def place_through(
     and the VMs by status."""
     servers = own.servers
     rng = random.Random(seed)
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=120) as api:
+    async with stack.async_client(timeout=120) as api:
         bodies = [mixed_vm(rng, i, f"{SUITE}-{strike}") | {"labels": {"suite": SUITE}} for i in range(VMS)]
         vm_ids = await submit(api, bodies)
         await wait_running(servers, vm_ids, 100)

@@ -23,7 +23,11 @@ from vmsched_common.messages import Resources
 @contextlib.contextmanager
 def fault_stack(servers: Servers, log_dir: Path, *, schedulers: int, **env: str) -> Iterator[Stack]:
     """A stack of this module's own, so what a test kills harms no other module."""
-    stack = Stack(env=servers.env(VMSCHED_REPUBLISH_AFTER="2", VMSCHED_RATE_LIMIT="0", **env), log_dir=log_dir, api_port=free_port())
+    stack = Stack(
+        env=servers.env(VMSCHED_REPUBLISH_AFTER="2", VMSCHED_RATE_LIMIT="0", **env),
+        log_dir=log_dir,
+        api_port=free_port(),
+    )
     with stack.running(schedulers=schedulers):
         yield stack
 

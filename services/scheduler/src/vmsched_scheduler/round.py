@@ -199,14 +199,17 @@ class SchedulingRound:
         again += await self._settle(claimed, nowhere, outcomes)
         return again
 
+    def _context(self) -> DecisionContext:
+        """What a decision needs from outside the engine, at this instant."""
+        return DecisionContext(
+            now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
+        )
+
     # -- 1. decide ------------------------------------------------------------------------------
     async def _decide_all(self, open_vms: list[_Open], groups: RoundGroups) -> tuple[list[_Choice], Fleet]:
         """Every VM decided on the current copy of the fleet, each booked on it before the next is
         decided; the copy is returned with the choices (the claims' bookings belong to it)."""
-        now = self.clock()
-        context = DecisionContext(
-            now=now, offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
-        )
+        context = self._context()
         turns = sum(1 for work in open_vms if work.strategy is Strategy.ROUND_ROBIN)
         cursor = await self.claims.next_round_robin(turns) if turns else 0
         choices = []
@@ -383,9 +386,7 @@ class SchedulingRound:
         """One try of :meth:`_preempt`: True when made, False when nothing can be, None to try again."""
         vm = choice.work.item.vm
         request = _placement_request(choice.work, choice.placement_group)
-        context = DecisionContext(
-            now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
-        )
+        context = self._context()
         fleet = self.fleet.fleet
         hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
         residents = await self.ledger.residents([host.id for host in hosts], vm.priority)
@@ -565,12 +566,7 @@ class SchedulingRound:
         examples = {}
         if decision.considered and not choice.gang_failure:
             request = _placement_request(choice.work, choice.placement_group)
-            context = DecisionContext(
-                now=self.clock(),
-                offline_timeout=self.settings.offline_timeout,
-                weights=self.settings.weights,
-                rng=self.rng,
-            )
+            context = self._context()
             examples = {
                 rule: [RejectedHost(host=host, reason=why) for host, why in found]
                 for rule, found in rejected_examples(self.fleet.fleet, request, context).items()

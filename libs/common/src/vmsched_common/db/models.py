@@ -2,7 +2,8 @@
 ``scheduler_settings`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds
-capacity (``vmsched_common.lifecycle.HOLDS_CAPACITY``). They are changed only in the same transaction as the VM row that
+capacity (``vmsched_common.lifecycle.HOLDS_CAPACITY``) and of the VMs migrating to it
+(``migration_target``). They are changed only in the same transaction as the VM row that
 causes the change, under the row lock of the host, and a placement only adds to them when the result
 stays within capacity times the overcommit ratio: that conditional update is what makes overcommit
 impossible whatever the Redis snapshot says.
@@ -74,6 +75,16 @@ class VmRow(Base):
     wait_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The VMs of one all-or-nothing batch share it: placed together or not at all.
     gang_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # What vmsched asked of an agent for the VM and awaits (vmsched_common.lifecycle.Task), and since
+    # when (a migration: since it was asked for; VMSCHED_MIGRATION_TIMEOUT counts from there).
+    task: Mapped[str | None] = mapped_column(String(32))
+    task_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Migrations asked for; while migrating, the current one's number (messages carry it).
+    migrations: Mapped[int] = mapped_column(Integer, server_default="0")
+    # While migrating: the host a migration request named (NULL: the engine chooses), and the target
+    # a scheduler claimed (NULL until then). A claimed target holds the VM's share as well.
+    target_host: Mapped[str | None] = mapped_column(String(128))
+    migration_target: Mapped[str | None] = mapped_column(String(128))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -88,6 +99,8 @@ class VmRow(Base):
         Index("ix_vms_waiting_updated", "updated_at", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_waiting_until", "wait_until", postgresql_where=text("status = 'waiting'")),
         Index("ix_vms_gang", "gang_id", postgresql_where=text("gang_id IS NOT NULL")),
+        Index("ix_vms_task", "updated_at", postgresql_where=text("task IS NOT NULL")),
+        Index("ix_vms_migration_target", "migration_target", postgresql_where=text("migration_target IS NOT NULL")),
     )
 
 
@@ -133,6 +146,9 @@ class HostRow(Base):
     vm_count: Mapped[int] = mapped_column(Integer, server_default="0")
     scheduling_paused: Mapped[bool] = mapped_column(Boolean, server_default="false")
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What its agent declares it can do beyond create and delete (messages.Capability): "migrate",
+    # "power"; from its last heartbeat.
+    capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -14,11 +14,13 @@ from uuid import UUID
 
 from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
 from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import Task, VmStatus
 from vmsched_common.messages import (
     AgentCommand,
+    Capability,
     CommandAction,
     HostSelectorTerm,
+    MigrationOrder,
     Overcommit,
     Resources,
     RestartPolicy,
@@ -58,6 +60,11 @@ VM_FIELDS = (
     "wait_s",
     "wait_until",
     "gang_id",
+    "task",
+    "task_since",
+    "migrations",
+    "target_host",
+    "migration_target",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -89,6 +96,7 @@ HOST_FIELDS = (
     "operator_cpu_ratio",
     "operator_memory_ratio",
     "operator_disk_ratio",
+    "capabilities",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -145,6 +153,11 @@ class VmRecord:
     wait_s: int = 0  # how long it may wait for room when no host fits it
     wait_until: datetime | None = None  # until when (None: it may not wait)
     gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
+    task: Task | None = None  # what an agent was asked for it and has not answered
+    task_since: datetime | None = None
+    migrations: int = 0  # migrations asked for; while migrating, the current one's number
+    target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
+    migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -174,6 +187,11 @@ class VmRecord:
             wait_s=row.wait_s,
             wait_until=row.wait_until,
             gang_id=row.gang_id,
+            task=Task(row.task) if row.task else None,
+            task_since=row.task_since,
+            migrations=row.migrations,
+            target_host=row.target_host,
+            migration_target=row.migration_target,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -201,6 +219,13 @@ class VmRecord:
             action=action, vm_id=self.id, name=self.name, resources=self.resources, attempt=self.attempt
         )
 
+    def migration_command(self, action: CommandAction) -> AgentCommand:
+        """A command of its current migration (its source is ``hypervisor_id``, its target the claimed one)."""
+        if self.hypervisor_id is None or self.migration_target is None:
+            raise ValueError(f"VM {self.id} has no migration with a target in flight")
+        order = MigrationOrder(number=self.migrations, source=self.hypervisor_id, target=self.migration_target)
+        return self.command(action).model_copy(update={"migration": order})
+
 
 @dataclass(frozen=True, slots=True)
 class HostRecord:
@@ -219,6 +244,10 @@ class HostRecord:
     operator_labels: Mapping[str, str] = field(default_factory=dict)
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
+    capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+
+    def can(self, capability: Capability) -> bool:
+        return capability.value in self.capabilities
 
     @classmethod
     def from_row(cls, row: Any) -> HostRecord:
@@ -237,6 +266,7 @@ class HostRecord:
             operator_labels=dict(row.operator_labels or {}),
             operator_taints=taints_of(row.operator_taints),
             operator_overcommit=RatioOverrides.of_row(row),
+            capabilities=tuple(row.capabilities or ()),
         )
 
 

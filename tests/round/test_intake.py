@@ -13,7 +13,7 @@ from vmsched_common import topology
 from vmsched_common.messages import Resources, VmAssigned, VmCreate, VmUnschedulable
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.bootstrap import subscribe
-from vmsched_scheduler.intake import PlacementIntake
+from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.round import Outcome, RoundItem
 
 HOST = Resources(cpu=4, memory_mb=8192, disk_gb=100)
@@ -24,7 +24,12 @@ def scheduler(world: MemoryWorld) -> tuple[RabbitBroker, list[VmAssigned], list[
     broker = RabbitBroker()
     assigned: list[VmAssigned] = []
     refused: list[VmUnschedulable] = []
-    subscribe(broker, PlacementIntake(world.round, Publisher(broker), max_vms=500, max_delay=0.001))
+    publisher = Publisher(broker)
+    subscribe(
+        broker,
+        PlacementIntake(world.round, publisher, max_vms=500, max_delay=0.001),
+        MigrationIntake(world.round, publisher, max_moves=500, max_delay=0.001),
+    )
 
     @broker.subscriber(RabbitQueue("test.assigned", routing_key=topology.VM_ASSIGNED), topology.EXCHANGE)
     async def on_assigned(event: VmAssigned) -> None:

@@ -27,6 +27,10 @@ def test_the_document_names_every_event_with_its_exchange_and_payload() -> None:
         topology.VM_WAITING: "VmWaiting",
         topology.VM_DELETED: "VmDeleted",
         topology.VM_ORPHANED: "VmOrphaned",
+        topology.VM_MIGRATE: "VmMigrate",
+        topology.VM_MIGRATING: "VmMigrating",
+        topology.VM_MIGRATED: "VmMigrated",
+        topology.VM_MIGRATION_FAILED: "VmMigrationFailed",
         topology.VM_STATUS: "VmStatusReport",
         topology.AGENT_HEARTBEAT: "AgentHeartbeat",
     }

@@ -6,20 +6,30 @@ See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake
 from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObserver
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
-from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
-from vmsched_agent.simulator import FakeHypervisor, HostFull, Receipt, SimulatedFailure, SimulatedFleet
+from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
+from vmsched_agent.simulator import (
+    FAILABLE_STEPS,
+    FakeHypervisor,
+    HostFull,
+    Receipt,
+    SimulatedFailure,
+    SimulatedFleet,
+)
 
 __all__ = [
+    "FAILABLE_STEPS",
     "Agent",
     "AgentConnection",
     "AgentQueueMissing",
     "AgentStats",
     "CommandObserver",
+    "ControlsPower",
     "FakeHypervisor",
     "HostFull",
     "HostSpec",
     "Hypervisor",
     "MeasuresUsage",
+    "MigratesVms",
     "Profile",
     "Receipt",
     "ReceiveObserver",

@@ -24,10 +24,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from uuid import UUID
 
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import Condition, Event, Task, VmStatus, choose
-from vmsched_common.messages import AgentCommand, CommandAction, ReportedStatus, VmStatusReport
+from vmsched_common.messages import (
+    AgentCommand,
+    CommandAction,
+    MigrationOrder,
+    ReportedStatus,
+    Resources,
+    VmMigrate,
+    VmStatusReport,
+)
 from vmsched_common.vm_changes import Change
 
 # The reason vm.migration_failed gives for a migration in flight too long.
@@ -110,6 +119,19 @@ def requested(vm: VmRecord, target_host: str | None, now: float) -> Change | Non
         migration_target=None,
     )
     return Change(vm, after, transition)
+
+
+def request_of(vm: VmRecord, now: float) -> VmMigrate:
+    """The ``vm.migrate`` of the VM's current migration: the VM as a placement would ask for it (its
+    exclusions in force at ``now``; never a gang: a migration moves one VM), its source, the host asked for."""
+    if vm.hypervisor_id is None:
+        raise ValueError(f"VM {vm.id} is on no host")
+    return VmMigrate(
+        vm=vm.to_place(now).model_copy(update={"gang": None}),
+        migration=vm.migrations,
+        source=vm.hypervisor_id,
+        target_host=vm.target_host,
+    )
 
 
 def target_claimed(vm: VmRecord, migration: int, host: str) -> Change | None:
@@ -229,6 +251,13 @@ def timed_out(vm: VmRecord, now: float, timeout: float) -> Step | None:
     else:
         detail = f"still {vm.task.value if vm.task else 'in flight'} after {timeout:g} s (VMSCHED_MIGRATION_TIMEOUT)"
     return rollback(vm, Event.MIGRATION_TIMED_OUT, (TIMEOUT, detail))
+
+
+def prepare_command(vm_id: UUID, name: str, resources: Resources, order: MigrationOrder) -> AgentCommand:
+    """The first command of a migration whose target was claimed (``vm.migrating``): to the target."""
+    return AgentCommand(
+        action=CommandAction.PREPARE_MIGRATION, vm_id=vm_id, name=name, resources=resources, migration=order
+    )
 
 
 def awaited(vm: VmRecord) -> Order | None:

@@ -1,5 +1,6 @@
 """What agents report about VMs (``vm.status``), applied through the lifecycle; the capacity it
-frees given back in Redis; the retry or the ``vm.deleted`` it implies published."""
+frees given back in Redis; the retry or the ``vm.deleted`` it implies published. Reports on a
+migration's commands, a stop or a start go to :mod:`vmsched_gateway.tasks`."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from uuid import UUID
 from vmsched_common.batching import Batcher
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import ReportedStatus, VmDeleted, VmStatusReport
+from vmsched_common.messages import MIGRATION_ACTIONS, POWER_ACTIONS, ReportedStatus, VmDeleted, VmStatusReport
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.report_store import ReportStore, RunningReport
+from vmsched_gateway.tasks import Tasks
 
 log = get_logger("vmsched_gateway")
 
@@ -25,6 +27,7 @@ class StatusReports:
     snapshot: Snapshot
     publisher: Publisher
     orphans: Orphans
+    tasks: Tasks
     running: Batcher[tuple[UUID, str], RunningReport] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -35,6 +38,13 @@ class StatusReports:
 
     async def on_status(self, report: VmStatusReport) -> None:
         with bound(vm_id=str(report.vm_id), host=report.agent_id, reported=report.status.value):
+            if report.action in POWER_ACTIONS:
+                await self.tasks.on_power_report(report)
+                return
+            # A source that could not keep the VM when its migration was rolled back: the VM failed,
+            # settled below as any failed VM.
+            if report.action in MIGRATION_ACTIONS and await self.tasks.on_migration_report(report):
+                return
             if report.status is ReportedStatus.RUNNING:
                 await self._running(report)
                 return

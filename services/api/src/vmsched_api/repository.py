@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,17 +20,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
+from vmsched_common import migration
 from vmsched_common.db import vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.db.shares import SHARES
 from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
-from vmsched_common.messages import HostStatus
+from vmsched_common.lifecycle import VmStatus
+from vmsched_common.messages import Capability, HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
-from vmsched_common.vm_changes import Change, delete_requested
+from vmsched_common.vm_changes import Change, delete_requested, start_requested, stop_requested
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
@@ -51,11 +54,10 @@ _PATCH_HOST = text(
     RETURNING {", ".join(f"h.{name}" for name in HOST_FIELDS)}
     """
 )
-# VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
-# restart is placed anew, and a placement on a deleted host is refused).
-_OCCUPANTS = text(
-    f"SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)} ORDER BY id LIMIT 10"
-)
+# VMs that occupy a host: those holding its capacity (a VM migrating to it too). Failed and
+# unschedulable VMs hold none (a restart is placed anew, and a placement on a deleted host is refused).
+_OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({SHARES}) shares WHERE host_id = :id ORDER BY vm_id LIMIT 10")
+_HOST_CAPABILITIES = text("SELECT id, capabilities FROM hosts WHERE id = ANY(CAST(:ids AS text[]))")
 
 
 class HostRemoval(StrEnum):
@@ -66,6 +68,19 @@ class HostRemoval(StrEnum):
 
 class IdempotencyConflict(Exception):
     """The Idempotency-Key was used before with a different request body."""
+
+
+class Refused(Exception):
+    """A request the VM (or its host) cannot take as it is: HTTP 409 with the reason."""
+
+
+class BadTarget(Exception):
+    """A migration's ``target_host`` that can never take the VM: HTTP 422 naming the field."""
+
+
+class PowerAction(StrEnum):
+    STOP = "stop"
+    START = "start"
 
 
 def request_hash(body: VmRequest) -> str:
@@ -98,6 +113,9 @@ def to_vm(vm: VmRecord) -> Vm:
         wait_s=vm.wait_s,
         wait_until=vm.wait_until,
         gang_id=vm.gang_id,
+        task=vm.task,
+        migrations=vm.migrations,
+        migration_target=vm.migration_target,
     )
 
 
@@ -119,6 +137,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
         vm_count=host.vm_count,
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
+        capabilities=list(host.capabilities),
         usage=None
         if usage is None
         else HostUsage(
@@ -141,6 +160,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         return datetime.fromisoformat(stamp), uuid.UUID(vm_id)
     except Exception as error:
         raise ValueError("not a cursor from a previous page") from error
+
+
+def _why_not(vm: VmRecord, action: str, wanted: VmStatus) -> str:
+    if vm.status is not wanted:
+        return f"VM {vm.id} is {vm.status.value}: only a {wanted.value} VM can {action}"
+    return f"VM {vm.id} has a task in flight ({vm.task.value if vm.task else 'none'}); try again once it ends"
 
 
 class Repository:
@@ -254,6 +279,59 @@ class Repository:
         return change.after, change
 
     @retry_on_dead_connection
+    async def request_migration(self, vm_id: UUID, target_host: str | None) -> VmRecord | None:
+        """Start the VM's next migration (``migrating``, task choosing_target): a running VM with
+        nothing in flight, on a host that can migrate, towards ``target_host`` (a known host that can
+        migrate, not its own) or a host the scheduler chooses. None for an unknown VM; raises
+        :class:`Refused` or :class:`BadTarget` with the reason, changing nothing."""
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
+            if row is None:
+                return None
+            vm = VmRecord.from_row(row)
+            change = migration.requested(vm, target_host, time.time())
+            if change is None:
+                raise Refused(_why_not(vm, "migrate", VmStatus.RUNNING))
+            source = str(vm.hypervisor_id)
+            if target_host == source:
+                raise BadTarget(f"{target_host} is the VM's own host")
+            asked = [source] if target_host is None else [source, target_host]
+            capabilities = {r.id: r.capabilities for r in await connection.execute(_HOST_CAPABILITIES, {"ids": asked})}
+            if target_host is not None and target_host not in capabilities:
+                raise BadTarget(f"no host {target_host}")
+            for host_id in asked:
+                if Capability.MIGRATE.value not in (capabilities.get(host_id) or []):
+                    raise Refused(
+                        f"host {host_id} cannot migrate VMs (its agent does not declare the 'migrate' capability)"
+                    )
+            await vm_writes.apply(connection, [change])
+        return change.after
+
+    @retry_on_dead_connection
+    async def request_power(self, vm_id: UUID, action: PowerAction) -> VmRecord | None:
+        """Stop a running VM or start a stopped one (its agent is to be told: task stopping or
+        starting); its host keeps its room either way. None for an unknown VM; raises :class:`Refused`
+        with the reason, changing nothing."""
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
+            if row is None:
+                return None
+            vm = VmRecord.from_row(row)
+            requested = stop_requested if action is PowerAction.STOP else start_requested
+            change = requested(vm, time.time())
+            if change is None:
+                wanted = VmStatus.RUNNING if action is PowerAction.STOP else VmStatus.STOPPED
+                raise Refused(_why_not(vm, action.value, wanted))
+            found = (await connection.execute(_HOST_CAPABILITIES, {"ids": [vm.hypervisor_id]})).first()
+            if found is None or Capability.POWER.value not in (found.capabilities or []):
+                raise Refused(
+                    f"host {vm.hypervisor_id} cannot {action.value} VMs (its agent does not declare the 'power' "
+                    "capability)"
+                )
+            await vm_writes.apply(connection, [change])
+        return change.after
+
+    @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
@@ -287,7 +365,7 @@ class Repository:
         async with self.engine.begin() as connection:
             if (await connection.execute(_LOCK_HOST, {"id": host_id})).first() is None:
                 return HostRemoval.UNKNOWN, []
-            occupants = [row.id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
+            occupants = [row.vm_id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
             if occupants:
                 return HostRemoval.OCCUPIED, occupants
             await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})

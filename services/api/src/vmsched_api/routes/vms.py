@@ -1,23 +1,35 @@
-"""/v1/vms: ask for VMs, watch them, delete them."""
+"""/v1/vms: ask for VMs, watch them, move them, stop and start them, delete them."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Body, Header, HTTPException, Query, Response, status
 from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
-from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.schemas import Placement, Vm, VmBatch, VmBatchRequest, VmDefaults, VmPage, VmRequest
+from vmsched_api.repository import BadTarget, IdempotencyConflict, PowerAction, Refused, to_vm
+from vmsched_api.schemas import (
+    MigrateRequest,
+    Placement,
+    Vm,
+    VmBatch,
+    VmBatchRequest,
+    VmDefaults,
+    VmPage,
+    VmRequest,
+)
+from vmsched_common import migration
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmDeleted
 from vmsched_common.outbox import publish_rows
+from vmsched_common.vm_changes import power_command
 
 router = APIRouter(prefix="/v1/vms", tags=["vms"])
 log = get_logger("vmsched_api")
@@ -122,12 +134,19 @@ async def get_placement(vm_id: UUID, services: ServicesDep) -> Placement:
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
-@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm)
+@router.delete(
+    "/{vm_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={404: {"description": "no such VM"}, 409: {"description": "the VM is migrating"}},
+)
 async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
     found = await services.repository.request_delete(vm_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     vm, change = found
+    if change is None and vm.status is VmStatus.MIGRATING:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"VM {vm_id} is migrating; delete it once the migration ends")
     if change is not None and vm.status is VmStatus.DELETING:
         await _publish(services, [vm])
     elif change is not None and vm.status is VmStatus.DELETED:
@@ -135,4 +154,74 @@ async def delete_vm(vm_id: UUID, services: ServicesDep) -> Vm:
             await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None))
         except Exception as error:  # the VM is deleted; only subscribers miss the event
             log.warning("vm.deleted not published", error=repr(error))
+    return to_vm(vm)
+
+
+_MOVE_RESPONSES: dict[int | str, dict[str, str]] = {
+    404: {"description": "no such VM"},
+    409: {"description": "not possible for the VM as it is (the reason says why); nothing changed"},
+}
+
+
+@router.post(
+    "/{vm_id}/migrate",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={**_MOVE_RESPONSES, 422: {"description": "target_host can never take the VM (unknown, its own host)"}},
+)
+async def migrate_vm(vm_id: UUID, services: ServicesDep, body: Annotated[MigrateRequest | None, Body()] = None) -> Vm:
+    """Move a running VM to another host, live (Nova's live migration): a scheduler chooses the
+    target by every rule of the VM, its host excluded (or checks them on ``target_host``), claims it,
+    and the target prepares, the source hands over, the target takes it. The VM is ``migrating``
+    meanwhile, holding capacity on both hosts; it ends ``running`` on the target (``vm.migrated``) or,
+    when no host takes it or a step fails, ``running`` on its source with the reason in
+    ``status_reason`` (``vm.migration_failed``). 409: not running, something else in flight, or a
+    host whose agent cannot migrate."""
+    target = None if body is None else body.target_host
+    try:
+        vm = await services.repository.request_migration(vm_id, target)
+    except Refused as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except BadTarget as error:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["body", "target_host"], "msg": str(error), "type": "value_error"}],
+        ) from None
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    try:
+        await services.publisher.vm_migrate(migration.request_of(vm, time.time()))
+    except Exception as error:  # the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed
+        log.warning("vm.migrate not published; it will be sent again", error=repr(error))
+    return to_vm(vm)
+
+
+@router.post("/{vm_id}/stop", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=_MOVE_RESPONSES)
+async def stop_vm(vm_id: UUID, services: ServicesDep) -> Vm:
+    """Power a running VM off (``stopped`` at once, task ``stopping`` until its agent confirms). Its
+    host keeps its room, as Nova does: ``POST .../start`` brings it back on the same host. 409: not
+    running, or a host whose agent cannot stop VMs."""
+    return await _power(vm_id, PowerAction.STOP, services)
+
+
+@router.post("/{vm_id}/start", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=_MOVE_RESPONSES)
+async def start_vm(vm_id: UUID, services: ServicesDep) -> Vm:
+    """Power a stopped VM on again on its host (``running`` at once, task ``starting`` until its agent
+    confirms). 409: not stopped, or a host whose agent cannot start VMs."""
+    return await _power(vm_id, PowerAction.START, services)
+
+
+async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep) -> Vm:
+    try:
+        vm = await services.repository.request_power(vm_id, action)
+    except Refused as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    command = power_command(vm)
+    if command is not None and vm.hypervisor_id is not None:
+        try:
+            await services.publisher.command(vm.hypervisor_id, vm.command(command))
+        except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
+            log.warning(f"{command.value} command not published; it will be sent again", error=repr(error))
     return to_vm(vm)

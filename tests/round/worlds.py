@@ -22,7 +22,7 @@ from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot
+from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot, target_claim_id
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
@@ -101,6 +101,10 @@ class World(Protocol):
         ...
 
     async def claimed_on(self, vm_id: UUID) -> str | None: ...
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        """The host of the VM's target claim (a migration's), if it holds one."""
+        ...
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         """Another scheduler claims on the host, in the snapshot and in PostgreSQL."""
@@ -207,6 +211,10 @@ class MemoryWorld:
 
     async def claimed_on(self, vm_id: UUID) -> str | None:
         held = self.snapshot.claims.get(str(vm_id))
+        return None if held is None else held[0]
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        held = self.snapshot.claims.get(target_claim_id(vm_id))
         return None if held is None else held[0]
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
@@ -378,6 +386,9 @@ class ServersWorld:
 
     async def claimed_on(self, vm_id: UUID) -> str | None:
         return await self.snapshot.claim_of(vm_id)
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        return await self.snapshot.claim_of(target_claim_id(vm_id))
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         (result,) = (await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())).results

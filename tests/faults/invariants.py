@@ -12,10 +12,11 @@ import asyncpg
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
 
-FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted"}
+FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted", "stopped"}
 # The statuses that hold capacity (vmsched_common.lifecycle.HOLDS_CAPACITY, written out: this checker
-# is a second opinion, not a copy of the code it checks).
-ALLOCATING = ("scheduled", "running", "unknown", "deleting")
+# is a second opinion, not a copy of the code it checks); a migrating VM holds its migration target
+# as well.
+ALLOCATING = ("scheduled", "running", "unknown", "deleting", "stopped", "migrating")
 RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
 
 
@@ -36,7 +37,12 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
         hosts = await conn.fetch("SELECT * FROM hosts")
         sums = await conn.fetch(
             """SELECT hypervisor_id, sum(cpu) cpu, sum(memory_mb) memory_mb, sum(disk_gb) disk_gb, sum(gpu) gpu,
-                      count(*) n FROM vms WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                      count(*) n
+                 FROM (SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
+                        WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                       UNION ALL
+                       SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
+                        WHERE status = 'migrating' AND migration_target IS NOT NULL) shares
                GROUP BY hypervisor_id""",
             list(ALLOCATING),
         )

@@ -1,6 +1,7 @@
 """kill -9 in the middle of migrations: of the gateway, then of the scheduler. Each migration either
 completes or rolls back, every VM runs on exactly the host PostgreSQL says, no host is overcommitted,
-and once reconciled the Redis snapshot holds what PostgreSQL says."""
+and once reconciled the Redis snapshot holds what PostgreSQL says. And a migration whose target
+never answers is rolled back after VMSCHED_MIGRATION_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, online_fleet
 from tests.faults.invariants import check
-from tests.integration.moving import disagreements, host_shares
+from tests.integration.moving import claims_of, disagreements, host_shares
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -40,7 +41,7 @@ def crash_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> I
         VMSCHED_RECONCILE_INTERVAL="3",
         # A step whose command a crash lost is sent again this soon; none is left to time out.
         VMSCHED_RESEND_STALE_AFTER="4",
-        VMSCHED_MIGRATION_TIMEOUT="120",
+        VMSCHED_MIGRATION_TIMEOUT="25",
     ) as stack:
         yield stack
 
@@ -158,6 +159,39 @@ async def test_kill_9_of_the_scheduler_mid_migration_completes_or_rolls_back_eac
     moved, rolled_back = await _check_after(servers, crash_fleet, after, before)
     print(f"scheduler kill -9: {MOVES} migrations -> {moved} moved, {rolled_back} rolled back")
     assert moved + rolled_back == MOVES
+
+
+async def test_a_migration_whose_target_never_answers_is_rolled_back_after_the_timeout(
+    crash_stack: Stack, crash_fleet: SimulatedFleet, servers: Servers
+) -> None:
+    async with httpx.AsyncClient(base_url=crash_stack.api_url, timeout=60) as api:
+        (vm,) = await _running_vms(api, 1, f"{SUITE}-silent")
+        source = str(vm["hypervisor_id"])
+        target = next(host for host in sorted(crash_fleet.agents) if host != source)
+        await crash_fleet.cut_off(target)  # still online to vmsched for a while: it may be chosen
+        try:
+            response = await api.post(f"/v1/vms/{vm['id']}/migrate", json={"target_host": target})
+            assert response.status_code == 202, response.text
+            await eventually(
+                lambda: _in_flight(servers, [str(vm["id"])]), lambda n: n == 1, timeout=30, what="the target claimed"
+            )
+            (after,) = await _all_settled(api, [str(vm["id"])])
+        finally:
+            await crash_fleet.reconnect(target)
+    assert (after["status"], after["hypervisor_id"], after["migration_target"]) == ("running", source, None)
+    assert "VMSCHED_MIGRATION_TIMEOUT" in str(after["status_reason"]), after["status_reason"]
+    assert await claims_of(servers, str(vm["id"])) == {"claim": source, "target": None}
+    report = await check(servers.asyncpg_dsn, [str(vm["id"])])
+    assert report.problems == []
+    # Back on the network, the target carries out what waited in its queue, the abort last: it
+    # keeps nothing of the VM.
+    await eventually(
+        lambda: asyncio.sleep(0, uuid.UUID(str(vm["id"])) in crash_fleet.hypervisors[target].vms),
+        lambda held: not held,
+        timeout=30,
+        what="the target dropped what it prepared",
+    )
+    assert crash_fleet.host_of(uuid.UUID(str(vm["id"]))) == source
 
 
 def _wait_ready(stack: Stack, name: str) -> None:

@@ -71,3 +71,15 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
         f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
         "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized"
     ]
+
+
+def test_a_migration_timeout_shorter_than_a_resend_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert Settings().migration_timeout == 600.0
+    monkeypatch.setenv("VMSCHED_MIGRATION_TIMEOUT", "60")
+    monkeypatch.setenv("VMSCHED_RESEND_STALE_AFTER", "120")
+    with pytest.raises(SystemExit):
+        load_settings("vmsched-gateway")
+    err = capsys.readouterr().err
+    assert "VMSCHED_MIGRATION_TIMEOUT (60) must be longer than VMSCHED_RESEND_STALE_AFTER (120)" in err

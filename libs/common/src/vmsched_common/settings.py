@@ -145,6 +145,16 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _migrations_outlast_a_resend(self) -> Settings:
+        if self.migration_timeout <= self.resend_stale_after:
+            raise ValueError(
+                f"{ENV_PREFIX}MIGRATION_TIMEOUT ({self.migration_timeout:g}) must be longer than "
+                f"{ENV_PREFIX}RESEND_STALE_AFTER ({self.resend_stale_after:g}): a step's lost command is sent "
+                "again before the migration is given up"
+            )
+        return self
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:

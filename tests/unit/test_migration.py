@@ -202,6 +202,18 @@ def test_the_command_a_step_waits_on_is_the_one_sent_again() -> None:
     assert migration.awaited(asked.after) is None  # the scheduler's vm.migrate is what it waits on
 
 
+def test_a_migration_s_outcome_is_read_from_the_vm_s_row() -> None:
+    started = migration.requested(running(), None, NOW)
+    assert started is not None
+    assert migration.outcome(started.after, 1, SOURCE) is migration.Outcome.IN_FLIGHT
+    done = on(claimed(Task.FINISHING), report(CommandAction.FINISH_MIGRATION, ReportedStatus.RUNNING, TARGET))
+    failed = on(claimed(Task.PREPARING), report(CommandAction.PREPARE_MIGRATION, ReportedStatus.FAILED, TARGET))
+    assert done is not None
+    assert failed is not None
+    assert migration.outcome(done.change.after, 1, SOURCE) is migration.Outcome.MOVED
+    assert migration.outcome(failed.change.after, 1, SOURCE) is migration.Outcome.ROLLED_BACK
+
+
 def test_stop_and_start_keep_the_host_and_wait_for_the_agent() -> None:
     stop = stop_requested(running(), NOW)
     assert stop is not None

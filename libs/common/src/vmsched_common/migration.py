@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from uuid import UUID
 
 from vmsched_common.db.records import VmRecord
@@ -279,3 +280,18 @@ def _order(vm: VmRecord, expected: Expected) -> Order:
 
 def _orders(vm: VmRecord, task: Task) -> tuple[Order, ...]:
     return (_order(vm, EXPECTED[task]),)
+
+
+class Outcome(StrEnum):
+    """How one migration stands (what a drain or a rebalance waits on)."""
+
+    IN_FLIGHT = "in_flight"
+    MOVED = "moved"  # the VM runs on another host than it left
+    ROLLED_BACK = "rolled_back"  # the VM runs on the host it left; its status_reason says why
+
+
+def outcome(vm: VmRecord, migration: int, source: str) -> Outcome:
+    """How migration number ``migration`` of the VM, which left ``source``, stands by its row now."""
+    if in_flight(vm, migration):
+        return Outcome.IN_FLIGHT
+    return Outcome.MOVED if vm.hypervisor_id != source else Outcome.ROLLED_BACK

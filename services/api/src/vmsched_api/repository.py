@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,19 +19,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
-from vmsched_common import migration
-from vmsched_common.db import vm_writes
+from vmsched_common.db import moves, vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
+from vmsched_common.db.moves import PowerAction
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
 from vmsched_common.db.shares import SHARES
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import Capability, HostStatus
+from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
-from vmsched_common.vm_changes import Change, delete_requested, start_requested, stop_requested
+from vmsched_common.vm_changes import Change, delete_requested
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
@@ -57,7 +56,6 @@ _PATCH_HOST = text(
 # VMs that occupy a host: those holding its capacity (a VM migrating to it too). Failed and
 # unschedulable VMs hold none (a restart is placed anew, and a placement on a deleted host is refused).
 _OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({SHARES}) shares WHERE host_id = :id ORDER BY vm_id LIMIT 10")
-_HOST_CAPABILITIES = text("SELECT id, capabilities FROM hosts WHERE id = ANY(CAST(:ids AS text[]))")
 
 
 class HostRemoval(StrEnum):
@@ -68,19 +66,6 @@ class HostRemoval(StrEnum):
 
 class IdempotencyConflict(Exception):
     """The Idempotency-Key was used before with a different request body."""
-
-
-class Refused(Exception):
-    """A request the VM (or its host) cannot take as it is: HTTP 409 with the reason."""
-
-
-class BadTarget(Exception):
-    """A migration's ``target_host`` that can never take the VM: HTTP 422 naming the field."""
-
-
-class PowerAction(StrEnum):
-    STOP = "stop"
-    START = "start"
 
 
 def request_hash(body: VmRequest) -> str:
@@ -160,12 +145,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         return datetime.fromisoformat(stamp), uuid.UUID(vm_id)
     except Exception as error:
         raise ValueError("not a cursor from a previous page") from error
-
-
-def _why_not(vm: VmRecord, action: str, wanted: VmStatus) -> str:
-    if vm.status is not wanted:
-        return f"VM {vm.id} is {vm.status.value}: only a {wanted.value} VM can {action}"
-    return f"VM {vm.id} has a task in flight ({vm.task.value if vm.task else 'none'}); try again once it ends"
 
 
 class Repository:
@@ -280,56 +259,13 @@ class Repository:
 
     @retry_on_dead_connection
     async def request_migration(self, vm_id: UUID, target_host: str | None) -> VmRecord | None:
-        """Start the VM's next migration (``migrating``, task choosing_target): a running VM with
-        nothing in flight, on a host that can migrate, towards ``target_host`` (a known host that can
-        migrate, not its own) or a host the scheduler chooses. None for an unknown VM; raises
-        :class:`Refused` or :class:`BadTarget` with the reason, changing nothing."""
-        async with self.engine.begin() as connection:
-            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
-            if row is None:
-                return None
-            vm = VmRecord.from_row(row)
-            change = migration.requested(vm, target_host, time.time())
-            if change is None:
-                raise Refused(_why_not(vm, "migrate", VmStatus.RUNNING))
-            source = str(vm.hypervisor_id)
-            if target_host == source:
-                raise BadTarget(f"{target_host} is the VM's own host")
-            asked = [source] if target_host is None else [source, target_host]
-            capabilities = {r.id: r.capabilities for r in await connection.execute(_HOST_CAPABILITIES, {"ids": asked})}
-            if target_host is not None and target_host not in capabilities:
-                raise BadTarget(f"no host {target_host}")
-            for host_id in asked:
-                if Capability.MIGRATE.value not in (capabilities.get(host_id) or []):
-                    raise Refused(
-                        f"host {host_id} cannot migrate VMs (its agent does not declare the 'migrate' capability)"
-                    )
-            await vm_writes.apply(connection, [change])
-        return change.after
+        """:func:`vmsched_common.db.moves.start_migration`."""
+        return await moves.start_migration(self.engine, vm_id, target_host)
 
     @retry_on_dead_connection
     async def request_power(self, vm_id: UUID, action: PowerAction) -> VmRecord | None:
-        """Stop a running VM or start a stopped one (its agent is to be told: task stopping or
-        starting); its host keeps its room either way. None for an unknown VM; raises :class:`Refused`
-        with the reason, changing nothing."""
-        async with self.engine.begin() as connection:
-            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
-            if row is None:
-                return None
-            vm = VmRecord.from_row(row)
-            requested = stop_requested if action is PowerAction.STOP else start_requested
-            change = requested(vm, time.time())
-            if change is None:
-                wanted = VmStatus.RUNNING if action is PowerAction.STOP else VmStatus.STOPPED
-                raise Refused(_why_not(vm, action.value, wanted))
-            found = (await connection.execute(_HOST_CAPABILITIES, {"ids": [vm.hypervisor_id]})).first()
-            if found is None or Capability.POWER.value not in (found.capabilities or []):
-                raise Refused(
-                    f"host {vm.hypervisor_id} cannot {action.value} VMs (its agent does not declare the 'power' "
-                    "capability)"
-                )
-            await vm_writes.apply(connection, [change])
-        return change.after
+        """:func:`vmsched_common.db.moves.request_power`."""
+        return await moves.request_power(self.engine, vm_id, action)
 
     @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 from uuid import UUID
 
@@ -11,7 +10,7 @@ from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
-from vmsched_api.repository import BadTarget, IdempotencyConflict, PowerAction, Refused, to_vm
+from vmsched_api.repository import IdempotencyConflict, to_vm
 from vmsched_api.schemas import (
     MigrateRequest,
     Placement,
@@ -22,14 +21,13 @@ from vmsched_api.schemas import (
     VmPage,
     VmRequest,
 )
-from vmsched_common import migration
+from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmDeleted
 from vmsched_common.outbox import publish_rows
-from vmsched_common.vm_changes import power_command
 
 router = APIRouter(prefix="/v1/vms", tags=["vms"])
 log = get_logger("vmsched_api")
@@ -190,7 +188,7 @@ async def migrate_vm(vm_id: UUID, services: ServicesDep, body: Annotated[Migrate
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     try:
-        await services.publisher.vm_migrate(migration.request_of(vm, time.time()))
+        await announce_migration(services.publisher, vm)
     except Exception as error:  # the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed
         log.warning("vm.migrate not published; it will be sent again", error=repr(error))
     return to_vm(vm)
@@ -218,10 +216,8 @@ async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep) -> Vm:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
-    command = power_command(vm)
-    if command is not None and vm.hypervisor_id is not None:
-        try:
-            await services.publisher.command(vm.hypervisor_id, vm.command(command))
-        except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
-            log.warning(f"{command.value} command not published; it will be sent again", error=repr(error))
+    try:
+        await announce_power(services.publisher, vm)
+    except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
+        log.warning(f"{action.value} command not published; it will be sent again", error=repr(error))
     return to_vm(vm)

@@ -487,8 +487,8 @@ class Snapshot:
 
     async def move_claim(self, vm_id: UUID) -> tuple[str | None, str | None]:
         """A migration is done: the VM's claim on its source is given back and its target claim
-        becomes its claim. Returns (the source it was released on, the host it holds now), None
-        for what was not there."""
+        becomes its claim. Returns (the source it was released on, the host it holds now), None for
+        what was not there; without a target claim (moved already) nothing changes: (None, None)."""
         source, target = await self._move_claim(
             keys=[self.changed_key, self.seq_key, self.claim_key(vm_id), self.claim_key(target_claim_id(vm_id))],
             args=[self.prefix, str(vm_id), target_claim_id(vm_id)],

@@ -142,18 +142,40 @@ def test_a_failed_step_rolls_back_to_the_source_and_gives_the_target_back(
     step = on(claimed(task), report(action, ReportedStatus.FAILED, host, message="disk full"))
     assert step is not None
     after = step.change.after
-    assert (after.status, after.hypervisor_id, after.migration_target, after.task) == (
+    engaged = task is not Task.PREPARING  # the source was told to hand over: it must say it runs the VM
+    assert (after.status, after.hypervisor_id, after.task) == (
         VmStatus.RUNNING,
         SOURCE,
-        None,
-        None,
+        Task.ROLLING_BACK if engaged else None,
     )
+    assert after.migration_target == (TARGET if engaged else None)  # named for the rollback, holding nothing
     assert step.change.transition.capacity is Capacity.RELEASE_TARGET
     assert step.change.released_from == TARGET
     assert orders(step) == told
     assert step.failed == (action.value, f"{action.value} failed on {host}: disk full")
     assert after.status_reason is not None
     assert "disk full" in after.status_reason
+
+
+def test_the_source_ends_a_rollback_by_running_the_vm_or_the_vm_fails() -> None:
+    rolled = on(claimed(Task.FINISHING), report(CommandAction.FINISH_MIGRATION, ReportedStatus.FAILED, TARGET))
+    assert rolled is not None
+    rolling = rolled.change.after
+    order = migration.awaited(rolling)
+    assert order is not None
+    assert (order.host, order.command.action) == (SOURCE, CommandAction.ROLLBACK_MIGRATION)  # sent again if lost
+    assert migration.outcome(rolling, 1, SOURCE) is migration.Outcome.ROLLED_BACK
+    assert on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.RUNNING, TARGET)) is None
+    resumed = on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.RUNNING, SOURCE))
+    assert resumed is not None
+    assert (resumed.change.after.task, resumed.change.after.migration_target) == (None, None)
+    assert resumed.change.transition.capacity is Capacity.KEEP
+    assert migration.awaited(resumed.change.after) is None
+    lost = on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.FAILED, SOURCE, message="gone"))
+    assert lost is not None
+    assert (lost.change.after.status, lost.change.after.task) == (VmStatus.FAILED, None)
+    assert lost.change.transition.capacity is Capacity.RELEASE
+    assert lost.change.released_from == SOURCE
 
 
 def test_reports_of_another_step_host_or_migration_change_nothing() -> None:
@@ -288,7 +310,8 @@ def test_whatever_agents_report_a_migration_ends_on_one_host_holding_one_share(
     else:
         assert current.status is VmStatus.RUNNING
         assert shares == 1
-        assert current.migration_target is None
+        rolling_back = current.task is Task.ROLLING_BACK  # the target stays named, holding nothing
+        assert current.migration_target == (TARGET if rolling_back else None)
         moved = [
             (CommandAction.PREPARE_MIGRATION, TARGET),
             (CommandAction.MIGRATE, SOURCE),

@@ -45,6 +45,8 @@ class Task(StrEnum):
     PREPARING = "preparing"  # migrating: the target claimed, its agent told to prepare
     HANDING_OVER = "handing_over"  # migrating: the target prepared, the source told to hand the VM over
     FINISHING = "finishing"  # migrating: the source handed over, the target told to take the VM
+    ROLLING_BACK = "rolling_back"  # running: a migration rolled back after the hand-over began; the source
+    # was told to keep (or resume) the VM
 
 
 class Event(StrEnum):
@@ -77,6 +79,7 @@ class Event(StrEnum):
     START_REQUESTED = "start_requested"  # POST /v1/vms/{id}/start
     AGENT_STARTED = "agent_started"  # the agent reports it started
     AGENT_START_FAILED = "agent_start_failed"  # the agent could not start it
+    AGENT_ROLLED_BACK = "agent_rolled_back"  # the source runs the VM again after a migration rolled back
 
 
 class Capacity(StrEnum):
@@ -221,7 +224,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.RUNNING,
         Capacity.RELEASE_TARGET,
         emits="vm.migration_failed",
-        note="rolled back: on its source; the target told to abort, the source to keep (or resume) it",
+        note="rolled back: on its source; the target told to abort and, once it was told to hand over, the "
+        "source to keep (or resume) it (task rolling_back)",
     ),
     Transition(
         E.MIGRATION_TIMED_OUT,
@@ -249,8 +253,21 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(E.AGENT_STARTED, S.RUNNING, S.RUNNING, note="the start is done"),
     Transition(E.AGENT_START_FAILED, S.RUNNING, S.STOPPED, note="still stopped; status_reason says why"),
     Transition(E.DELETE_REQUESTED, S.STOPPED, S.DELETING, note="its agent is told to delete it"),
+    Transition(E.AGENT_ROLLED_BACK, S.RUNNING, S.RUNNING, note="the source runs it again: the migration is over"),
 )
 del S, E
+
+# The status a VM has while each task is in flight: a task found with another status is over (the VM
+# failed, was deleted, ...), and nothing is sent again for it.
+TASK_STATUS: dict[Task, VmStatus] = {
+    Task.STOPPING: VmStatus.STOPPED,
+    Task.STARTING: VmStatus.RUNNING,
+    Task.CHOOSING_TARGET: VmStatus.MIGRATING,
+    Task.PREPARING: VmStatus.MIGRATING,
+    Task.HANDING_OVER: VmStatus.MIGRATING,
+    Task.FINISHING: VmStatus.MIGRATING,
+    Task.ROLLING_BACK: VmStatus.RUNNING,
+}
 
 # The statuses whose VM holds a share of its host (hypervisor_id).
 HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(

@@ -13,7 +13,8 @@ source's given back only once the target reports the VM running: in flight, the 
 step that fails, or a migration in flight longer than ``VMSCHED_MIGRATION_TIMEOUT``, rolls back: the
 VM stays ``running`` on its source, the target's share is given back, the target is told to abort
 (drop what it prepared or took) and, once the source was told to hand over, the source to roll back
-(keep or resume the VM); ``vm.migration_failed`` says why.
+(keep or resume the VM: task ``rolling_back`` until it reports the VM running, its command sent again
+meanwhile; if it cannot, the VM failed); ``vm.migration_failed`` says why.
 
 Every function returns None when the report or the request does not apply to the VM as it is (a
 late, repeated or stale report, another migration's): the caller then changes nothing. The stores
@@ -172,6 +173,8 @@ def _back_on_source(vm: VmRecord, reason: str) -> VmRecord:
 def on_report(vm: VmRecord, report: VmStatusReport, now: float) -> Step | None:
     """An agent reports on a command of the VM's migration: the step it ends moves the migration on,
     a failure rolls it back; anything else (another migration's, a repeat, the wrong host) is None."""
+    if vm.task is Task.ROLLING_BACK:
+        return _rolled_back(vm, report, now)
     if not in_flight(vm, report.migration) or vm.task is None or vm.migration_target is None:
         return None
     expected = EXPECTED.get(vm.task)
@@ -227,20 +230,55 @@ def _finished(vm: VmRecord, now: float) -> Step | None:
 def rollback(vm: VmRecord, event: Event, why: tuple[str, str]) -> Step | None:
     """The migration is called off (``event``: a failed step, or a timeout): the VM runs on its source;
     a claimed target is told to abort and, once the source was told to hand over, the source to roll
-    back. ``why``: (reason, detail) for ``vm.migration_failed``."""
+    back (task rolling_back: the target stays named, for that command, but holds nothing any more).
+    ``why``: (reason, detail) for ``vm.migration_failed``."""
     held = Condition.TARGET_HELD if vm.migration_target is not None else Condition.NO_TARGET_YET
     transition = choose(event, vm.status, [held])
     if transition is None or vm.task is None:
         return None
     reason, detail = why
     orders: list[Order] = []
+    target = f" to {vm.migration_target}" if vm.migration_target else ""
+    after = _back_on_source(vm, f"migration{target} rolled back: {detail}")
     if vm.migration_target is not None:
         orders.append(Order(vm.migration_target, vm.migration_command(CommandAction.ABORT_MIGRATION)))
         if vm.task in _SOURCE_ENGAGED:
             orders.append(Order(str(vm.hypervisor_id), vm.migration_command(CommandAction.ROLLBACK_MIGRATION)))
-    target = f" to {vm.migration_target}" if vm.migration_target else ""
-    after = _back_on_source(vm, f"migration{target} rolled back: {detail}")
+            after = replace(after, task=Task.ROLLING_BACK, migration_target=vm.migration_target)
     return Step(Change(vm, after, transition), tuple(orders), failed=(reason, detail))
+
+
+def _rolled_back(vm: VmRecord, report: VmStatusReport, now: float) -> Step | None:
+    """The source answers the rollback: it runs the VM again (the migration is over), or it could not
+    keep it (the VM failed; its restart policy applies)."""
+    if (
+        report.action is not CommandAction.ROLLBACK_MIGRATION
+        or report.agent_id != vm.hypervisor_id
+        or report.migration != vm.migrations
+    ):
+        return None
+    if report.status is ReportedStatus.RUNNING:
+        transition = choose(Event.AGENT_ROLLED_BACK, vm.status)
+        if transition is None:
+            return None
+        after = replace(vm, task=None, task_since=None, migration_target=None)
+        return Step(Change(vm, after, transition))
+    if report.status is not ReportedStatus.FAILED:
+        return None
+    transition = choose(Event.AGENT_FAILED, vm.status)
+    if transition is None:
+        return None
+    why = report.message or "no reason given"
+    after = replace(
+        vm,
+        status=transition.target,
+        status_reason=f"failed on {vm.hypervisor_id}: it could not keep the VM when its migration rolled back: {why}",
+        task=None,
+        task_since=None,
+        migration_target=None,
+        failed_at=_at(now),
+    )
+    return Step(Change(vm, after, transition))
 
 
 def timed_out(vm: VmRecord, now: float, timeout: float) -> Step | None:
@@ -265,6 +303,8 @@ def awaited(vm: VmRecord) -> Order | None:
     """The command the migration's current step waits on, to send again when it went unanswered (a
     broker restart loses commands in flight; agents carry out a repeat once). None while no target is
     claimed (the scheduler's ``vm.migrate`` is what is awaited then) or when nothing is in flight."""
+    if vm.task is Task.ROLLING_BACK and vm.status is VmStatus.RUNNING and vm.migration_target is not None:
+        return Order(str(vm.hypervisor_id), vm.migration_command(CommandAction.ROLLBACK_MIGRATION))
     if not in_flight(vm) or vm.task is None or vm.migration_target is None:
         return None
     expected = EXPECTED.get(vm.task)

@@ -41,9 +41,8 @@ class StatusReports:
             if report.action in POWER_ACTIONS:
                 await self.tasks.on_power_report(report)
                 return
-            # A source that could not keep the VM when its migration was rolled back: the VM failed,
-            # settled below as any failed VM.
-            if report.action in MIGRATION_ACTIONS and await self.tasks.on_migration_report(report):
+            if report.action in MIGRATION_ACTIONS:
+                await self.tasks.on_migration_report(report)
                 return
             if report.status is ReportedStatus.RUNNING:
                 await self._running(report)

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_common import migration
 from vmsched_common.db import vm_writes
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import TASK_STATUS, VmStatus
 from vmsched_common.messages import VmStatusReport
 from vmsched_common.migration import Step
 from vmsched_common.vm_changes import Change, power_reported
@@ -30,6 +30,11 @@ _TIMED_OUT = text(
      ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
     """
 )
+# A task is in flight only while its VM has the task's status (lifecycle.TASK_STATUS); one left on a
+# VM that failed or was deleted meanwhile is over.
+_TASK_IN_FLIGHT = " OR ".join(
+    f"(task = '{task.value}' AND status = '{status.value}')" for task, status in TASK_STATUS.items()
+)
 # VMs whose task has waited on an agent (or a scheduler) for a while: updated_at is bumped so each is
 # sent again once per period.
 _TOUCH_STALE_TASKS = text(
@@ -37,6 +42,7 @@ _TOUCH_STALE_TASKS = text(
     UPDATE vms SET updated_at = now()
      WHERE id IN (SELECT id FROM vms
                    WHERE task IS NOT NULL AND updated_at < now() - make_interval(secs => :stale)
+                     AND ({_TASK_IN_FLIGHT})
                    ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED)
     RETURNING {VM_COLUMNS}
     """

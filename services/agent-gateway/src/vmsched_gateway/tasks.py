@@ -14,7 +14,6 @@ from vmsched_common.logs import bound, get_logger
 from vmsched_common.messages import (
     CommandAction,
     MigrationOrder,
-    ReportedStatus,
     VmMigrated,
     VmMigrating,
     VmMigrationFailed,
@@ -48,20 +47,16 @@ class Tasks:
         await self.publisher.command(event.target, command)
         log.info("migration: target told to prepare", vm_id=str(event.vm_id), source=event.source, target=event.target)
 
-    async def on_migration_report(self, report: VmStatusReport) -> bool:
-        """A report on a migration's command; False when it is the source's failure to roll back, which
-        the caller settles as any other failure of a running VM."""
-        if report.action is CommandAction.ROLLBACK_MIGRATION and report.status is ReportedStatus.FAILED:
-            return False
-        if report.action in _AFTERMATH or report.action is CommandAction.ROLLBACK_MIGRATION:
+    async def on_migration_report(self, report: VmStatusReport) -> None:
+        """A report on a migration's command: the step it makes, carried out."""
+        if report.action in _AFTERMATH:
             log.info("migration aftermath reported", status=report.status.value, reason=report.message)
-            return True
+            return
         step = await self.store.migration_report(report)
         if step is None:
             log.info("migration report changed nothing")
-            return True
+            return
         await self.carry_out(step)
-        return True
 
     async def on_power_report(self, report: VmStatusReport) -> None:
         change = await self.store.power_report(report)
@@ -75,8 +70,11 @@ class Tasks:
         vm = step.change.after
         with bound(vm_id=str(vm.id), migration=step.change.before.migrations):
             capacity = step.change.transition.capacity
-            if capacity is Capacity.RELEASE:  # done: the source's claim given back, the target's is the VM's
+            if step.migrated:  # the source's claim given back, the target's is the VM's now
                 await self.snapshot.move_claim(vm.id)
+            elif capacity is Capacity.RELEASE:  # the source could not keep it after a rollback: failed
+                await self.snapshot.release(vm.id)
+                log.warning("VM failed", status=vm.status.value, reason=vm.status_reason)
             elif capacity is Capacity.RELEASE_TARGET:
                 await self.snapshot.release(target_claim_id(vm.id))
             for order in step.orders:
@@ -101,7 +99,7 @@ class Tasks:
                     )
                 )
                 log.warning("migration rolled back", source=step.source, target=step.target, reason=detail)
-            else:
+            elif capacity is Capacity.KEEP:
                 log.info("migration step", task=vm.task.value if vm.task else None)
 
     async def sweep(self, *, migration_timeout: float, resend_after: float) -> None:

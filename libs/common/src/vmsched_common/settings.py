@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     # message may have been dead-lettered by the delivery limit after broker restarts. A repeat is
     # harmless (every consumer is idempotent), so this only needs to exceed a normal queue wait.
     resend_stale_after: PositiveSeconds = 120.0
+    # A migration in flight longer than this (from its request) is rolled back: the VM stays on its
+    # source, the target's share is given back. Longer than RESEND_STALE_AFTER, so that a step's
+    # command lost on the way is sent again before the migration is given up.
+    migration_timeout: PositiveSeconds = 600.0
     # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read
     # (in the background; rounds read only what changed).
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
@@ -195,6 +199,16 @@ class Settings(BaseSettings):
             if key in ("sslmode", "ssl") and mode not in SSL_MODES:
                 raise ValueError(f"unknown {key} {mode!r}; valid: {', '.join(SSL_MODES)}")
         return value
+
+    @model_validator(mode="after")
+    def _migrations_outlast_a_resend(self) -> Settings:
+        if self.migration_timeout <= self.resend_stale_after:
+            raise ValueError(
+                f"{ENV_PREFIX}MIGRATION_TIMEOUT ({self.migration_timeout:g}) must be longer than "
+                f"{ENV_PREFIX}RESEND_STALE_AFTER ({self.resend_stale_after:g}): a step's lost command is sent "
+                "again before the migration is given up"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -24,6 +24,10 @@ VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"
 VM_PREEMPTED = "vm.preempted"
+VM_MIGRATE = "vm.migrate"
+VM_MIGRATING = "vm.migrating"
+VM_MIGRATED = "vm.migrated"
+VM_MIGRATION_FAILED = "vm.migration_failed"
 AGENT_HEARTBEAT = "agent.heartbeat"
 AGENT_CONFLICT = "agent.conflict"
 
@@ -72,11 +76,20 @@ SCHEDULER_QUEUE = consumer_queue("scheduler.vm-create", VM_CREATE)
 GATEWAY_HEARTBEAT_QUEUE = disposable_queue("gateway.heartbeats", AGENT_HEARTBEAT, max_length=100_000)
 GATEWAY_ASSIGNED_QUEUE = consumer_queue("gateway.vm-assigned", VM_ASSIGNED)
 GATEWAY_STATUS_QUEUE = consumer_queue("gateway.vm-status", VM_STATUS)
+SCHEDULER_MIGRATE_QUEUE = consumer_queue("scheduler.vm-migrate", VM_MIGRATE)
+GATEWAY_MIGRATING_QUEUE = consumer_queue("gateway.vm-migrating", VM_MIGRATING)
 # Quorum for the same reason as the heartbeats' queue. Before, it was classic; RabbitMQ cannot change
 # a queue's type, so an old classic one is kept until an operator moves it (dead_letters.py).
 DEAD_LETTER_QUEUE = RabbitQueue("vmsched.dead-letters", queue_type=QueueType.QUORUM, durable=True, routing_key="#")
 # Every queue a vmsched service consumes from the ``vmsched`` exchange, each bound by its routing key.
-CONSUMER_QUEUES = (SCHEDULER_QUEUE, GATEWAY_HEARTBEAT_QUEUE, GATEWAY_ASSIGNED_QUEUE, GATEWAY_STATUS_QUEUE)
+CONSUMER_QUEUES = (
+    SCHEDULER_QUEUE,
+    GATEWAY_HEARTBEAT_QUEUE,
+    GATEWAY_ASSIGNED_QUEUE,
+    GATEWAY_STATUS_QUEUE,
+    SCHEDULER_MIGRATE_QUEUE,
+    GATEWAY_MIGRATING_QUEUE,
+)
 # Queues whose messages may be thrown away: one an older version declared with other arguments is
 # deleted and declared again (gateway.heartbeats was quorum, then classic, now quorum again).
 DISPOSABLE_QUEUES = (GATEWAY_HEARTBEAT_QUEUE,)

@@ -20,13 +20,15 @@ from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
-from vmsched_common.db import vm_writes
+from vmsched_common.db import moves, vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
+from vmsched_common.db.moves import PowerAction
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.db.shares import SHARES
 from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
+from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
@@ -52,11 +54,9 @@ _PATCH_HOST = text(
     RETURNING {", ".join(f"h.{name}" for name in HOST_FIELDS)}
     """
 )
-# VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
-# restart is placed anew, and a placement on a deleted host is refused).
-_OCCUPANTS = text(
-    f"SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)} ORDER BY id LIMIT 10"
-)
+# VMs that occupy a host: those holding its capacity (a VM migrating to it too). Failed and
+# unschedulable VMs hold none (a restart is placed anew, and a placement on a deleted host is refused).
+_OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({SHARES}) shares WHERE host_id = :id ORDER BY vm_id LIMIT 10")
 
 
 class HostRemoval(StrEnum):
@@ -103,6 +103,9 @@ def to_vm(vm: VmRecord) -> Vm:
         priority=vm.priority,
         preempted_by=vm.preempted_by,
         project=vm.project,
+        task=vm.task,
+        migrations=vm.migrations,
+        migration_target=vm.migration_target,
     )
 
 
@@ -124,6 +127,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
         vm_count=host.vm_count,
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
+        capabilities=list(host.capabilities),
         usage=None
         if usage is None
         else HostUsage(
@@ -280,6 +284,18 @@ class Repository:
         return change.after, change
 
     @retry_on_dead_connection
+    async def request_migration(
+        self, vm_id: UUID, target_host: str | None, project: str | None = None
+    ) -> VmRecord | None:
+        """:func:`vmsched_common.db.moves.start_migration`."""
+        return await moves.start_migration(self.engine, vm_id, target_host, project)
+
+    @retry_on_dead_connection
+    async def request_power(self, vm_id: UUID, action: PowerAction, project: str | None = None) -> VmRecord | None:
+        """:func:`vmsched_common.db.moves.request_power`."""
+        return await moves.request_power(self.engine, vm_id, action, project)
+
+    @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
@@ -313,7 +329,7 @@ class Repository:
         async with self.engine.begin() as connection:
             if (await connection.execute(_LOCK_HOST, {"id": host_id})).first() is None:
                 return HostRemoval.UNKNOWN, []
-            occupants = [row.id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
+            occupants = [row.vm_id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
             if occupants:
                 return HostRemoval.OCCUPIED, occupants
             await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})

@@ -22,13 +22,14 @@ from pydantic import (
 from vmsched_api.identity.scopes import Scope
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import Task, VmStatus
 from vmsched_common.messages import (
     MAX_EXTRA_AMOUNT,
     MAX_EXTRA_NAMES,
     MAX_LABELS,
     AllocationRatio,
     ExtraName,
+    HostId,
     HostSelector,
     HostSelectorTerm,
     HostStatus,
@@ -193,6 +194,28 @@ class Vm(BaseModel):
     priority: int = Field(default=0, description="0..1000: it may preempt VMs of lower priority")
     preempted_by: UUID | None = Field(default=None, description="the VM of higher priority that took its room")
     project: str = Field(description="the project that owns it (the requesting token's)")
+    task: Task | None = Field(
+        default=None,
+        description="what its agent was asked and has not answered: stopping, starting, or a migration's step "
+        "(choosing_target, preparing, handing_over, finishing); null: nothing",
+    )
+    migrations: int = Field(default=0, description="migrations asked for; while migrating, the current one's number")
+    migration_target: str | None = Field(
+        default=None, description="while migrating: the target a scheduler claimed (it holds the VM's share too)"
+    )
+
+
+class MigrateRequest(BaseModel):
+    """Where to move a running VM."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_host: HostId | None = Field(
+        default=None,
+        description="the host to move it to (needs the scope hosts:admin; every rule of the VM is checked on "
+        "it); null: the scheduler "
+        "chooses one by every rule of the VM, its host excluded",
+    )
 
 
 class ServerGroupRequest(BaseModel):
@@ -279,6 +302,10 @@ class Host(BaseModel):
     vm_count: int
     last_heartbeat: datetime | None
     scheduling_paused: bool
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
+    )
     usage: HostUsage | None = Field(
         default=None,
         description="measured by its agent, as of its last heartbeat; null when it reports none "

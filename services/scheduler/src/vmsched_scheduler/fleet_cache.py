@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from vmsched_common import messages
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Resources
+from vmsched_common.messages import Capability, Resources
 from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
 from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
 from vmsched_scheduler.placement.model import SelectorTerm, extras_of
@@ -46,6 +46,7 @@ def to_host_state(record: SnapshotHost) -> HostState:
         disk_ratio=record.overcommit.disk,
         usage=usage_of(record.usage),
         taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
+        can_migrate=Capability.MIGRATE.value in record.capabilities,
     )
 
 

@@ -34,7 +34,7 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Assignment, Unplaced, VmToPlace, WaitingVm
+from vmsched_common.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim
 from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
@@ -51,7 +51,7 @@ from vmsched_scheduler.placement import (
     scheduling_line,
     selected_line,
 )
-from vmsched_scheduler.placement.model import PlacementGroup
+from vmsched_scheduler.placement.model import Migration, PlacementGroup
 from vmsched_scheduler.placement.preemption import cheapest, preemptible_rows
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
@@ -129,6 +129,12 @@ class _Open:
     strategy: Strategy
     avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
     refused: list[RefusedClaim] = field(default_factory=list)
+    move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.moves)
+
+    def always_out(self) -> frozenset[str]:
+        """Hosts never tried for it, even when its exclusions are set aside: those that refused its
+        claim in this round and, for a migration, its source."""
+        return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
 
 @dataclass(slots=True)
@@ -236,14 +242,14 @@ class SchedulingRound:
             # Hosts that failed this VM lately are left out only while another host fits.
             alone = traced_decide(
                 self.fleet.fleet,
-                replace(request, exclude_hosts=frozenset(work.avoid)),
+                replace(request, exclude_hosts=work.always_out()),
                 context,
                 work.item.trace,
                 fallbacks=self.settings.fallbacks,
             )
             if alone.host_id is not None:
                 decision, ignored = alone, True
-                request = replace(request, exclude_hosts=frozenset(work.avoid))
+                request = replace(request, exclude_hosts=work.always_out())
         seconds = time.perf_counter() - started
         DECISION_SECONDS.observe(seconds)
         group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
@@ -256,7 +262,14 @@ class SchedulingRound:
         if not placing:
             return []
         claims = [
-            Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources, c.group) for c in placing
+            Claim(
+                c.work.item.vm.vm_id,
+                str(c.decision.host_id),
+                c.work.item.vm.resources,
+                c.group,
+                target=c.work.move is not None,
+            )
+            for c in placing
         ]
         with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
             claimed = await self.claims.claim_many(claims, self.clock())
@@ -619,18 +632,20 @@ def _detail(decision: Decision) -> str:
 
 def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:
     """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
-    this round or its earlier deliveries left out for it."""
+    this round or its earlier deliveries left out for it (and, for a migration, its source)."""
     vm = work.item.vm
+    move = work.move
     return PlacementRequest(
         vm_id=str(vm.vm_id),
         name=vm.name,
         demand=demand_of(vm.resources),
         labels=vm.labels,
         strategy=work.strategy,
-        exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
+        exclude_hosts=frozenset(vm.exclude_hosts) | work.always_out(),
         host_selector=host_selector_of(vm.host_selector),
         tolerations=tolerations_of(vm.tolerations),
         group=group,
+        migration=None if move is None else Migration(move.source, move.target_host),
     )
 
 

@@ -31,6 +31,7 @@ def test_every_filter_satisfies_the_filter_protocol(host_filter: HostFilter) -> 
 def test_filters_run_in_the_documented_order() -> None:
     assert FILTER_NAMES == (
         "excluded",
+        "migration",
         "offline",
         "paused",
         "labels",

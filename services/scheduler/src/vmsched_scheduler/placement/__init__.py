@@ -14,6 +14,7 @@ from vmsched_scheduler.placement.engine import (
     decide,
     explain,
     rejected_examples,
+    verdict,
 )
 from vmsched_scheduler.placement.filters import FILTER_NAMES, FILTERS, FILTERS_BY_NAME, HostFilter
 from vmsched_scheduler.placement.fleet import Fleet, FleetColumns
@@ -76,4 +77,5 @@ __all__ = [
     "scheduling_line",
     "selected_line",
     "strategy_for",
+    "verdict",
 ]

@@ -223,3 +223,17 @@ def explain(fleet: Fleet, request: PlacementRequest, context: DecisionContext) -
             reason = host_filter.reason(fleet, index, vector)
             verdicts.append(HostVerdict(host_id, False, host_filter.NAME, reason, None))
     return verdicts
+
+
+def verdict(fleet: Fleet, request: PlacementRequest, context: DecisionContext, host_id: str) -> HostVerdict | None:
+    """One host's verdict for ``request``, as :func:`explain` gives it (without a score), computed
+    for that host alone; None for a host the fleet does not know."""
+    index = fleet.index_of(host_id)
+    if index is None:
+        return None
+    vector = RequestVector.of(request, context)
+    for host_filter in FILTERS:
+        passes = host_filter.mask(fleet.columns, vector)
+        if passes is not None and not passes[index]:
+            return HostVerdict(host_id, False, host_filter.NAME, host_filter.reason(fleet, index, vector), None)
+    return HostVerdict(host_id, True, None, None, None)

@@ -136,6 +136,7 @@ class HostState:
     reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
     usage: HostUsage | None = None  # measured by its agent; None when it reports none
     taints: tuple[Taint, ...] = ()
+    can_migrate: bool = False  # its agent declares the "migrate" capability
 
     @property
     def ratios(self) -> Ratios:
@@ -208,6 +209,16 @@ class PlacementRequest:
     host_selector: tuple[SelectorTerm, ...] = ()  # every term must hold (Kubernetes' node affinity)
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None  # its server group, if it joins one
+    migration: Migration | None = None  # set when choosing the target of a migration
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A running VM to move: only a host that can migrate may take it (its source is excluded), and
+    only ``target_host`` when one is named."""
+
+    source: str
+    target_host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +263,7 @@ class RequestVector:
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None
     extra: Extras = ()  # named extra resources asked for
+    migration: Migration | None = None
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -269,6 +281,7 @@ class RequestVector:
             tolerations=request.tolerations,
             group=request.group,
             extra=demand.extra,
+            migration=request.migration,
         )
 
     def demanded(self, resource: int) -> int:

@@ -14,13 +14,14 @@ from vmsched_scheduler.placement.filters.gpu import GpuFilter
 from vmsched_scheduler.placement.filters.host_selector import HostSelectorFilter
 from vmsched_scheduler.placement.filters.labels import LabelsFilter
 from vmsched_scheduler.placement.filters.memory import MemoryFilter
+from vmsched_scheduler.placement.filters.migration import MigrationFilter
 from vmsched_scheduler.placement.filters.offline import OfflineFilter
 from vmsched_scheduler.placement.filters.paused import PausedFilter
 from vmsched_scheduler.placement.filters.server_group import ServerGroupFilter
 from vmsched_scheduler.placement.filters.spread import SpreadFilter
 from vmsched_scheduler.placement.filters.taints import TaintsFilter
 
-# The host's gates first (excluded, offline, paused), then what the VM asks of a host, its labels,
+# The host's gates first (excluded, migration, offline, paused), then what the VM asks of a host, its labels,
 # host selector and the host's taints before the amounts of resources (as Kubernetes runs
 # NodeAffinity and TaintToleration before NodeResourcesFit): a host that could never take this VM
 # is counted as such, not as "full". The order is also the
@@ -29,6 +30,7 @@ from vmsched_scheduler.placement.filters.taints import TaintsFilter
 # last, as it weighs the domains of the hosts that pass every other filter.
 _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     ExcludedFilter(),
+    MigrationFilter(),
     OfflineFilter(),
     PausedFilter(),
     LabelsFilter(),
@@ -62,6 +64,7 @@ __all__ = [
     "HostSelectorFilter",
     "LabelsFilter",
     "MemoryFilter",
+    "MigrationFilter",
     "OfflineFilter",
     "PausedFilter",
     "ServerGroupFilter",

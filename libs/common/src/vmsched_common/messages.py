@@ -382,8 +382,9 @@ class VmWaiting(Message):
 
 class HostStatus(StrEnum):
     ONLINE = "online"
-    DRAINING = "draining"
+    DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_common.drain)
     OFFLINE = "offline"
+    DRAINED = "drained"  # an operator's drain emptied it; it stays paused until the drain is ended
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.

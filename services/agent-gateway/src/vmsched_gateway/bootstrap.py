@@ -12,6 +12,7 @@ from vmsched_common.agent_identity import vhost_of
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
+from vmsched_common.db.drains import DrainStore
 from vmsched_common.db.engine import create_engine
 from vmsched_common.lean_consumer import LeanConsumer
 from vmsched_common.logs import get_logger
@@ -21,6 +22,7 @@ from vmsched_common.publishing import Publisher
 from vmsched_common.settings import AgentAuth, Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.drains import DrainSweep
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
@@ -54,6 +56,7 @@ def build_app(settings: Settings) -> FastStream:
     preemptors = Preemptors(engine)
     fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
     tasks = Tasks(TaskStore(engine), snapshot, publisher, queues)
+    drains = DrainSweep(DrainStore(engine), publisher)
     reports = StatusReports(
         ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
         snapshot,
@@ -126,6 +129,7 @@ def build_app(settings: Settings) -> FastStream:
         background.start(
             tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
         )
+        background.start(drains.forever())
         if settings.agent_auth is AgentAuth.OFF:
             log.warning("VMSCHED_AGENT_AUTH=off: any broker user may send any host's heartbeats and VM reports")
         log.info("gateway ready", agent_auth=settings.agent_auth.value)

@@ -27,6 +27,7 @@ from vmsched_common.db.models import SchedulerSettingRow, VmRow
 from vmsched_common.db.moves import PowerAction
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
 from vmsched_common.db.shares import SHARES
+from vmsched_common.drain import DrainState
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
@@ -109,10 +110,10 @@ def to_vm(vm: VmRecord) -> Vm:
     )
 
 
-def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
+def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainState | None = None) -> Host:
     return Host(
         id=host.id,
-        status=HostStatus(host.status),
+        status=host_status(HostStatus(host.status), drain),
         labels=dict(host.labels),
         operator_labels=dict(host.operator_labels),
         taints=list(host.taints),
@@ -137,6 +138,14 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
             allocated_memory_mb=usage.allocated_memory_mb,
         ),
     )
+
+
+def host_status(reported: HostStatus, drain: DrainState | None) -> HostStatus:
+    """What a host's agent says, unless an operator's drain empties it: ``draining`` until nothing is
+    on it, then ``drained`` (a silent host stays ``offline`` whatever its drain)."""
+    if drain is None or reported is HostStatus.OFFLINE:
+        return reported
+    return HostStatus.DRAINED if drain is DrainState.DRAINED else HostStatus.DRAINING
 
 
 def encode_cursor(created_at: datetime, vm_id: UUID) -> str:

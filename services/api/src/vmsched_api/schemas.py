@@ -21,6 +21,7 @@ from pydantic import (
 
 from vmsched_api.identity.scopes import Scope
 from vmsched_common.decision import PlacementRecord
+from vmsched_common.drain import DrainState
 from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_common.lifecycle import Task, VmStatus
 from vmsched_common.messages import (
@@ -342,6 +343,50 @@ class ReservedPatch(BaseModel):
         if value is None:
             raise ValueError("may not be null (0 holds nothing back)")
         return value
+
+
+class DrainRequest(BaseModel):
+    """How to empty a host (CloudStack's maintenance mode, ``kubectl drain``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    evacuate: bool = Field(
+        default=True,
+        description="move every VM away by live migration; false: only pause the host and wait for its VMs to leave",
+    )
+    deadline_s: Whole = Field(
+        default=600, ge=1, le=86_400, description="seconds to try; the VMs left then stay where they are, running"
+    )
+    max_parallel: Whole = Field(default=4, ge=1, le=64, description="migrations in flight at once")
+
+
+class DrainedVm(BaseModel):
+    vm_id: UUID
+    to: str = Field(description="the host it runs on now")
+
+
+class StuckVm(BaseModel):
+    vm_id: UUID
+    reason: str = Field(description="why the drain cannot move it now (it tries again while the deadline allows)")
+
+
+class Drain(BaseModel):
+    """A host's drain and where it stands."""
+
+    host_id: str
+    state: DrainState = Field(
+        description="draining (VMs left), drained (nothing on the host: patch it, then DELETE the drain), "
+        "timed_out (the deadline passed; the VMs left are listed in stuck, still running)"
+    )
+    evacuate: bool
+    max_parallel: int
+    deadline_at: datetime
+    created_at: datetime
+    ended_at: datetime | None
+    moved: list[DrainedVm] = Field(description="the VMs this drain migrated away")
+    in_flight: list[UUID] = Field(description="the VMs migrating away now")
+    stuck: list[StuckVm] = Field(description="the VMs it cannot move now, each with the reason")
+    queued: list[UUID] = Field(description="the VMs waiting for one of the max_parallel migration slots")
 
 
 class HostPatch(BaseModel):

@@ -229,6 +229,24 @@ class ProjectRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class HostDrainRow(Base):
+    """A host being emptied (POST /v1/hosts/{id}/drain; vmsched_common.drain): what was asked, where
+    it stands, the migrations it started (``{vm_id: migration number}``) and the last failure of each
+    VM it could not move (``{vm_id: {reason, at}}``, ``at`` in epoch seconds)."""
+
+    __tablename__ = "host_drains"
+
+    host_id: Mapped[str] = mapped_column(String(128), ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    evacuate: Mapped[bool] = mapped_column(Boolean)
+    max_parallel: Mapped[int] = mapped_column(Integer)
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    state: Mapped[str] = mapped_column(String(16))
+    started: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    failures: Mapped[dict[str, dict[str, object]]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class TokenRow(Base):
     """An API token. Only the sha256 of its secret is kept: the secret is shown once, when created."""
 

@@ -95,8 +95,8 @@ async def _residents(connection: AsyncConnection, drain: Drain) -> list[VmRecord
 async def _stored(connection: AsyncConnection, row: Any) -> StoredDrain:
     drain = _drain_of(row)
     progress = step(drain, await _residents(connection, drain), time.time()).progress
-    if drain.state is not DrainState.DRAINING:  # ended: as the sweep left it
-        progress = Progress(drain.state, progress.moved, progress.in_flight, progress.stuck, progress.queued)
+    # The state as the sweep recorded it (with its ended_at): the lists are read now.
+    progress = Progress(drain.state, progress.moved, progress.in_flight, progress.stuck, progress.queued)
     return StoredDrain(drain, row.created_at, row.ended_at, progress)
 
 

@@ -205,7 +205,9 @@ class Repository:
         inserting = insert(VmRow)
         if idempotency_key is not None:
             inserting = inserting.on_conflict_do_nothing(index_elements=["project", "idempotency_key"])
-        statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
+        statement = inserting.returning(
+            *(VmRow.__table__.c[name] for name in VM_FIELDS), quota.LIMITED, sort_by_parameter_order=True
+        )
         async with self.engine.begin() as connection:
             await check_groups_exist(connection, [body.server_group for body in bodies], project)
             rows = (await connection.execute(statement, values)).all()

@@ -35,6 +35,7 @@ function badge(text, kind = text) {
 }
 
 const hostHref = (hostId) => `#/hosts/${encodeURIComponent(hostId)}`;
+const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 const clock = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "");
 
 /** Replace ``container``'s children by one per item, reusing the element of an item already shown
@@ -79,7 +80,7 @@ function describeHost(host) {
     ([name, label]) => `${label} ${host.allocated[name]}/${host.capacity[name]}`,
   );
   const states = hostStates(host);
-  return `${host.id} (${[host.status, ...states.filter((s) => s !== host.status)].join(", ")}): ${host.vm_count} VMs; ${used.join(", ")}`;
+  return `${host.id} (${[host.status, ...states.filter((s) => s !== host.status)].join(", ")}): ${count(host.vm_count, "VM")}; ${used.join(", ")}`;
 }
 
 function renderHeatmap(hosts) {
@@ -96,7 +97,7 @@ function renderHeatmap(hosts) {
     ([zone]) => zone,
     ([zone]) => element("div", { className: "zone" }, element("h3"), element("div", { className: "hosts" })),
     (section, [zone, members]) => {
-      section.firstChild.textContent = `${zone === NO_ZONE ? zone : `zone ${zone}`} · ${members.length} hosts`;
+      section.firstChild.textContent = `${zone === NO_ZONE ? zone : `zone ${zone}`} · ${count(members.length, "host")}`;
       members.sort((a, b) => a.id.localeCompare(b.id));
       syncChildren(
         section.lastChild,
@@ -129,7 +130,8 @@ function renderMaintenance(hosts) {
     (row, host) => {
       const states = hostStates(host);
       // Draining has no progress report of its own yet: the VMs still on the host are its measure.
-      const left = host.status === "draining" ? `${host.vm_count} VMs still on it` : `${host.vm_count} VMs`;
+      const vms = count(host.vm_count, "VM");
+      const left = host.status === "draining" ? `${vms} still on it` : vms;
       row.replaceChildren(
         element("a", { className: "name", href: hostHref(host.id), text: host.id }),
         " ",
@@ -151,8 +153,8 @@ async function decisionLines(vmId) {
   const decision = placement.decision;
   if (!decision) return ["no scheduler has decided yet"];
   const lines = [`${decision.eligible} of ${decision.considered} hosts passed every rule (${decision.strategy})`];
-  for (const [rule, count] of Object.entries(decision.rejections)) {
-    lines.push(`${rule}: ${count} hosts rejected`);
+  for (const [rule, rejected] of Object.entries(decision.rejections)) {
+    lines.push(`${rule}: ${count(rejected, "host")} rejected`);
     for (const example of decision.examples[rule] ?? []) lines.push(`  ${example.host}: ${example.reason}`);
   }
   if (decision.detail) lines.push(decision.detail);
@@ -301,7 +303,7 @@ function hostPage(hostId) {
         status.className = `badge ${states.at(-1)}`;
         renderResources(host);
         $("scheduling-info").textContent = info;
-        $("host-vm-count").textContent = `${host.vm_count} VMs`;
+        $("host-vm-count").textContent = count(host.vm_count, "VM");
         renderHostVms(onHost);
       });
     },

@@ -96,13 +96,16 @@ async def create_vm(api: httpx.AsyncClient, suite: str, name: str, cpu: int, **e
 
 
 async def open_dashboard(browser: Browser, stack: Stack) -> Page:
-    """The dashboard as a person opens it: the page asks for the token, they paste it."""
+    """The dashboard as a person opens it: the page asks for the token, they paste it. It gets no
+    event stream (as from an API without GET /v1/events): what it shows, it learns by polling."""
     page = await browser.new_page(viewport={"width": 1400, "height": 900})
+    await page.route("**/v1/events", lambda route: route.fulfill(status=404))
     await page.goto(f"{stack.api_url}/ui")
     await expect(page.get_by_label("API token")).to_be_visible()
     await page.get_by_label("API token").fill(stack.token)
     await page.get_by_role("button", name="Open").click()
     await expect(page.locator("#fleet-page")).to_be_visible()
+    await expect(page.locator("#feed")).to_have_text("polling every 2 s")
     return page
 
 
@@ -197,6 +200,42 @@ async def test_the_dashboard_asks_again_for_a_token_the_api_refuses(browser: Bro
     await expect(page.locator("#fleet-page")).to_be_hidden()
     assert await page.evaluate("sessionStorage.getItem('vmsched.token')") is None
     await page.screenshot(path=SCREENSHOTS / "login.png", full_page=True)
+    await page.close()
+
+
+async def test_the_page_reads_an_event_stream_and_takes_a_404_for_polling_alone(browser: Browser, stack: Stack) -> None:
+    page = await browser.new_page()
+    await page.goto(f"{stack.api_url}/ui")
+    # Two events (the second with two data lines) around a keep-alive comment, then the end.
+    stream = (
+        'event: vm.assigned\ndata: {"vm_id": "a"}\n\n'
+        ": keep-alive\n\n"
+        'event: vm.status\ndata: {"vm_id": "b"}\ndata: more\n\n'
+    )
+    await page.route(
+        "**/v1/events", lambda route: route.fulfill(status=200, content_type="text/event-stream", body=stream)
+    )
+    follow = """async () => {
+        const { follow } = await import("/static/ui/sse.js");
+        const events = [];
+        let opened = false;
+        const outcome = await follow("/v1/events", {}, {
+            onOpen: () => { opened = true; },
+            onEvent: (event) => events.push(event),
+        });
+        return { outcome, opened, events };
+    }"""
+    assert await page.evaluate(follow) == {
+        "outcome": "ended",
+        "opened": True,
+        "events": [
+            {"event": "vm.assigned", "data": '{"vm_id": "a"}'},
+            {"event": "vm.status", "data": '{"vm_id": "b"}\nmore'},
+        ],
+    }
+    await page.unroute("**/v1/events")
+    await page.route("**/v1/events", lambda route: route.fulfill(status=404))
+    assert await page.evaluate(follow) == {"outcome": "absent", "opened": False, "events": []}
     await page.close()
 
 

@@ -8,6 +8,9 @@ import { follow } from "./sse.js";
 
 const POLL_MS = 2000;
 const EVENTS_RETRY_MS = 5000;
+// Between two refreshes that events asked for: a busy fleet's stream would otherwise keep the page
+// reading the API without a pause.
+const EVENT_GAP_MS = 250;
 const SHOWN_PENDING = 50;
 const SHOWN_PLACEMENTS = 25;
 const NO_ZONE = "no zone";
@@ -361,7 +364,7 @@ async function refreshNow() {
     } finally {
       refreshing = null;
     }
-    timer = setTimeout(refreshNow, again ? 0 : POLL_MS);
+    timer = setTimeout(refreshNow, again ? EVENT_GAP_MS : POLL_MS);
   })();
 }
 
@@ -386,13 +389,12 @@ async function followEvents() {
       outcome = "failed";
     }
     setFeed(false);
-    if (outcome === "absent") return;
+    // No such route (an API without it answers 404), or the token refused: polling alone, until
+    // the next token is entered.
+    if (outcome === "absent" || !token.get()) break;
     await new Promise((resume) => setTimeout(resume, EVENTS_RETRY_MS));
-    if (!token.get()) {
-      eventsFollowed = false;
-      return;
-    }
   }
+  eventsFollowed = false;
 }
 
 function askForToken(message = "") {

@@ -8,8 +8,8 @@ import { follow } from "./sse.js";
 
 const POLL_MS = 2000;
 const EVENTS_RETRY_MS = 5000;
-// Between two refreshes that events asked for: a busy fleet's stream would otherwise keep the page
-// reading the API without a pause.
+// Between two refreshes that events asked for, at least this long and as long as the last refresh
+// took: a busy fleet's stream would otherwise keep the page reading the API without a pause.
 const EVENT_GAP_MS = 250;
 const SHOWN_PENDING = 50;
 const SHOWN_PLACEMENTS = 25;
@@ -352,6 +352,7 @@ async function refreshNow() {
   again = false;
   clearTimeout(timer);
   refreshing = (async () => {
+    const started = performance.now();
     try {
       await page.refresh();
       $("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -364,7 +365,8 @@ async function refreshNow() {
     } finally {
       refreshing = null;
     }
-    timer = setTimeout(refreshNow, again ? EVENT_GAP_MS : POLL_MS);
+    const took = performance.now() - started;
+    timer = setTimeout(refreshNow, again ? Math.max(EVENT_GAP_MS, took) : POLL_MS);
   })();
 }
 

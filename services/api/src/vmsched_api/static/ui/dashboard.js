@@ -55,7 +55,11 @@ function syncChildren(container, items, key, create, update) {
     update(child, item);
     return child;
   });
-  container.replaceChildren(...wanted);
+  // Moving thousands of unchanged squares would cost the page a layout every poll.
+  const current = container.children;
+  if (wanted.length !== current.length || wanted.some((child, index) => child !== current[index])) {
+    container.replaceChildren(...wanted);
+  }
 }
 
 // ---- the fleet page ----------------------------------------------------------------------
@@ -112,10 +116,12 @@ function renderHeatmap(hosts) {
           return cell;
         },
         (cell, host) => {
+          const title = describeHost(host);
+          if (cell.title === title) return; // the title names every figure the square shows
           cell.className = ["host", ...hostStates(host)].join(" ");
           cell.style.setProperty("--util", utilisation(host).toFixed(3));
-          cell.title = describeHost(host);
-          cell.setAttribute("aria-label", cell.title);
+          cell.title = title;
+          cell.setAttribute("aria-label", title);
         },
       );
     },

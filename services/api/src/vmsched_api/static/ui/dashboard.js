@@ -65,7 +65,7 @@ function syncChildren(container, items, key, create, update) {
 // ---- the fleet page ----------------------------------------------------------------------
 
 /** The host's fullest resource, allocated over capacity, 0..1 (the heatmap's colour). */
-export function utilisation(host) {
+function utilisation(host) {
   let fullest = 0;
   for (const [name] of RESOURCES) {
     const capacity = host.capacity[name];

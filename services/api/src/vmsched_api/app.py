@@ -13,6 +13,7 @@ from faststream.rabbit import RabbitBroker
 from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
 
+from vmsched_api.dashboard import add_dashboard
 from vmsched_api.deps import Services
 from vmsched_api.docs_pages import add_documentation
 from vmsched_api.identity.audit import AuditLog, AuditMiddleware
@@ -182,6 +183,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         connection_hook=connect,
     )
     add_documentation(application, streams.schema)
+    add_dashboard(application)
     return streams
 
 

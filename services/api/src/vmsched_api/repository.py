@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
+from vmsched_api.reservation_store import check_reservations_fit
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
@@ -103,6 +104,7 @@ def to_vm(vm: VmRecord) -> Vm:
         priority=vm.priority,
         preempted_by=vm.preempted_by,
         project=vm.project,
+        reservation=vm.reservation,
     )
 
 
@@ -196,6 +198,7 @@ class Repository:
                 "gang_id": gang,
                 "priority": body.priority,
                 "project": project,
+                "reservation": body.reservation,
             }
             for body in bodies
         ]
@@ -208,6 +211,7 @@ class Repository:
         statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
         async with self.engine.begin() as connection:
             await check_groups_exist(connection, [body.server_group for body in bodies], project)
+            await check_reservations_fit(connection, bodies, defaults, project)
             rows = (await connection.execute(statement, values)).all()
             await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:

@@ -74,6 +74,12 @@ def request_hash(body: VmRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
+def _wait_s(body: VmRequest, defaults: VmDefaults) -> int:
+    """How long the VM may wait for room; a VM naming a reservation waits for none (its room is a
+    slot, there or not)."""
+    return 0 if body.reservation is not None else body.waits(defaults)
+
+
 def to_vm(vm: VmRecord) -> Vm:
     return Vm(
         id=vm.id,
@@ -193,8 +199,8 @@ class Repository:
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "server_group": body.server_group,
-                "wait_s": body.waits(defaults),
-                "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
+                "wait_s": _wait_s(body, defaults),
+                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults)) if _wait_s(body, defaults) else None,
                 "gang_id": gang,
                 "priority": body.priority,
                 "project": project,

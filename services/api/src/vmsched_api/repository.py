@@ -200,7 +200,9 @@ class Repository:
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "server_group": body.server_group,
                 "wait_s": _wait_s(body, defaults),
-                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults)) if _wait_s(body, defaults) else None,
+                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults))
+                if _wait_s(body, defaults)
+                else None,
                 "gang_id": gang,
                 "priority": body.priority,
                 "project": project,

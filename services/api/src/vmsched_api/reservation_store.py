@@ -146,14 +146,16 @@ class ReservationStore:
         return ReservationRecord.from_row(row)
 
     @retry_on_dead_connection
-    async def list(self, project: str | None, limit: int) -> list[ReservationRecord]:
+    async def newest(self, project: str | None, limit: int) -> list[ReservationRecord]:
         """Newest first; every project's for None."""
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_PAGE, {"project": project, "limit": limit})).all()
         return [ReservationRecord.from_row(row) for row in rows]
 
     @retry_on_dead_connection
-    async def release(self, reservation_id: UUID, project: str | None = None) -> tuple[ReservationRecord, list[UUID]] | None:
+    async def release(
+        self, reservation_id: UUID, project: str | None = None
+    ) -> tuple[ReservationRecord, list[UUID]] | None:
         """End the reservation (``released``) unless it has ended already: its held slots give their
         room back. The reservation as now recorded, and the slots released (their Redis claims are
         the caller's to release); None when ``project`` has no such reservation."""

@@ -172,7 +172,10 @@ _RESERVATION_STATE = text(
     """
 )
 _USE_SLOT = text(
-    f"UPDATE reservation_slots SET status = '{SlotStatus.USED.value}', vm_id = :vm_id, updated_at = now() WHERE id = :id"
+    f"""
+    UPDATE reservation_slots SET status = '{SlotStatus.USED.value}', vm_id = :vm_id, updated_at = now()
+     WHERE id = :id
+    """
 )
 _SCHEDULE_IN_SLOT = text(
     f"""

@@ -1,10 +1,11 @@
 """Rebuild and check the Redis snapshot from PostgreSQL, the truth (the seed's "restore VM-to-agent
 mappings on startup", done on start and then periodically by one replica at a time).
 
-For every host: the claims of its committed VMs (and of the reservation slots it holds) are restored, claims of VMs PostgreSQL does not
-count are dropped once older than the grace period, and the allocations are set to PostgreSQL's plus
-the claims still in flight. PostgreSQL's own ``alloc_*`` columns are checked against the sum of the
-VMs too; a difference would be a bug, so it is logged loudly and repaired under the host's row lock.
+For every host: the claims of its committed VMs (and of the reservation slots it holds) are
+restored, claims of VMs PostgreSQL does not count are dropped once older than the grace period, and
+the allocations are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*``
+columns are checked against the sum of the VMs (and held slots) too; a difference would be a bug,
+so it is logged loudly and repaired under the host's row lock.
 Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
 """
 

@@ -413,7 +413,8 @@ class SchedulingRound:
             else:
                 outcomes[work.index] = _announced(vm, (await self.ledger.load([vm.vm_id])).get(vm.vm_id))
         else:
-            assert taken.slot_id is not None and taken.scheduled_at is not None
+            assert taken.slot_id is not None
+            assert taken.scheduled_at is not None
             placed = replace(placement, host_id=taken.host_id, record=record.model_copy(update={"host": taken.host_id}))
             swapped = await self.claims.preempt(
                 Claim(vm.vm_id, taken.host_id, vm.resources, None), [taken.slot_id], self.clock()

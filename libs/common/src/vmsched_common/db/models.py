@@ -273,7 +273,9 @@ class ReservationRow(Base):
     __table_args__ = (
         Index("ix_reservations_project_created", "project", "created_at", "id"),
         Index(
-            "ix_reservations_open", "updated_at", postgresql_where=text("status IN ('pending', 'held', 'unschedulable')")
+            "ix_reservations_open",
+            "updated_at",
+            postgresql_where=text("status IN ('pending', 'held', 'unschedulable')"),
         ),
     )
 

@@ -139,7 +139,9 @@ async def end_reservations(
     transaction: their held slots give their room back to the hosts. Returns (the reservations
     ended, the slots released): the caller releases those slots' claims in Redis once committed
     (until then, or should it fail, the reconcile drops them: Redis over-counts, never under)."""
-    ended = [row.id for row in await connection.execute(_END, {"ids": list(ids), "status": status.value, "reason": reason})]
+    ended = [
+        row.id for row in await connection.execute(_END, {"ids": list(ids), "status": status.value, "reason": reason})
+    ]
     if not ended:
         return [], []
     slots = (await connection.execute(_LOCK_HELD, {"ids": ended})).all()

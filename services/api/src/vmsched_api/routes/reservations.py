@@ -82,7 +82,7 @@ async def list_reservations(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Reservation]:
     """Newest first: the token's project's (an admin's: every project's, or ``project``'s)."""
-    return [_view(record) for record in await store.list(principal.project_filter(project), limit)]
+    return [_view(record) for record in await store.newest(principal.project_filter(project), limit)]
 
 
 @router.get("/{reservation_id}", response_model=Reservation, responses=refusals(404))

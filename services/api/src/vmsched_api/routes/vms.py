@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
-from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.repository import IdempotencyConflict, to_vm
+from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.schemas import (
     QUOTA_REFUSAL,
     Placement,

@@ -394,7 +394,11 @@ class PostgresLedger:
                 state = (await connection.execute(_RESERVATION_STATE, params)).first()
                 if state is None:
                     return SlotTaken(Committed.NO_SLOT, why=f"no reservation {reservation} of project {project}")
-                if state.status == ReservationStatus.HELD.value and state.held > 0:
+                # Not placed yet (a VM asked right after its reservation), or its slots being taken
+                # by other VMs at this instant: a later round finds out.
+                if state.status == ReservationStatus.PENDING.value or (
+                    state.status == ReservationStatus.HELD.value and state.held > 0
+                ):
                     return SlotTaken(Committed.SLOT_BUSY)
                 why = f"reservation {reservation} is {state.status}"
                 if state.status == ReservationStatus.HELD.value:

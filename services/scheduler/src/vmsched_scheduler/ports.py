@@ -96,7 +96,7 @@ class Committed(enum.Enum):
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
     VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
     NO_SLOT = "no_slot"  # its reservation holds no slot for it (used up, ended, not placed, not its project's)
-    SLOT_BUSY = "slot_busy"  # the held slots are being taken by other VMs at this instant: try again
+    SLOT_BUSY = "slot_busy"  # its reservation is not placed yet, or its slots are being taken: try again
 
 
 @dataclass(frozen=True, slots=True)

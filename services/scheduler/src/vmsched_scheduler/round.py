@@ -391,7 +391,7 @@ class SchedulingRound:
             taken = await self.ledger.take_slot(placement, vm.reservation, vm.project)
             spans.outcomes([taken.outcome.value])
         if taken.outcome is Committed.SLOT_BUSY:
-            outcomes[work.index] = Later("another VM is taking a slot of the reservation")
+            outcomes[work.index] = Later("its reservation is not placed yet, or other VMs are taking its slots")
         elif taken.outcome is Committed.NOT_PENDING:
             outcomes[work.index] = _announced(vm, (await self.ledger.load([vm.vm_id])).get(vm.vm_id))
         elif taken.outcome is Committed.NO_SLOT:

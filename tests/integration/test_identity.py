@@ -109,7 +109,9 @@ async def test_an_expired_token_and_a_token_of_no_project_are_refused(stack: Sta
     assert nowhere.json()["detail"][0]["loc"] == ["body", "project"]
 
 
-async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservations(stack: Stack, admin: httpx.AsyncClient) -> None:
+async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservations(
+    stack: Stack, admin: httpx.AsyncClient
+) -> None:
     mine, theirs = await new_project(admin), await new_project(admin)
     my_token = (await new_token(admin, mine, "vms:write"))["token"]
     their_token = (await new_token(admin, theirs, "vms:write"))["token"]

@@ -144,7 +144,9 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
             await api.delete(f"/v1/vms/{vm_id}")
 
 
-async def test_a_reservation_counts_against_its_projects_quota_once(admin: httpx.AsyncClient, host: str, stack: Stack) -> None:
+async def test_a_reservation_counts_against_its_projects_quota_once(
+    admin: httpx.AsyncClient, host: str, stack: Stack
+) -> None:
     project = await new_project(admin, cpu=8, instances=3)
     over = await admin.post(
         "/v1/reservations",
@@ -186,3 +188,18 @@ async def test_a_reservation_no_host_can_take_is_unschedulable_with_reasons(
     nowhere = await reserve(admin, project, "no-such-suite")
     assert nowhere["status"] == "unschedulable"
     assert nowhere["placement"]["rejections"], nowhere
+
+
+async def test_a_vm_asked_before_its_reservation_is_placed_waits_for_it(admin: httpx.AsyncClient, host: str) -> None:
+    body = {"project": "default", "cpu": 2, "memory_mb": 1024, "disk_gb": 10, "host_selector": on(host)}
+    reservation = (await admin.post("/v1/reservations", json=body)).json()
+    # At once, in the same second: the reservation is most likely still pending.
+    asked = await admin.post("/v1/vms", json=vm_body(host, "early", 2, reservation=reservation["id"]))
+    assert asked.status_code == 202, asked.text
+    placed = await vm_status(admin, asked.json()["id"], "scheduled", "running")
+    assert placed["hypervisor_id"] == host
+    used = (await admin.get(f"/v1/reservations/{reservation['id']}")).json()
+    assert (used["status"], used["held"], used["used"]) == ("held", 0, 1)
+    assert await allocated_cpu(admin, host) == 2
+    await admin.delete(f"/v1/reservations/{reservation['id']}")
+    await admin.delete(f"/v1/vms/{asked.json()['id']}")

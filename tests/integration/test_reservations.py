@@ -103,10 +103,16 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         api_client(stack.api_url, (await new_token(admin, mine, "vms:write"))["token"], timeout=30) as me,
         api_client(stack.api_url, (await new_token(admin, theirs, "vms:write"))["token"], timeout=30) as them,
     ):
-        # Another project: 2 vCPUs are free, not 4, whatever its priority (preemption takes VMs only).
+        # Another project fills the 2 vCPUs left with a VM of priority 0; its VM of 4 vCPUs and priority
+        # 1000 would fit if preemption could take held room (the low VM's 2 and a slot's 3), but it takes
+        # VMs only: removing the low VM frees 2, too few. It ends unschedulable, preempting nothing.
+        low = (await them.post("/v1/vms", json=vm_body(host, "low", 2))).json()
+        await vm_status(them, low["id"], "running")
         kept_off = (await them.post("/v1/vms", json=vm_body(host, "kept-off", 4, priority=1000))).json()
         refused = await vm_status(them, kept_off["id"], "unschedulable")
         assert "cpu" in refused["status_reason"], refused
+        low_after = (await them.get(f"/v1/vms/{low['id']}")).json()
+        assert (low_after["status"], low_after["preempted_by"]) == ("running", None)
         # Nor may it name the reservation: not its project's.
         named = await them.post("/v1/vms", json=vm_body(host, "sneaky", 3, reservation=reservation["id"]))
         assert (named.status_code, named.json()["detail"][0]["type"]) == (422, "unknown_reservation")
@@ -116,7 +122,7 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         assert taking["reservation"] == reservation["id"]
         placed = await vm_status(me, taking["id"], "scheduled", "running")
         assert placed["hypervisor_id"] == host
-        assert await allocated_cpu(admin, host) == 6  # the VM is where a slot was
+        assert await allocated_cpu(admin, host) == 8  # the VM is where a slot was
         seen = (await me.get(f"/v1/reservations/{reservation['id']}")).json()
         assert (seen["held"], seen["used"]) == (1, 1)
         too_big = await me.post("/v1/vms", json=vm_body(host, "too-big", 4, reservation=reservation["id"]))
@@ -132,15 +138,15 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
             )
         ).json()
         assert (expired["held"], expired["used"]) == (0, 1)
-        assert await allocated_cpu(admin, host) == 3
+        assert await allocated_cpu(admin, host) == 5  # the VM on the used slot (3) and the low one (2)
         assert (await me.get(f"/v1/vms/{taking['id']}")).json()["status"] in ("scheduled", "running")
-        # The other project's VM now fits (the scheduler's snapshot let the room go too).
-        fits = (await them.post("/v1/vms", json=vm_body(host, "fits-now", 4))).json()
+        # The other project's VM now fits in what was held (the scheduler's snapshot let it go too).
+        fits = (await them.post("/v1/vms", json=vm_body(host, "fits-now", 3))).json()
         assert (await vm_status(them, fits["id"], "scheduled", "running"))["hypervisor_id"] == host
         # An ended reservation takes no more VMs.
         late = await me.post("/v1/vms", json=vm_body(host, "late", 3, reservation=reservation["id"]))
         assert (late.status_code, late.json()["detail"][0]["type"]) == (422, "reservation_unusable")
-        for api, vm_id in ((me, taking["id"]), (them, fits["id"]), (them, kept_off["id"])):
+        for api, vm_id in ((me, taking["id"]), (them, fits["id"]), (them, kept_off["id"]), (them, low["id"])):
             await api.delete(f"/v1/vms/{vm_id}")
 
 

@@ -163,6 +163,10 @@ async def test_a_reservation_counts_against_its_projects_quota_once(
     reservation = await reserve(admin, project, host)
     usage = (await admin.get(f"/v1/projects/{project}")).json()["usage"]
     assert (usage["instances"], usage["cpu"]) == (2, 6)
+    # Held slots occupy their host as VMs do: it cannot be deleted from under them.
+    occupied = await admin.delete(f"/v1/hosts/{host}")
+    assert occupied.status_code == 409
+    assert "reservation slots" in occupied.json()["detail"]
     async with api_client(stack.api_url, (await new_token(admin, project, "vms:write"))["token"], timeout=30) as me:
         # 6 of 8 used by the held slots: a VM of 3 more is past the quota, one on a slot is not.
         beyond = await me.post("/v1/vms", json=vm_body(host, "beyond", 3))

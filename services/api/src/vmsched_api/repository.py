@@ -29,6 +29,7 @@ from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
 from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
+from vmsched_common.reservations import SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
@@ -54,9 +55,16 @@ _PATCH_HOST = text(
     """
 )
 # VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
-# restart is placed anew, and a placement on a deleted host is refused).
+# restart is placed anew, and a placement on a deleted host is refused). A reservation's held slot
+# occupies it too (its id is the slot's: end the reservation first).
 _OCCUPANTS = text(
-    f"SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)} ORDER BY id LIMIT 10"
+    f"""
+    SELECT id FROM (
+        SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)}
+        UNION ALL
+        SELECT id FROM reservation_slots WHERE hypervisor_id = :id AND status = '{SlotStatus.HELD.value}'
+    ) occupying ORDER BY id LIMIT 10
+    """
 )
 
 

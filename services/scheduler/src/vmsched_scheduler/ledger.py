@@ -153,22 +153,28 @@ _RESIDENTS = text(
     """
 )
 
-# A slot the VM's reservation still holds; one another VM is taking at this instant is skipped.
+# A slot the VM's reservation still holds on a host that is online (a VM sent to a silent host would
+# not run); one another VM is taking at this instant is skipped.
 _FREE_SLOT = text(
     f"""
     SELECT s.id, s.hypervisor_id, {", ".join(f"s.{f}" for f in _FIELDS)} FROM reservation_slots s
       JOIN reservations r ON r.id = s.reservation_id
+      JOIN hosts h ON h.id = s.hypervisor_id
      WHERE s.reservation_id = :reservation AND r.project = :project
        AND r.status = '{ReservationStatus.HELD.value}' AND s.status = '{SlotStatus.HELD.value}'
+       AND h.status = '{HostStatus.ONLINE.value}'
      ORDER BY s.id LIMIT 1 FOR UPDATE OF s SKIP LOCKED
     """
 )
 _RESERVATION_STATE = text(
     f"""
     SELECT r.status, r.count,
-           (SELECT count(*) FROM reservation_slots s
-             WHERE s.reservation_id = r.id AND s.status = '{SlotStatus.HELD.value}') AS held
-      FROM reservations r WHERE r.id = :reservation AND r.project = :project
+           count(s.id) AS held, count(s.id) FILTER (WHERE h.status = '{HostStatus.ONLINE.value}') AS held_online
+      FROM reservations r
+      LEFT JOIN reservation_slots s ON s.reservation_id = r.id AND s.status = '{SlotStatus.HELD.value}'
+      LEFT JOIN hosts h ON h.id = s.hypervisor_id
+     WHERE r.id = :reservation AND r.project = :project
+     GROUP BY r.id
     """
 )
 _USE_SLOT = text(
@@ -397,11 +403,13 @@ class PostgresLedger:
                 # Not placed yet (a VM asked right after its reservation), or its slots being taken
                 # by other VMs at this instant: a later round finds out.
                 if state.status == ReservationStatus.PENDING.value or (
-                    state.status == ReservationStatus.HELD.value and state.held > 0
+                    state.status == ReservationStatus.HELD.value and state.held_online > 0
                 ):
                     return SlotTaken(Committed.SLOT_BUSY)
                 why = f"reservation {reservation} is {state.status}"
-                if state.status == ReservationStatus.HELD.value:
+                if state.status == ReservationStatus.HELD.value and state.held > 0:
+                    why = f"the {state.held} slots reservation {reservation} holds are on hosts not online"
+                elif state.status == ReservationStatus.HELD.value:
                     why = f"every slot of reservation {reservation} is used ({state.count} of {state.count})"
                 return SlotTaken(Committed.NO_SLOT, why=why)
             host_id = slot.hypervisor_id

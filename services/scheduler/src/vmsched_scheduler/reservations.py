@@ -260,14 +260,25 @@ class ReservationSweeper:
                 log.info("reservation not placed yet", reservation=str(row.id), why=first.why)
 
 
+# How long a sweep's lock lasts at most (it is given back when the sweep ends): two sweeps placing one
+# reservation at once would still place it once (PostgreSQL decides), but the loser would give back
+# claims the winner holds, leaving the snapshot short until the reconcile.
+SWEEP_LOCK_SECONDS = 60.0
+
+
 async def sweep_forever(sweeper: ReservationSweeper, snapshot: Snapshot, interval: float) -> None:
-    """Sweep every ``interval`` seconds; a Redis lock lets one replica at a time do it."""
+    """Sweep every ``interval`` seconds; a Redis lock, held for the sweep, lets one replica at a time
+    do it."""
     owner = uuid.uuid4().hex
     lock_key = f"{snapshot.prefix}:reservations-lock"
     while True:
         try:
-            if await snapshot.redis.set(lock_key, owner, nx=True, px=int(interval * 1000)):
-                await sweeper.sweep()
+            if await snapshot.redis.set(lock_key, owner, nx=True, px=int(SWEEP_LOCK_SECONDS * 1000)):
+                try:
+                    await sweeper.sweep()
+                finally:
+                    if await snapshot.redis.get(lock_key) == owner:
+                        await snapshot.redis.delete(lock_key)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the loop outlives any one failure; the next sweep retries

@@ -81,7 +81,15 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
     app, client, tokens, _ = walk
     walking = endpoints(app._application.routes)
     walked = {(endpoint.method, endpoint.path) for endpoint in walking}
-    assert {("POST", "/v1/vms"), ("PATCH", "/v1/hosts/{host_id}"), ("DELETE", "/v1/tokens/{token_id}")} <= walked
+    assert {
+        ("POST", "/v1/vms"),
+        ("PATCH", "/v1/hosts/{host_id}"),
+        ("DELETE", "/v1/tokens/{token_id}"),
+        ("POST", "/v1/reservations"),
+        ("GET", "/v1/reservations"),
+        ("GET", "/v1/reservations/{reservation_id}"),
+        ("DELETE", "/v1/reservations/{reservation_id}"),
+    } <= walked
     assert len(walking) >= 25, walked
     for endpoint in walking:
         scopes = required_scopes(endpoint.route)
@@ -162,6 +170,10 @@ def test_the_openapi_document_names_the_bearer_scheme_and_each_operations_scope(
     }
     assert document["paths"]["/v1/vms"]["post"]["security"] == [{"bearerAuth": ["vms:write"]}]
     assert document["paths"]["/v1/tokens"]["post"]["security"] == [{"bearerAuth": ["admin"]}]
+    reservations = document["paths"]["/v1/reservations"]
+    assert reservations["post"]["security"] == [{"bearerAuth": ["admin"]}]
+    assert reservations["get"]["security"] == [{"bearerAuth": ["vms:read"]}]
+    assert document["paths"]["/v1/reservations/{reservation_id}"]["delete"]["security"] == [{"bearerAuth": ["admin"]}]
     assert "security" not in document["paths"]["/readyz"]["get"]
 
 

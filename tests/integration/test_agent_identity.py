@@ -24,6 +24,7 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage
 from faststream import FastStream
 from prometheus_client.parser import text_string_to_metric_families
+from yarl import URL
 
 from devtools.stack import BIN, Stack
 from tests.fleets import enroll, enrolled_fleet
@@ -195,7 +196,7 @@ async def test_enroll_agent_prints_working_credentials_and_enrolling_again_rotat
     await (await aio_pika.connect(second.amqp_url)).close()
     # The old password is no more. The refused connection is closed here: left to the garbage
     # collector, aio-pika closes it from __del__, which may run under the next test and warn there.
-    refused = aio_pika.Connection(first.amqp_url)
+    refused = aio_pika.Connection(URL(first.amqp_url))
     try:
         with pytest.raises(aio_pika.exceptions.ProbableAuthenticationError):
             await refused.connect()

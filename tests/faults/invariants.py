@@ -17,7 +17,7 @@ from vmsched_common.messages import CommandAction
 FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted", "stopped"}
 # The statuses that hold capacity (vmsched_common.lifecycle.HOLDS_CAPACITY, written out: this checker
 # is a second opinion, not a copy of the code it checks); a migrating VM holds its migration target
-# as well.
+# as well, and a reservation's held slot its host's room (no extras: a slot has none).
 ALLOCATING = ("scheduled", "running", "unknown", "deleting", "stopped", "migrating")
 RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
 
@@ -44,7 +44,10 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
                         WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
                        UNION ALL
                        SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
-                        WHERE status = 'migrating' AND migration_target IS NOT NULL) shares
+                        WHERE status = 'migrating' AND migration_target IS NOT NULL
+                       UNION ALL
+                       SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM reservation_slots
+                        WHERE status = 'held') shares
                GROUP BY hypervisor_id""",
             list(ALLOCATING),
         )
@@ -124,8 +127,9 @@ def _counts(raw: object) -> dict[str, int]:
 async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: str) -> list[str]:
     """Where the Redis snapshot disagrees with PostgreSQL for the hosts whose id starts with
     ``host_prefix``: each must be there, synced, with PostgreSQL's capacity, allocation (named extras
-    included) and VM count, and hold one claim per share PostgreSQL counts on it: a VM's (its id),
-    and a migrating VM's on its target as well (``<id>:target``); none left behind, none missing.
+    included) and VM count, and hold one claim per share PostgreSQL counts on it: a VM's (its id), a
+    migrating VM's on its target as well (``<id>:target``), a held reservation slot's (its id); none
+    left behind, none missing.
     (Read field by field from Redis: a second opinion, not the snapshot module's own reader.)"""
     conn = await asyncpg.connect(dsn)
     try:
@@ -135,7 +139,10 @@ async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: 
                 WHERE status = ANY($1::text[]) AND hypervisor_id LIKE $2
                UNION ALL
                SELECT migration_target, id::text || ':target' FROM vms
-                WHERE status = 'migrating' AND migration_target LIKE $2""",
+                WHERE status = 'migrating' AND migration_target LIKE $2
+               UNION ALL
+               SELECT hypervisor_id, id::text FROM reservation_slots
+                WHERE status = 'held' AND hypervisor_id LIKE $2""",
             list(ALLOCATING),
             f"{host_prefix}%",
         )

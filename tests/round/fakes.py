@@ -28,6 +28,7 @@ from vmsched_scheduler.ports import (
     Placement,
     PlacementResult,
     Settlement,
+    SlotTaken,
     TargetClaim,
 )
 
@@ -331,6 +332,10 @@ class MemoryLedger:
             self.vms[change.after.id] = replace(change.after, placement=item.record.model_dump(mode="json"))
             ended.append(Committed.PLACED)
         return MigrationSettlement(placed, ended)
+
+    async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
+        """No reservations here: they are proven on the real servers (tests/integration/test_reservations.py)."""
+        return SlotTaken(Committed.NO_SLOT, why=f"no reservation {reservation}")
 
 
 def new_vm_record(vm_id: UUID, name: str, resources: Resources, *, attempt: int = 1) -> VmRecord:

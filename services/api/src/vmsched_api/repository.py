@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
+from vmsched_api.reservation_store import check_reservations_fit
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import moves, vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
@@ -26,7 +27,7 @@ from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
 from vmsched_common.db.moves import PowerAction
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
-from vmsched_common.db.shares import SHARES
+from vmsched_common.db.shares import HOLDINGS
 from vmsched_common.drain import DrainState
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import VmStatus
@@ -55,9 +56,10 @@ _PATCH_HOST = text(
     RETURNING {", ".join(f"h.{name}" for name in HOST_FIELDS)}
     """
 )
-# VMs that occupy a host: those holding its capacity (a VM migrating to it too). Failed and
-# unschedulable VMs hold none (a restart is placed anew, and a placement on a deleted host is refused).
-_OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({SHARES}) shares WHERE host_id = :id ORDER BY vm_id LIMIT 10")
+# What occupies a host: the VMs holding its capacity (a VM migrating to it too), and a reservation's
+# held slot (its id is the slot's: end the reservation first). Failed and unschedulable VMs hold none
+# (a restart is placed anew, and a placement on a deleted host is refused).
+_OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({HOLDINGS}) holdings WHERE host_id = :id ORDER BY vm_id LIMIT 10")
 
 
 class HostRemoval(StrEnum):
@@ -72,6 +74,12 @@ class IdempotencyConflict(Exception):
 
 def request_hash(body: VmRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _wait_s(body: VmRequest, defaults: VmDefaults) -> int:
+    """How long the VM may wait for room; a VM naming a reservation waits for none (its room is a
+    slot, there or not)."""
+    return 0 if body.reservation is not None else body.waits(defaults)
 
 
 def to_vm(vm: VmRecord) -> Vm:
@@ -107,6 +115,7 @@ def to_vm(vm: VmRecord) -> Vm:
         task=vm.task,
         migrations=vm.migrations,
         migration_target=vm.migration_target,
+        reservation=vm.reservation,
     )
 
 
@@ -204,11 +213,14 @@ class Repository:
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "server_group": body.server_group,
-                "wait_s": body.waits(defaults),
-                "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
+                "wait_s": _wait_s(body, defaults),
+                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults))
+                if _wait_s(body, defaults)
+                else None,
                 "gang_id": gang,
                 "priority": body.priority,
                 "project": project,
+                "reservation": body.reservation,
             }
             for body in bodies
         ]
@@ -218,9 +230,12 @@ class Repository:
         inserting = insert(VmRow)
         if idempotency_key is not None:
             inserting = inserting.on_conflict_do_nothing(index_elements=["project", "idempotency_key"])
-        statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
+        statement = inserting.returning(
+            *(VmRow.__table__.c[name] for name in VM_FIELDS), quota.LIMITED, sort_by_parameter_order=True
+        )
         async with self.engine.begin() as connection:
             await check_groups_exist(connection, [body.server_group for body in bodies], project)
+            await check_reservations_fit(connection, bodies, defaults, project)
             rows = (await connection.execute(statement, values)).all()
             await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:

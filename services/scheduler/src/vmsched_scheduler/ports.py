@@ -97,6 +97,8 @@ class Committed(enum.Enum):
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
     VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
+    NO_SLOT = "no_slot"  # its reservation holds no slot for it (used up, ended, not placed, not its project's)
+    SLOT_BUSY = "slot_busy"  # its reservation is not placed yet, or its slots are being taken: try again
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,18 @@ class MigrationSettlement:
     no_targets: list[Committed]  # per NoTarget: PLACED (back to running) or NOT_PENDING
 
 
+@dataclass(frozen=True, slots=True)
+class SlotTaken:
+    """What came of a VM taking a held slot of its reservation."""
+
+    outcome: Committed  # PLACED, NOT_PENDING, NO_SLOT or SLOT_BUSY
+    host_id: str = ""
+    slot_id: UUID | None = None
+    scheduled_at: datetime | None = None
+    created_at: datetime | None = None
+    why: str = ""  # for NO_SLOT: what the reservation holds, in words
+
+
 class Ledger(Protocol):
     async def default_strategy(self) -> Strategy:
         """The cluster's default strategy (set at runtime, else the setting)."""
@@ -183,4 +197,10 @@ class Ledger(Protocol):
         """Commit every migration target (each VM still choosing its target at that migration, each
         host under the fit rule, online, unpaused and able to migrate, each group under its rule)
         and every "no target" in one transaction."""
+        ...
+
+    async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
+        """In one transaction: a slot ``reservation`` (of ``project``) still holds becomes ``used``
+        and the VM (still pending at its attempt) is scheduled on the slot's host in its room
+        (``placement.host_id`` is ignored: the slot's host is the VM's)."""
         ...

@@ -1,11 +1,12 @@
 """Rebuild and check the Redis snapshot from PostgreSQL, the truth (the seed's "restore VM-to-agent
 mappings on startup", done on start and then periodically by one replica at a time).
 
-For every host: the claims of its committed VMs (and the target claims of the VMs migrating to it:
-:mod:`vmsched_common.db.shares`) are restored, claims of VMs PostgreSQL does not
-count are dropped once older than the grace period, and the allocations are set to PostgreSQL's plus
-the claims still in flight. PostgreSQL's own ``alloc_*`` columns are checked against the sum of the
-VMs too; a difference would be a bug, so it is logged loudly and repaired under the host's row lock.
+For every host: the claims of its committed VMs, of the VMs migrating to it (their target claims)
+and of the reservation slots it holds (:data:`vmsched_common.db.shares.HOLDINGS`) are restored,
+claims PostgreSQL does not count are dropped once older than the grace period, and the allocations
+are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*`` columns are
+checked against the same sums too; a difference would be a bug, so it is logged loudly and repaired
+under the host's row lock.
 Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
 """
 
@@ -22,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db.records import trusted
-from vmsched_common.db.shares import SHARES
+from vmsched_common.db.shares import HOLDINGS, SHARES
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import add_counts
 from vmsched_common.snapshot import CommittedVm, Snapshot
@@ -36,9 +37,11 @@ _HOSTS = text(
     "SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count FROM hosts"
     ' ORDER BY id COLLATE "C"'
 )
+# The VMs' shares of hosts (a migrating VM's on both) and the reservations' held slots, each claimed
+# in Redis by its own id: what a host's allocations add up to.
 _COMMITTED = text(
     f"""
-    SELECT claim_id, host_id, cpu, memory_mb, disk_gb, gpu, extra FROM ({SHARES}) shares
+    SELECT claim_id, host_id, cpu, memory_mb, disk_gb, gpu, extra FROM ({HOLDINGS}) holdings
      ORDER BY host_id COLLATE "C"
     """
 )
@@ -57,7 +60,7 @@ _GROUP_MEMBERS = text(
 _REPAIR_HOST = text(
     f"""
     WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
-         holding AS (SELECT * FROM ({SHARES}) shares WHERE host_id = :host_id),
+         holding AS (SELECT * FROM ({HOLDINGS}) holdings WHERE host_id = :host_id),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n

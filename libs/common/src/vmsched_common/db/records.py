@@ -70,6 +70,7 @@ VM_FIELDS = (
     "migrations",
     "target_host",
     "migration_target",
+    "reservation",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -168,6 +169,7 @@ class VmRecord:
     migrations: int = 0  # migrations asked for; while migrating, the current one's number
     target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
+    reservation: UUID | None = None  # the reservation whose held room it takes
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -205,6 +207,7 @@ class VmRecord:
             migrations=row.migrations,
             target_host=row.target_host,
             migration_target=row.migration_target,
+            reservation=row.reservation,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -227,6 +230,7 @@ class VmRecord:
             gang=self.gang_id,
             priority=self.priority,
             project=self.project,
+            reservation=self.reservation,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

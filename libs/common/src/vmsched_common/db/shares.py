@@ -1,16 +1,21 @@
-"""The shares of hosts that VMs hold, as SQL: one row per (VM, host) whose allocations count the VM.
+"""The shares of hosts that VMs hold, as SQL: one row per (VM, host) whose allocations count the VM;
+and the holdings: those shares plus the reservations' held slots, what a host's allocations add up to.
 
 A VM holds its host's (``hypervisor_id``) in a status of
 :data:`~vmsched_common.lifecycle.HOLDS_CAPACITY`; a migrating VM holds its target's as well once a
-scheduler claimed one (``migration_target``), under its target claim id. A host's ``alloc_*`` are
-the sums of its shares; reconciliation restores Redis's claims from them and the server group guard
-counts members from them. Every statement that needs them selects from :data:`SHARES`, inside
-SQLAlchemy's ``text()`` (which reads the escaped colon of the target claim id as a colon).
+scheduler claimed one (``migration_target``), under its target claim id. A reservation's slot still
+``held`` holds its host's room under the slot's own id (:mod:`vmsched_common.reservations`; a slot a
+VM took is that VM's share, wherever the VM moves). A host's ``alloc_*`` and ``vm_count`` are the
+sums of its :data:`HOLDINGS`; reconciliation restores Redis's claims from them, and the server group
+guard counts members from :data:`SHARES` (a slot belongs to no group). Every statement that needs
+them selects from these, inside SQLAlchemy's ``text()`` (which reads the escaped colon of the target
+claim id as a colon).
 """
 
 from __future__ import annotations
 
 from vmsched_common.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, sql_in
+from vmsched_common.reservations import SlotStatus
 from vmsched_common.snapshot import TARGET_CLAIM_SUFFIX
 
 # The suffix as text() reads it: a colon starts a bind parameter there unless escaped.
@@ -27,4 +32,13 @@ SHARES = f"""
     SELECT id, CAST(id AS text) || '{_SUFFIX}', migration_target,
            cpu, memory_mb, disk_gb, gpu, extra, server_group, priority
       FROM vms WHERE status IN {sql_in(HOLDS_TARGET)} AND migration_target IS NOT NULL
+"""
+
+# The same columns: a held slot is its own claim (no extras, no group, no priority).
+HOLDINGS = f"""
+    {SHARES}
+    UNION ALL
+    SELECT id, CAST(id AS text), hypervisor_id, cpu, memory_mb, disk_gb, gpu, CAST('{{}}' AS jsonb),
+           CAST(NULL AS uuid), CAST(NULL AS integer)
+      FROM reservation_slots WHERE status = '{SlotStatus.HELD.value}'
 """

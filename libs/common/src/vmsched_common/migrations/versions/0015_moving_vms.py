@@ -3,7 +3,7 @@ migration's step), migrations (their count), target_host and migration_target (a
 and claimed target); hosts: capabilities (what the agent declares it can do: migrate, power)
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-25
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

@@ -19,7 +19,7 @@ RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
 @dataclass(frozen=True)
 class HostShares:
     """One host's allocations as PostgreSQL records them, as its VMs' shares add up (a VM on it, or
-    migrating to it), and as the Redis snapshot holds them."""
+    migrating to it, and a reservation's held slot), and as the Redis snapshot holds them."""
 
     host_id: str
     recorded: tuple[int, ...]
@@ -42,7 +42,10 @@ async def host_shares(servers: Servers, host_ids: Sequence[str]) -> list[HostSha
                         WHERE status IN ('scheduled', 'running', 'unknown', 'deleting', 'stopped', 'migrating')
                        UNION ALL
                        SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
-                        WHERE status = 'migrating' AND migration_target IS NOT NULL) s
+                        WHERE status = 'migrating' AND migration_target IS NOT NULL
+                       UNION ALL
+                       SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM reservation_slots
+                        WHERE status = 'held') s
                 WHERE host = ANY($1::text[]) GROUP BY host""",
             list(host_ids),
         )

@@ -12,10 +12,11 @@ import asyncpg
 import httpx
 import pytest
 
-from devtools.stack import Stack
+from devtools.stack import Stack, api_client
 from tests.faults.events import EventCounter
 from tests.fleets import enrolled_fleet
 from tests.integration.moving import claims_of, disagreements, host_shares, running, settled
+from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts
@@ -31,6 +32,7 @@ CANNOT_MIGRATE = HOSTS[3]  # zone z4: its agent declares power, not migrate
 VM = {"cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": {"suite": SUITE}}
 SHARE = (2, 2048, 20, 0, 1)
 NOTHING = (0, 0, 0, 0, 0)
+_ON_SUITE = [{"key": "suite", "operator": "In", "values": [SUITE]}]
 
 
 @pytest.fixture(scope="module")
@@ -317,3 +319,51 @@ async def test_stop_and_start_keep_the_vm_on_its_host_holding_its_share(
     assert (await api.post(f"/v1/vms/{vm['id']}/start")).status_code == 409
     assert (await _shares(servers))[host] == SHARE
     assert await claims_of(servers, vm["id"]) == {"claim": host, "target": None}
+
+
+async def test_a_vm_that_took_a_reserved_slot_migrates_with_its_room_and_the_slots_still_held_stay(
+    stack: Stack, api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
+) -> None:
+    # The slot's room became the VM's when it took it (the slot is "used"): the VM's share moves as
+    # any VM's, the source gives it back, and the slot still held stays on the source.
+    await _pause_all_but(api, HOSTS[0])
+    project = await new_project(api)
+    body = {"project": project, "cpu": 2, "memory_mb": 2048, "disk_gb": 20, "count": 2}
+    created = await api.post("/v1/reservations", json={**body, "host_selector": _ON_SUITE})
+    assert created.status_code == 201, created.text
+    reservation_id = created.json()["id"]
+    held = await eventually(
+        lambda: api.get(f"/v1/reservations/{reservation_id}"),
+        lambda r: r.json()["status"] != "pending",
+        timeout=30,
+        what="the reservation placed",
+    )
+    assert (held.json()["status"], held.json()["hosts"]) == ("held", [HOSTS[0]])
+    token = (await new_token(api, project, "vms:read", "vms:write"))["token"]
+    try:
+        async with api_client(stack.api_url, token, timeout=30) as mine:
+            vm = await running(mine, {"name": f"{SUITE}-reserved", **VM, "reservation": reservation_id})
+            assert vm["hypervisor_id"] == HOSTS[0]
+            slot = (2, 2048, 20, 0, 1)
+            assert (await _shares(servers))[HOSTS[0]] == (4, 4096, 40, 0, 2)  # the VM and the slot still held
+            await _pause_all_but(api, *HOSTS)
+            response = await mine.post(f"/v1/vms/{vm['id']}/migrate", json={})
+            assert response.status_code == 202, response.text
+            moved = await settled(mine, vm["id"])
+        assert (moved["status"], moved["migrations"], moved["reservation"]) == ("running", 1, reservation_id)
+        assert moved["hypervisor_id"] not in (HOSTS[0], CANNOT_MIGRATE)
+        shares = await _shares(servers)
+        assert (shares[HOSTS[0]], shares[moved["hypervisor_id"]]) == (slot, SHARE)
+        after = (await api.get(f"/v1/reservations/{reservation_id}")).json()
+        assert (after["held"], after["used"]) == (1, 1)
+        # Deleting the host is still refused while the slot is held there.
+        refused = await api.delete(f"/v1/hosts/{HOSTS[0]}")
+        assert refused.status_code == 409, refused.text
+    finally:
+        assert (await api.delete(f"/v1/reservations/{reservation_id}")).status_code in (200, 204)
+    await eventually(
+        lambda: host_shares(servers, HOSTS),
+        lambda found: disagreements(found) == [] and {s.host_id: s.recorded for s in found}[HOSTS[0]] == NOTHING,
+        timeout=10,
+        what="the held slot given back to the source",
+    )

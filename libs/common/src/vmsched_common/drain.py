@@ -6,7 +6,8 @@ live migration (:mod:`vmsched_common.migration`), at most ``max_parallel`` at on
 move (no host takes it, a step failed, its host's agent cannot migrate, it is stopped) is *stuck*
 with the reason, and tried again after :data:`RETRY_AFTER` while the deadline has not passed. Past
 the deadline nothing new starts: the VMs left stay where they are, running, and are listed. Nothing
-is ever stopped or deleted by a drain. The host is ``drained`` once nothing holds a share of it.
+is ever stopped or deleted by a drain. The host is ``drained`` once no VM holds a share of it (a
+reservation's held slot is room, not a VM: nothing moves it, and it stays held there).
 """
 
 from __future__ import annotations

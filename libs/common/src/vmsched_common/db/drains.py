@@ -50,7 +50,8 @@ _UPDATE = text(
     """
 )
 # Every VM holding a share of the host (as its source or a migration's target), and those the drain
-# started, wherever they are now.
+# started, wherever they are now. VMs only (SHARES, not HOLDINGS): a reservation's held slot is room
+# no migration moves, so it never keeps a drain from ending.
 _RESIDENTS = text(
     f"""
     SELECT {VM_COLUMNS} FROM vms

@@ -13,9 +13,10 @@ import asyncpg
 import httpx
 import pytest
 
-from devtools.stack import Stack
+from devtools.stack import Stack, api_client
 from tests.fleets import enrolled_fleet
 from tests.integration.moving import disagreements, host_shares, running, settled
+from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts
@@ -177,3 +178,56 @@ async def test_drains_of_unknown_hosts_are_not_found(api: httpx.AsyncClient) -> 
     assert (await api.delete("/v1/hosts/no-such-host/drain")).status_code == 404
     bad = await api.post(f"/v1/hosts/{DRAINED}/drain", json={"max_parallel": 0})
     assert bad.status_code == 422
+
+
+async def test_a_drain_moves_a_vm_on_a_reserved_slot_and_leaves_the_slot_still_held(
+    stack: Stack, api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
+) -> None:
+    for host_id in HOSTS:
+        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id != DRAINED})
+        assert response.status_code == 200, response.text
+    project = await new_project(api)
+    body = {"project": project, "cpu": 2, "memory_mb": 2048, "disk_gb": 20, "count": 2}
+    selector = [{"key": "suite", "operator": "In", "values": [SUITE]}]
+    created = await api.post("/v1/reservations", json={**body, "host_selector": selector})
+    assert created.status_code == 201, created.text
+    reservation_id = created.json()["id"]
+    held = await eventually(
+        lambda: api.get(f"/v1/reservations/{reservation_id}"),
+        lambda r: r.json()["status"] != "pending",
+        timeout=30,
+        what="the reservation placed",
+    )
+    assert (held.json()["status"], held.json()["hosts"]) == ("held", [DRAINED])
+    try:
+        token = (await new_token(api, project, "vms:read", "vms:write"))["token"]
+        async with api_client(stack.api_url, token, timeout=30) as mine:
+            vm = await running(mine, {"name": f"{SUITE}-reserved", **VM, "reservation": reservation_id})
+        assert vm["hypervisor_id"] == DRAINED
+        assert (await api.patch(f"/v1/hosts/{SPARE}", json={"scheduling_paused": False})).status_code == 200
+        started = await api.post(f"/v1/hosts/{DRAINED}/drain", json={"deadline_s": 60})
+        assert started.status_code == 202, started.text
+        response = await eventually(
+            lambda: api.get(f"/v1/hosts/{DRAINED}/drain"),
+            lambda r: r.json()["state"] != "draining",
+            timeout=60,
+            what="the drain over",
+        )
+        # The VM moved; the slot still held is room, not a VM: it stays, and the host is drained.
+        progress = response.json()
+        assert (progress["state"], [m["vm_id"] for m in progress["moved"]]) == ("drained", [vm["id"]]), progress
+        moved = await settled(api, vm["id"])
+        assert (moved["status"], moved["hypervisor_id"]) == ("running", SPARE)
+        shares = await host_shares(servers, HOSTS)
+        assert disagreements(shares) == []
+        assert {s.host_id: s.recorded for s in shares}[DRAINED] == (2, 2048, 20, 0, 1)
+        refused = await api.delete(f"/v1/hosts/{DRAINED}")
+        assert refused.status_code == 409, refused.text
+    finally:
+        assert (await api.delete(f"/v1/reservations/{reservation_id}")).status_code == 200
+    await eventually(
+        lambda: host_shares(servers, HOSTS),
+        lambda found: disagreements(found) == [] and {s.host_id: s.recorded for s in found}[DRAINED][4] == 0,
+        timeout=10,
+        what="the held slot given back",
+    )

@@ -25,11 +25,11 @@ from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
+from vmsched_placement import Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import PlacementIntake
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.placement import Weights
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.round import RoundSettings, SchedulingRound
 from vmsched_scheduler.waiting.waker import Waker

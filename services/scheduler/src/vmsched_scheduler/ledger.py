@@ -34,10 +34,10 @@ from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in
 from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.vm_changes import preempted
+from vmsched_placement import Demand
+from vmsched_placement.model import extras_of
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
-from vmsched_scheduler.placement import Demand
-from vmsched_scheduler.placement.model import extras_of
-from vmsched_scheduler.placement.preemption import Resident
 from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)

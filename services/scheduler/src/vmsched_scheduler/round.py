@@ -37,10 +37,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim
-from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
-from vmsched_scheduler.groups import GroupSource, RoundGroups
-from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
-from vmsched_scheduler.placement import (
+from vmsched_placement import (
     NO_AVAILABLE_AGENTS,
     Decision,
     DecisionContext,
@@ -51,8 +48,11 @@ from vmsched_scheduler.placement import (
     scheduling_line,
     selected_line,
 )
-from vmsched_scheduler.placement.model import PlacementGroup
-from vmsched_scheduler.placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.inputs import demand_of, placement_request
+from vmsched_placement.model import PlacementGroup
+from vmsched_placement.preemption import cheapest, preemptible_rows
+from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
 
@@ -362,7 +362,7 @@ class SchedulingRound:
     # -- preemption ----------------------------------------------------------------------------
     async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:
         """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host (see
-        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room. True
+        :mod:`~vmsched_placement.preemption`); False when no removal would make room. True
         when its outcome is set: placed, or :class:`Later` when other schedulers kept taking the
         victims it chose first.
 
@@ -620,18 +620,7 @@ def _detail(decision: Decision) -> str:
 def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:
     """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
     this round or its earlier deliveries left out for it."""
-    vm = work.item.vm
-    return PlacementRequest(
-        vm_id=str(vm.vm_id),
-        name=vm.name,
-        demand=demand_of(vm.resources),
-        labels=vm.labels,
-        strategy=work.strategy,
-        exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
-        host_selector=host_selector_of(vm.host_selector),
-        tolerations=tolerations_of(vm.tolerations),
-        group=group,
-    )
+    return placement_request(work.item.vm, work.strategy, exclude_hosts=work.avoid, group=group)
 
 
 def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> Assignment:

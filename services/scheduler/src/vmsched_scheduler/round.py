@@ -51,6 +51,7 @@ from vmsched_placement import (
 from vmsched_placement.inputs import demand_of, placement_request
 from vmsched_placement.model import PlacementGroup
 from vmsched_placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.whatif import unplaced_detail
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
@@ -561,7 +562,7 @@ class SchedulingRound:
     def _no_host(self, choice: _Choice) -> NoHost:
         vm = choice.work.item.vm
         decision = choice.decision
-        detail = choice.gang_failure or _detail(decision)
+        detail = choice.gang_failure or unplaced_detail(decision)
         reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered and not choice.gang_failure:
@@ -608,13 +609,6 @@ def _record(
         decision_us=round(choice.seconds * 1e6, 1),
         claim_conflicts=len(choice.work.refused),
     )
-
-
-def _detail(decision: Decision) -> str:
-    if decision.reason == NO_AVAILABLE_AGENTS:
-        return f"no online host among {decision.considered} known"
-    counts = ", ".join(f"{rule}: {count}" for rule, count in decision.rejections.items())
-    return f"none of {decision.considered} hosts fits ({counts})"
 
 
 def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:

@@ -471,7 +471,7 @@ class SchedulingRound:
             reason = first.decision.reason or NO_AVAILABLE_AGENTS
             why = (
                 f"{len(nowhere)} of {len(choices)} VMs of the batch fit nowhere "
-                f"({first.work.item.vm.name}: {reason}: {_detail(first.decision)})"
+                f"({first.work.item.vm.name}: {reason}: {unplaced_detail(first.decision)})"
             )
             for choice in choices:
                 if choice.decision.host_id is not None:

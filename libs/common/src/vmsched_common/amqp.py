@@ -179,9 +179,10 @@ async def declare_topology(broker: RabbitBroker) -> None:
     """Exchanges, the services' queues with their bindings, and the dead-letter queue; idempotent,
     every service calls it on start. The consumers' queues are declared by every service, not only
     by their consumer: a ``vm.create`` published before any scheduler ever started must find its
-    queue, or the exchange drops it. Every queue declared here is a quorum queue (but an old classic
-    dead-letter queue, see dead_letters.py): a reconnecting connection declares them again, and a
-    quorum queue can be declared on any node of a cluster, also while one is down."""
+    queue, or the exchange drops it (and the events stream a placement made while no API runs).
+    Every queue declared here is a quorum queue or a stream (but an old classic dead-letter queue,
+    see dead_letters.py): a reconnecting connection declares them again, and both are replicated,
+    so they can be declared on any node of a cluster, also while one is down."""
     for exchange in (topology.EXCHANGE, topology.AGENTS_EXCHANGE, topology.DEAD_LETTER_EXCHANGE):
         await broker.declare_exchange(exchange)
     connection = await broker.connect()

@@ -128,9 +128,7 @@ async def test_a_projects_token_follows_its_own_vms_events_only_and_types_filter
 
         seen = await everything_of_mine.until(_decided(my_vm))
         assert {vm_id for event in seen for vm_id in event.vm_ids()} == {my_vm}
-        assert all(
-            item["project"] == mine for event in seen for item in event.data.get("vms", event.data.get("assignments"))
-        )
+        assert all(item["project"] == mine for event in seen for item in event.data["vms"])
         unschedulable = await unschedulable_only.until({("vm.unschedulable", my_vm)})
         assert {event.type for event in unschedulable} == {"vm.unschedulable"}
         # Whichever host the run's other tests left online, none carries the label: no host takes it.

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from libs.placement.tests.placement.support import context, fleet_of, host, host_states, request
 from vmsched_common.settings import Strategy
-from vmsched_placement import Demand, Fleet, decide
+from vmsched_placement import Demand, Fleet, HostState, decide
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
 
 
@@ -69,7 +69,7 @@ shapes = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(hosts=st.lists(host_states(), max_size=6), shape=shapes, strategy=st.sampled_from(list(Strategy)))
 def test_capacity_equals_placing_copies_one_by_one_until_none_fits(
-    hosts: list, shape: Demand, strategy: Strategy
+    hosts: list[HostState], shape: Demand, strategy: Strategy
 ) -> None:
     if not any(shape.as_tuple()):
         shape = replace(shape, cpu=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,12 @@ import httpx
 import pytest
 
 from devtools.stack import Stack, api_client
+from tests.fleets import enrolled_fleet
 from tests.integration.test_identity import new_project, new_token, second_replica, vm
+from tests.integration.waiting import eventually
 from tests.servers import Servers
+from vmsched_agent.hosts import HostSpec
+from vmsched_common.messages import Resources
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +145,33 @@ async def test_a_projects_token_follows_its_own_vms_events_only_and_types_filter
         # Ids are the stream's offsets: they grow.
         ids = [event.id for event in theirs_seen]
         assert ids == sorted(set(ids))
+
+
+async def test_a_placement_arrives_with_its_host(stack: Stack, servers: Servers, admin: httpx.AsyncClient) -> None:
+    suite = f"sse-{uuid.uuid4().hex[:6]}"
+    host_id = f"{suite}-h"
+    project = await new_project(admin)
+    token = (await new_token(admin, project, "vms:write"))["token"]
+    fleet = await enrolled_fleet(
+        servers,
+        [HostSpec(id=host_id, capacity=Resources(cpu=4, memory_mb=8192, disk_gb=50), labels={"suite": suite})],
+        heartbeat_interval=1.0,
+    )
+    async with fleet:
+        await eventually(
+            lambda: admin.get(f"/v1/hosts/{host_id}"),
+            lambda r: r.status_code == 200 and r.json()["status"] == "online",
+            timeout=30,
+            what=f"{host_id} online",
+        )
+        async with following(stack.api_url, token, {"type": "vm.assigned"}) as placements:
+            async with api_client(stack.api_url, token, timeout=30) as api:
+                created = await api.post("/v1/vms", json={**vm("placed"), "labels": {"suite": suite}})
+                assert created.status_code == 202, created.text
+            vm_id = created.json()["id"]
+            (event,) = await placements.until({("vm.assigned", vm_id)})
+    (assignment,) = event.data["assignments"]
+    assert (assignment["hypervisor_id"], assignment["project"]) == (host_id, project)
 
 
 async def test_last_event_id_on_another_replica_gets_exactly_the_missed_events(

@@ -179,10 +179,9 @@ async def declare_topology(broker: RabbitBroker) -> None:
     """Exchanges, the services' queues with their bindings, and the dead-letter queue; idempotent,
     every service calls it on start. The consumers' queues are declared by every service, not only
     by their consumer: a ``vm.create`` published before any scheduler ever started must find its
-    queue, or the exchange drops it (and the events stream a placement made while no API runs).
-    Every queue declared here is a quorum queue or a stream (but an old classic dead-letter queue,
-    see dead_letters.py): a reconnecting connection declares them again, and both are replicated,
-    so they can be declared on any node of a cluster, also while one is down."""
+    queue, or the exchange drops it. Every queue declared here is a quorum queue (but an old classic
+    dead-letter queue, see dead_letters.py): a reconnecting connection declares them again, and a
+    quorum queue can be declared on any node of a cluster, also while one is down."""
     for exchange in (topology.EXCHANGE, topology.AGENTS_EXCHANGE, topology.DEAD_LETTER_EXCHANGE):
         await broker.declare_exchange(exchange)
     connection = await broker.connect()
@@ -192,6 +191,14 @@ async def declare_topology(broker: RabbitBroker) -> None:
         declared = await broker.declare_queue(queue)
         await declared.bind(topology.EXCHANGE.name, routing_key=queue.routing())
     await declare_dead_letter_queue(broker)
+
+
+async def declare_event_stream(broker: RabbitBroker) -> None:
+    """The stream of VM events GET /v1/events reads (``topology.EVENTS_STREAM``), bound to the
+    ``vmsched`` exchange; idempotent. Replicated like a quorum queue: declarable on any node."""
+    stream = topology.EVENTS_STREAM
+    declared = await broker.declare_queue(stream)
+    await declared.bind(topology.EXCHANGE.name, routing_key=stream.routing())
 
 
 async def _replace_if_declared_otherwise(connection: aio_pika.abc.AbstractConnection, queue: RabbitQueue) -> None:

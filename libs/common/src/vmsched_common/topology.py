@@ -79,6 +79,8 @@ DEAD_LETTER_QUEUE = RabbitQueue("vmsched.dead-letters", queue_type=QueueType.QUO
 # consumer reads from any offset without taking messages from anyone, so that every API replica
 # serves the same history with the same ids (the offsets) and a client resumes on any of them with
 # Last-Event-ID. Kept 7 days or 2 GB, whichever ends first (segments of 100 MB are dropped whole).
+# Declared by the API alone (its only reader): once declared it records events while every API
+# replica is down, and the other services never fail to start over it.
 EVENTS_STREAM = RabbitQueue(
     "vmsched.events",
     queue_type=QueueType.STREAM,
@@ -89,14 +91,8 @@ EVENTS_STREAM = RabbitQueue(
         {"x-max-age": "7D", "x-max-length-bytes": 2_000_000_000, "x-stream-max-segment-size-bytes": 100_000_000},
     ),
 )
-# Every queue declared on the ``vmsched`` exchange by every service, each bound by its routing key.
-CONSUMER_QUEUES = (
-    SCHEDULER_QUEUE,
-    GATEWAY_HEARTBEAT_QUEUE,
-    GATEWAY_ASSIGNED_QUEUE,
-    GATEWAY_STATUS_QUEUE,
-    EVENTS_STREAM,
-)
+# Every queue a vmsched service consumes from the ``vmsched`` exchange, each bound by its routing key.
+CONSUMER_QUEUES = (SCHEDULER_QUEUE, GATEWAY_HEARTBEAT_QUEUE, GATEWAY_ASSIGNED_QUEUE, GATEWAY_STATUS_QUEUE)
 # Queues whose messages may be thrown away: one an older version declared with other arguments is
 # deleted and declared again (gateway.heartbeats was quorum, then classic, now quorum again).
 DISPOSABLE_QUEUES = (GATEWAY_HEARTBEAT_QUEUE,)

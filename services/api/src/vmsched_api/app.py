@@ -28,7 +28,7 @@ from vmsched_api.routes import audit, event_stream, hosts, projects, server_grou
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.schemas import ErrorDetail
 from vmsched_common import events, topology
-from vmsched_common.amqp import declare_topology, make_broker, ready_messages
+from vmsched_common.amqp import declare_event_stream, declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
@@ -172,6 +172,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
     async def connect(connected: Any) -> None:
         await connected.start()
         await declare_topology(connected)
+        await declare_event_stream(connected)
 
     streams = FastStreamAPI(
         broker,

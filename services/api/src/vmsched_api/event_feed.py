@@ -89,6 +89,10 @@ async def follow(connection: AbstractConnection, offset: int | str, wanted: Even
             try:
                 message = await asyncio.wait_for(inbox.get(), KEEPALIVE_SECONDS)
             except TimeoutError:
+                if channel.is_closed:
+                    # The broker connection was lost (it reconnects, this consumer does not): end the
+                    # response, and the client comes back with Last-Event-ID.
+                    return
                 yield ": keep-alive\n\n"
                 continue
             event = _event(message, wanted)

@@ -12,16 +12,17 @@ import random
 import time
 from collections import defaultdict
 from typing import Annotated
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from vmsched_api.deps import Services
 from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_common.decision import RejectedHost
-from vmsched_common.messages import HostId
+from vmsched_common.messages import HostId, VmToPlace
 from vmsched_common.settings import Strategy
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
-from vmsched_placement.inputs import demand_of, host_selector_of, to_host_state, tolerations_of
+from vmsched_placement.inputs import placement_request, to_host_state
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
 
 MAX_SIMULATED_VMS = 1000
@@ -126,15 +127,18 @@ async def default_strategy(services: Services) -> Strategy:
 
 
 def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults) -> PlacementRequest:
-    return PlacementRequest(
-        vm_id=f"simulated-{index}",
+    """What a scheduler would be asked for ``vm``: the VM as its vm.create would carry it, through the
+    scheduler's own mapping."""
+    to_place = VmToPlace(
+        vm_id=UUID(int=index),
         name=vm.name,
-        demand=demand_of(vm.resources(defaults)),
+        resources=vm.resources(defaults),
         labels=vm.labels,
-        strategy=vm.strategy or strategy,
-        host_selector=host_selector_of(vm.host_selector),
-        tolerations=tolerations_of(vm.tolerations),
+        host_selector=vm.host_selector,
+        tolerations=vm.tolerations,
+        strategy=vm.strategy,
     )
+    return placement_request(to_place, vm.strategy or strategy)
 
 
 async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:

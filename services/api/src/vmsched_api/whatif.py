@@ -15,6 +15,7 @@ from typing import Annotated
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
 from vmsched_api.schemas import VmDefaults, VmRequest
@@ -105,8 +106,15 @@ class Capacity(BaseModel):
     hosts: list[HostCapacity]
 
 
+class SnapshotUnavailable(Exception):
+    """Redis did not answer: there is no live state to ask about."""
+
+
 async def _fleet(services: Services) -> Fleet:
-    _, records = await services.snapshot.read_all()
+    try:
+        _, records = await services.snapshot.read_all()
+    except (RedisError, OSError) as error:
+        raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
     return Fleet.from_hosts(to_host_state(record) for record in records.values())
 
 
@@ -152,7 +160,10 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
     strategy = body.strategy or await default_strategy(services)
     defaults = VmDefaults.of(services.settings)
     requests = [_request(index, vm, strategy, defaults) for index, vm in enumerate(body.vms)]
-    cursor = await services.snapshot.peek_round_robin()
+    try:
+        cursor = await services.snapshot.peek_round_robin()
+    except (RedisError, OSError) as error:
+        raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
     outcomes = simulate(fleet, requests, _context(services, cursor=cursor, seed=body.seed))
     placements = [
         SimulatedVm(

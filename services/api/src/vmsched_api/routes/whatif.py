@@ -9,17 +9,19 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader, VmsReader
+from vmsched_api.schemas import refusals
 from vmsched_api.whatif import (
     Capacity,
     Shape,
     Simulation,
     SimulationRequest,
+    SnapshotUnavailable,
     UnknownHosts,
     fleet_capacity,
     simulate_placements,
 )
 
-router = APIRouter(tags=["what-if"])
+router = APIRouter(tags=["what-if"], responses=refusals(503))
 
 NOT_SIMULATED = "server groups are not simulated"
 
@@ -48,6 +50,8 @@ async def simulate(body: SimulationRequest, services: ServicesDep, _: VmsReader)
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             [{"loc": ["body", "without_hosts"], "msg": str(error), "type": "unknown_host"}],
         ) from None
+    except SnapshotUnavailable as error:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error)) from None
 
 
 @router.get("/capacity", response_model=Capacity)
@@ -70,4 +74,7 @@ async def get_capacity(
         disk_gb=disk_gb,
         gpu=gpu,
     )
-    return await fleet_capacity(services, shape)
+    try:
+        return await fleet_capacity(services, shape)
+    except SnapshotUnavailable as error:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error)) from None

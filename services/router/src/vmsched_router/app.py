@@ -135,7 +135,12 @@ def system_routes() -> APIRouter:
             store = "ok" if await asyncio.wait_for(routing.store.ping(), timeout=2.0) else "unreachable"
         except Exception as error:
             store = f"unreachable: {type(error).__name__}"
-        cells = {name: cell.problem or "ok" for name, cell in routing.table.cells.items()}
+        cells = {
+            name: {"state": "ok", "load": round(cell.summary.load(), 4), "waiting": cell.summary.waiting}
+            if cell.summary is not None
+            else {"state": cell.problem or "unreachable"}
+            for name, cell in routing.table.cells.items()
+        }
         if store != "ok" or not routing.table.up():
             response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
         return {"store": store, "cells": cells}

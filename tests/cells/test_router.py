@@ -99,13 +99,7 @@ async def fleets(cells: Cells) -> AsyncIterator[None]:
         await enrolled_fleet(cells.servers["b"], hosts_b, heartbeat_interval=1.0),
     ):
         for stack, count in ((cells.a, 3), (cells.b, 2)):
-            async with stack.async_client() as api:
-                await eventually(
-                    lambda api=api: api.get("/v1/hosts"),  # type: ignore[misc]
-                    lambda r, count=count: sum(h["status"] == "online" for h in r.json()) == count,
-                    timeout=60,
-                    what="the cell's hosts online",
-                )
+            await hosts_online(stack, count)
         # The router has read both summaries with every host in them.
         async with cells.client() as router:
             await eventually(
@@ -121,6 +115,16 @@ async def fleets(cells: Cells) -> AsyncIterator[None]:
                 what="both cells ready in the router",
             )
         yield
+
+
+async def hosts_online(stack: Stack, count: int) -> None:
+    async with stack.async_client() as api:
+        await eventually(
+            lambda: api.get("/v1/hosts"),
+            lambda r: sum(h["status"] == "online" for h in r.json()) == count,
+            timeout=60,
+            what="the cell's hosts online",
+        )
 
 
 async def summaries(cells: Cells) -> list[dict[str, Any]]:

@@ -6,8 +6,10 @@ told; a cell that is down is skipped and shown in /readyz."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -38,8 +40,8 @@ class Cells:
     router: Stack  # the router's process, run as a Stack's service for its logs and stop
     router_url: str
 
-    def client(self, **options: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.router_url, headers=bearer(TOKEN), timeout=30, **options)
+    def client(self, token: str = TOKEN) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.router_url, headers=bearer(token), timeout=30)
 
 
 @contextlib.contextmanager
@@ -115,6 +117,13 @@ async def fleets(cells: Cells) -> AsyncIterator[None]:
                 what="both cells ready in the router",
             )
         yield
+
+
+SMALL = {"cpu": 1, "memory_mb": 512, "disk_gb": 5}
+
+
+def zone(name: str) -> list[dict[str, Any]]:
+    return [{"key": "zone", "operator": "In", "values": [name]}]
 
 
 async def hosts_online(stack: Stack, count: int) -> None:
@@ -260,6 +269,35 @@ async def test_requests_about_a_vm_reach_its_cell_even_one_the_router_never_saw(
             if cursor is None:
                 break
         assert {"zoned", "large", "small", "direct", "gpu"} <= names
+
+
+def create_token(stack: Stack, *args: str, secret: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "vmsched-api"), "create-token", "--project", "default", "--scope", "vms:write", *args],
+        env={**stack.env, "PATH": "/usr/bin:/bin"},
+        input=secret,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_one_project_token_made_in_every_cell_works_through_the_router(cells: Cells, fleets: None) -> None:
+    made = await asyncio.to_thread(create_token, cells.a)
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip()
+    async with cells.client(secret) as router:
+        # Known in cell a only: cell b refuses it, whatever the router chose.
+        refused = await router.post("/v1/vms", json={**SMALL, "name": "t-b", "host_selector": zone("b")})
+        assert (refused.status_code, refused.headers["X-Vmsched-Cell"]) == (401, "b")
+        copied = await asyncio.to_thread(create_token, cells.b, "--secret-from-stdin", secret=secret + "\n")
+        assert copied.returncode == 0, copied.stderr
+        assert copied.stdout.strip() == secret
+        for cell in ("a", "b"):
+            created = await router.post("/v1/vms", json={**SMALL, "name": f"t-{cell}", "host_selector": zone(cell)})
+            assert (created.status_code, created.headers["X-Vmsched-Cell"]) == (202, cell), created.text
+    garbage = await asyncio.to_thread(create_token, cells.b, "--secret-from-stdin", secret="short\n")
+    assert garbage.returncode == 2
 
 
 async def test_a_cell_down_is_skipped_for_new_vms_and_shown_in_readyz(cells: Cells, fleets: None) -> None:

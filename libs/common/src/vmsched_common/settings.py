@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     # that maps each VM to its cell, where it listens, how often it reads each cell's summary, how long
     # it waits for a cell's decision on a new VM before answering (to try the next cell when the first
     # answers unschedulable; 0: answer at once, never retry) and how long a request to a cell may take.
-    router_cells: list[CellEndpoint] = Field(default_factory=list)
+    router_cells: list[CellEndpoint] = []  # pydantic copies a default per instance
     router_database_url: PostgresDsn = PostgresDsn("postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched_router")
     router_host: str = "127.0.0.1"
     router_port: Annotated[int, Field(ge=1, le=65535)] = 8100

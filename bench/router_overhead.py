@@ -88,7 +88,7 @@ def main() -> None:
     with provide_servers() as servers, tempfile.TemporaryDirectory() as work:
         workdir = Path(work)
         cell = Stack(
-            env=servers.env(VMSCHED_BOOTSTRAP_TOKEN=TOKEN, VMSCHED_RATE_LIMIT="0", VMSCHED_LOG_LEVEL="WARNING"),
+            env=servers.env(VMSCHED_BOOTSTRAP_TOKEN=TOKEN, VMSCHED_RATE_LIMIT="0"),
             log_dir=workdir / "cell",
             api_port=free_port(),
         )

@@ -222,9 +222,15 @@ async def test_a_vm_one_cell_cannot_place_is_tried_on_the_next_before_the_caller
         )
         assert tainted.status_code == 200, tainted.text
     async with cells.client() as router:
-        created = await router.post("/v1/vms", json={"name": "gpu", "cpu": 1, "memory_mb": 512, "disk_gb": 5, "gpu": 1})
+        body = {"name": "gpu", "cpu": 1, "memory_mb": 512, "disk_gb": 5, "gpu": 1}
+        key = {"Idempotency-Key": f"gpu-{uuid.uuid4()}"}
+        created = await router.post("/v1/vms", json=body, headers=key)
         assert created.status_code == 202, created.text
         assert created.headers["X-Vmsched-Cell"] == "b"
+        # The same request again is replayed by the cell that kept the VM, not the one that refused it.
+        again = await router.post("/v1/vms", json=body, headers=key)
+        assert (again.headers["X-Vmsched-Cell"], again.headers.get("Idempotent-Replayed")) == ("b", "true")
+        assert again.json()["id"] == created.json()["id"]
         vm = await settled(router, created.json()["id"])
         assert vm["status"] == "running"
         assert vm["hypervisor_id"] == "cellbgpu-0001"

@@ -105,20 +105,24 @@ class Router:
             if answer.status != status.HTTP_202_ACCEPTED:
                 return answer.response()
             vm = json.loads(answer.body)
-            keys = [f"vm:{vm['id']}"]
-            idempotency = self._idempotency_key(headers)
-            if idempotency is not None:
-                keys.append(idempotency)
-            await self.store.record(keys, name)
+            await self.store.record([f"vm:{vm['id']}"], name)
             if attempt == len(tries) - 1 or self.settings.router_decision_wait <= 0:
-                return answer.response()
+                return await self._kept(answer, headers)
             decided = (await self._decisions(cell, [vm], headers))[0]
             if decided["status"] != UNSCHEDULABLE:
-                return _with_body(answer, decided).response()
+                return await self._kept(_with_body(answer, decided), headers)
             metrics.RETRIED.labels(name).inc()
             log.info("VM unschedulable in a cell: trying the next", cell=name, vm_id=vm["id"], next=tries[attempt + 1])
             await self._forget(cell, [vm["id"]], headers)
-        return answer.response() if answer is not None else no_cell()
+        return await self._kept(answer, headers) if answer is not None else no_cell()
+
+    async def _kept(self, answer: Answer, headers: Mapping[str, str]) -> Response:
+        """The answer the caller gets; its Idempotency-Key, if any, now belongs to the answering cell
+        (only now: a cell that answered unschedulable was passed over)."""
+        key = self._idempotency_key(headers)
+        if key is not None and answer.status == status.HTTP_202_ACCEPTED:
+            await self.store.record([key], answer.cell)
+        return answer.response()
 
     async def create_batch(self, raw: bytes, headers: Mapping[str, str]) -> Response:
         try:

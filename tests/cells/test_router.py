@@ -87,14 +87,14 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cells]:
 @pytest.fixture(scope="module")
 async def fleets(cells: Cells) -> AsyncIterator[None]:
     """Cell a: two small hosts (8 cpus) in zone a, and one GPU host that an operator will taint.
-    Cell b: two larger hosts (16 cpus) in zone b, one with a GPU."""
+    Cell b: two larger hosts (16 cpus) in zone b, one with two GPUs."""
     small = Resources(cpu=8, memory_mb=16384, disk_gb=200)
     large = Resources(cpu=16, memory_mb=32768, disk_gb=400)
     hosts_a = generate_hosts(2, prefix="cella", capacity=small, labels={"zone": "a"}) + generate_hosts(
         1, prefix="cellagpu", capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200, gpu=2), labels={"zone": "a"}
     )
     hosts_b = generate_hosts(1, prefix="cellb", capacity=large, labels={"zone": "b"}) + generate_hosts(
-        1, prefix="cellbgpu", capacity=Resources(cpu=16, memory_mb=32768, disk_gb=400, gpu=1), labels={"zone": "b"}
+        1, prefix="cellbgpu", capacity=Resources(cpu=16, memory_mb=32768, disk_gb=400, gpu=2), labels={"zone": "b"}
     )
     async with (
         await enrolled_fleet(cells.servers["a"], hosts_a, heartbeat_interval=1.0),
@@ -234,12 +234,21 @@ async def test_a_vm_one_cell_cannot_place_is_tried_on_the_next_before_the_caller
         vm = await settled(router, created.json()["id"])
         assert vm["status"] == "running"
         assert vm["hypervisor_id"] == "cellbgpu-0001"
+        # In a batch, only the VMs cell a refuses go to cell b; the caller gets them all, in order.
+        batch = await router.post(
+            "/v1/vms/batch", json={"vms": [{**body, "name": "gpu-2"}, {**SMALL, "name": "plain"}]}
+        )
+        assert batch.status_code == 202, batch.text
+        first, second = [await settled(router, item["id"]) for item in batch.json()["items"]]
+        assert (first["name"], first["hypervisor_id"]) == ("gpu-2", "cellbgpu-0001")
+        assert second["name"] == "plain"
+        assert second["hypervisor_id"].startswith("cella")
         metrics = (await router.get("/metrics")).text
-    assert 'vmsched_router_retried_vms_total{cell="a"} 1.0' in metrics
+    assert 'vmsched_router_retried_vms_total{cell="a"} 2.0' in metrics
     # What cell a was asked for is deleted there: the caller never saw it.
     async with cells.a.async_client() as a:
         listed = (await a.get("/v1/vms", params={"limit": 1000})).json()["items"]
-    assert [vm["status"] for vm in listed if vm["name"] == "gpu"] == ["deleted"]
+    assert [vm["status"] for vm in listed if vm["name"].startswith("gpu")] == ["deleted", "deleted"]
 
 
 async def test_requests_about_a_vm_reach_its_cell_even_one_the_router_never_saw(cells: Cells, fleets: None) -> None:

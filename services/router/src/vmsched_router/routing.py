@@ -94,7 +94,9 @@ class Router:
         tries = await self._pinned(body, headers) if body else None
         if tries is None:
             tries = cells_to_try(self.table.summaries(), demands) if demands else least_loaded(self.table.summaries())
-        answer: Answer | None = None
+        # A VM a cell answered unschedulable for: deleted there once another cell has taken the
+        # request, or answered as it is if none does.
+        passed_over: tuple[Cell, Answer] | None = None
         for attempt, name in enumerate(tries):
             cell = self.table.cells[name]
             try:
@@ -103,7 +105,12 @@ class Router:
                 log.warning("cell did not answer a create", cell=name, error=repr(error))
                 continue
             if answer.status != status.HTTP_202_ACCEPTED:
+                if passed_over is not None:
+                    break
                 return answer.response()
+            if passed_over is not None:
+                await self._forget(passed_over[0], [json.loads(passed_over[1].body)["id"]], headers)
+                passed_over = None
             vm = json.loads(answer.body)
             await self.store.record([f"vm:{vm['id']}"], name)
             if attempt == len(tries) - 1 or self.settings.router_decision_wait <= 0:
@@ -113,8 +120,8 @@ class Router:
                 return await self._kept(_with_body(answer, decided), headers)
             metrics.RETRIED.labels(name).inc()
             log.info("VM unschedulable in a cell: trying the next", cell=name, vm_id=vm["id"], next=tries[attempt + 1])
-            await self._forget(cell, [vm["id"]], headers)
-        return await self._kept(answer, headers) if answer is not None else no_cell()
+            passed_over = (cell, _with_body(answer, decided))
+        return await self._kept(passed_over[1], headers) if passed_over is not None else no_cell()
 
     async def _kept(self, answer: Answer, headers: Mapping[str, str]) -> Response:
         """The answer the caller gets; its Idempotency-Key, if any, now belongs to the answering cell
@@ -142,46 +149,46 @@ class Router:
             tries = least_loaded(self.table.summaries())
         results: list[dict[str, Any] | None] = [None] * len(bodies)
         remaining = list(range(len(bodies)))
-        answer: Answer | None = None
+        accepted: Answer | None = None  # the last cell's answer that took VMs
+        passed_over: tuple[Cell, list[str]] | None = None  # VMs to delete once another cell takes them
         for attempt, name in enumerate(tries):
             cell = self.table.cells[name]
-            sent = raw if attempt == 0 or not bodies else json.dumps({**body, "vms": [bodies[i] for i in remaining]})
+            sent = raw if accepted is None else json.dumps({**body, "vms": [bodies[i] for i in remaining]}).encode()
             try:
-                answer = await forward(
-                    cell,
-                    "POST",
-                    "/v1/vms/batch",
-                    headers,
-                    body=sent if isinstance(sent, bytes) else sent.encode(),
-                    route="create_batch",
-                )
+                answer = await forward(cell, "POST", "/v1/vms/batch", headers, body=sent, route="create_batch")
             except httpx.HTTPError as error:
                 log.warning("cell did not answer a batch", cell=name, error=repr(error))
                 continue
             if answer.status != status.HTTP_202_ACCEPTED:
-                if attempt == 0 or all(result is None for result in results):
+                if accepted is None:
                     return answer.response()
                 break  # what an earlier cell answered stands
+            if passed_over is not None:
+                await self._forget(*passed_over, headers)
+                passed_over = None
+            accepted = answer
             items: list[dict[str, Any]] = json.loads(answer.body)["items"]
             await self.store.record([f"vm:{item['id']}" for item in items], name)
             for index, item in zip(remaining, items, strict=True):
                 results[index] = item
-            if attempt == len(tries) - 1 or self.settings.router_decision_wait <= 0:
+            if attempt == len(tries) - 1 or self.settings.router_decision_wait <= 0 or not bodies:
                 break
             decided = await self._decisions(cell, items, headers)
+            failed = []
             for index, item in zip(remaining, decided, strict=True):
                 results[index] = item
-            failed = [index for index, item in zip(remaining, decided, strict=True) if item["status"] == UNSCHEDULABLE]
+                if item["status"] == UNSCHEDULABLE:
+                    failed.append(index)
             if not failed:
                 break
             metrics.RETRIED.labels(name).inc(len(failed))
             log.info("VMs of a batch unschedulable in a cell: trying the next", cell=name, vms=len(failed))
-            await self._forget(cell, [str(results[index]["id"]) for index in failed], headers)  # type: ignore[index]
+            passed_over = (cell, [str(item["id"]) for item in decided if item["status"] == UNSCHEDULABLE])
             remaining = failed
-        if answer is None:
+        if accepted is None:
             return no_cell()
         merged = {"items": [result for result in results if result is not None]}
-        return _with_body(answer, merged).response()
+        return _with_body(accepted, merged).response()
 
     async def _decisions(
         self, cell: Cell, vms: Sequence[dict[str, Any]], headers: Mapping[str, str]

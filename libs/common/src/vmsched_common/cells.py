@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import BaseModel, Field
 
 from vmsched_common.db.records import HostRecord
-from vmsched_common.fit import RESOURCES, allocatable, ratio_of
+from vmsched_common.fit import RESOURCES, allocatable
 from vmsched_common.messages import HostStatus
 
 Amounts = dict[str, int]
@@ -55,22 +55,26 @@ class CellSummary(BaseModel):
         return sum(shares) / len(shares)
 
 
-def _free_of(host: HostRecord) -> tuple[Amounts, Amounts]:
-    """What ``host`` may hand out in all and what it may still hand out, per resource (its named
-    extra resources by name)."""
-    total: Amounts = {}
-    free: Amounts = {}
-    for rule in RESOURCES:
+# The resources every host has, in the fit rule's order, with the attribute of their ratio.
+_FIELDS = tuple(rule.field for rule in RESOURCES)
+_RATIOS = tuple((rule.field, rule.name if rule.overcommits else None) for rule in RESOURCES)
+
+
+def _room_of(host: HostRecord) -> tuple[list[int], list[int]]:
+    """What ``host`` may hand out in all and what it may still hand out, per resource of
+    :data:`RESOURCES` (the fit rule's ``allocatable``; never below 0)."""
+    total = []
+    free = []
+    for field, ratio in _RATIOS:
         limit = int(
             allocatable(
-                getattr(host.capacity, rule.field), getattr(host.reserved, rule.field), ratio_of(rule, host.overcommit)
+                getattr(host.capacity, field),
+                getattr(host.reserved, field),
+                1.0 if ratio is None else float(getattr(host.overcommit, ratio)),
             )
         )
-        total[rule.field] = max(limit, 0)
-        free[rule.field] = max(limit - getattr(host.allocated, rule.field), 0)
-    for name, count in host.capacity.extra.items():
-        total[name] = count
-        free[name] = max(count - host.allocated.extra.get(name, 0), 0)
+        total.append(max(limit, 0))
+        free.append(max(limit - getattr(host.allocated, field), 0))
     return total, free
 
 
@@ -83,35 +87,69 @@ def takes_new_vms(host: HostRecord) -> bool:
     return host.status == HostStatus.ONLINE.value and not host.scheduling_paused
 
 
+class _Set:
+    """A label set being summed (plain lists: a pydantic model per host would cost more than the sum)."""
+
+    __slots__ = ("extra_free", "extra_largest", "free", "hosts", "largest")
+
+    def __init__(self) -> None:
+        self.hosts = 0
+        self.free = [0] * len(_FIELDS)
+        self.largest = [0] * len(_FIELDS)
+        self.extra_free: Amounts = {}
+        self.extra_largest: Amounts = {}
+
+    def add(self, free: list[int], extra: Mapping[str, int]) -> None:
+        self.hosts += 1
+        for index, amount in enumerate(free):
+            self.free[index] += amount
+            if amount > self.largest[index]:
+                self.largest[index] = amount
+        for name, amount in extra.items():
+            self.extra_free[name] = self.extra_free.get(name, 0) + amount
+            self.extra_largest[name] = max(self.extra_largest.get(name, 0), amount)
+
+    def summary(self, labels: dict[str, str]) -> LabelSetSummary:
+        return LabelSetSummary(
+            labels=labels,
+            hosts=self.hosts,
+            free={**dict(zip(_FIELDS, self.free, strict=True)), **self.extra_free},
+            largest={**dict(zip(_FIELDS, self.largest, strict=True)), **self.extra_largest},
+        )
+
+
 def summarize(hosts: Iterable[HostRecord], waiting: int) -> CellSummary:
     """The summary of a cell whose hosts are ``hosts`` and which has ``waiting`` VMs waiting."""
     known = 0
     schedulable = 0
-    cell_total: Amounts = {}
-    cell_free: Amounts = {}
-    sets: dict[tuple[tuple[str, str], ...], LabelSetSummary] = {}
+    cell_total = [0] * len(_FIELDS)
+    cell_free = [0] * len(_FIELDS)
+    extra_total: Amounts = {}
+    extra_free: Amounts = {}
+    sets: dict[tuple[tuple[str, str], ...], _Set] = {}
     for host in hosts:
         known += 1
         if not takes_new_vms(host):
             continue
         schedulable += 1
-        total, free = _free_of(host)
-        _add(cell_total, total)
-        _add(cell_free, free)
+        total, free = _room_of(host)
+        for index in range(len(_FIELDS)):
+            cell_total[index] += total[index]
+            cell_free[index] += free[index]
+        # Named extra resources: whole units, never overcommitted, nothing reserved (vmsched_common.fit).
+        extra = {name: max(count - host.allocated.extra.get(name, 0), 0) for name, count in host.capacity.extra.items()}
+        _add(extra_total, host.capacity.extra)
+        _add(extra_free, extra)
         key = tuple(sorted(host.labels.items()))
         found = sets.get(key)
         if found is None:
-            sets[key] = LabelSetSummary(labels=dict(key), hosts=1, free=dict(free), largest=dict(free))
-            continue
-        found.hosts += 1
-        _add(found.free, free)
-        for name, amount in free.items():
-            found.largest[name] = max(found.largest.get(name, 0), amount)
+            found = sets[key] = _Set()
+        found.add(free, extra)
     return CellSummary(
         hosts=known,
         schedulable_hosts=schedulable,
-        allocatable=cell_total,
-        free=cell_free,
+        allocatable={**dict(zip(_FIELDS, cell_total, strict=True)), **extra_total},
+        free={**dict(zip(_FIELDS, cell_free, strict=True)), **extra_free},
         waiting=waiting,
-        label_sets=[sets[key] for key in sorted(sets)],
+        label_sets=[sets[key].summary(dict(key)) for key in sorted(sets)],
     )

@@ -80,7 +80,12 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
     app, client, tokens, _ = walk
     walking = endpoints(app._application.routes)
     walked = {(endpoint.method, endpoint.path) for endpoint in walking}
-    assert {("POST", "/v1/vms"), ("PATCH", "/v1/hosts/{host_id}"), ("DELETE", "/v1/tokens/{token_id}")} <= walked
+    assert {
+        ("POST", "/v1/vms"),
+        ("PATCH", "/v1/hosts/{host_id}"),
+        ("DELETE", "/v1/tokens/{token_id}"),
+        ("GET", "/v1/summary"),
+    } <= walked
     assert len(walking) >= 25, walked
     for endpoint in walking:
         scopes = required_scopes(endpoint.route)

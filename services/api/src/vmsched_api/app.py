@@ -24,7 +24,7 @@ from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.quota import QuotaExceeded
 from vmsched_api.repository import Repository
-from vmsched_api.routes import audit, event_stream, hosts, projects, server_groups, system, tokens, vms, whatif
+from vmsched_api.routes import audit, event_stream, hosts, projects, server_groups, summary, system, tokens, vms, whatif
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.schemas import ErrorDetail
 from vmsched_common import events, topology
@@ -74,7 +74,7 @@ async def refuse_past_quota(_: Request, exceeded: Exception) -> JSONResponse:
 def v1_router() -> APIRouter:
     """Every /v1 route: authenticated by the router itself, each naming its scope."""
     v1 = APIRouter(prefix=V1, dependencies=[Depends(authenticate)], responses=V1_RESPONSES)
-    for feature in (vms, hosts, server_groups, settings_routes, projects, tokens, audit, whatif, event_stream):
+    for feature in (vms, hosts, summary, server_groups, settings_routes, projects, tokens, audit, whatif, event_stream):
         v1.include_router(feature.router)
     return v1
 

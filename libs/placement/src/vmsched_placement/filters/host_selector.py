@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from vmsched_common.messages import SelectorOperator
+from vmsched_common.selectors import holds
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector, SelectorTerm
 
@@ -34,20 +35,6 @@ class HostSelectorFilter:
         labels = fleet.host_at(index).labels
         failed = [_describe(term, labels) for term in request.host_selector if not holds(term, labels)]
         return f"{self.NAME}: " + "; ".join(failed)
-
-
-def holds(term: SelectorTerm, labels: Mapping[str, str]) -> bool:
-    """Whether one host's ``labels`` satisfy ``term`` (the rule the masks compute for every host)."""
-    value = labels.get(term.key)
-    match term.operator:
-        case SelectorOperator.IN:
-            return value is not None and value in term.values
-        case SelectorOperator.NOT_IN:
-            return value is None or value not in term.values
-        case SelectorOperator.EXISTS:
-            return value is not None
-        case SelectorOperator.DOES_NOT_EXIST:
-            return value is None
 
 
 def _term_mask(columns: FleetColumns, term: SelectorTerm) -> BoolArray:

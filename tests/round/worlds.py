@@ -26,7 +26,7 @@ from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot, targe
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
-from vmsched_scheduler.placement import Fleet, Weights
+from vmsched_placement import Fleet, Weights
 from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
 from vmsched_scheduler.round import RoundSettings
 

@@ -42,7 +42,9 @@ declares its own queue, binds it to `vmsched` with the routing keys it wants (`v
 with a deterministic `message_id`. `vm.create`, `vm.assigned` and `vm.unschedulable` carry a list of
 VMs (those of one request). Delivery is at least once, and a VM may be announced again in another
 message after a crash: a VM's `(vm_id, attempt)` names one placement. Trace context (W3C
-`traceparent`) travels in the headers. See docs/events.md.
+`traceparent`) travels in the headers. Without AMQP, the API serves the `vm.*` events as server-sent
+events at `GET /v1/events` (filtered by type and project, resumable with `Last-Event-ID`). See
+docs/events.md.
 """
 
 Declare = Callable[[RabbitBroker], "RabbitPublisher"]

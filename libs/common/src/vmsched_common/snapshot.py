@@ -531,6 +531,10 @@ class Snapshot:
         of ``count`` consecutive values reserved for the caller."""
         return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
 
+    async def peek_round_robin(self) -> int:
+        """The cursor :meth:`next_round_robin` would hand out next, without taking it (what-if)."""
+        return int(await self.redis.get(self.round_robin_key) or 0) + 1
+
     # -- atomic updates -------------------------------------------------------------------------
     async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
         """Claim each, in order, in one script run (one round trip, atomic as a whole). With

@@ -326,6 +326,17 @@ class Repository:
         return [HostRecord.from_row(row) for row in rows]
 
     @retry_on_dead_connection
+    async def count_waiting(self) -> int:
+        """How many VMs wait for room (a partial index holds exactly them)."""
+        async with self.engine.connect() as connection:
+            count = (
+                await connection.execute(
+                    text("SELECT count(*) FROM vms WHERE status = :waiting"), {"waiting": "waiting"}
+                )
+            ).scalar_one()
+        return int(count)
+
+    @retry_on_dead_connection
     async def get_host(self, host_id: str) -> HostRecord | None:
         async with self.engine.connect() as connection:
             row = (

@@ -25,12 +25,12 @@ from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
+from vmsched_placement import Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
-from vmsched_scheduler.placement import Weights
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
 from vmsched_scheduler.round import RoundSettings

@@ -35,11 +35,14 @@ from vmsched_common.messages import HostStatus
 from vmsched_common.reservations import ReservationStatus, SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.vm_changes import preempted
+from vmsched_placement import Demand
+from vmsched_placement.model import extras_of
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.migration_ledger import settle_migrations
-from vmsched_scheduler.placement import Demand
-from vmsched_scheduler.placement.model import extras_of
-from vmsched_scheduler.placement.preemption import Resident
+from vmsched_placement import Demand
+from vmsched_placement.model import extras_of
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.ports import (
     Committed,
     MigrationSettlement,

@@ -29,8 +29,8 @@ from vmsched_common.migration import in_flight
 from vmsched_common.snapshot import target_claim_id
 from vmsched_scheduler.groups import RoundGroups
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS
-from vmsched_scheduler.placement import NO_AVAILABLE_AGENTS, DecisionContext, rejected_examples, verdict
-from vmsched_scheduler.placement.filters import MigrationFilter
+from vmsched_placement import NO_AVAILABLE_AGENTS, DecisionContext, rejected_examples, verdict
+from vmsched_placement.filters import MigrationFilter
 from vmsched_scheduler.ports import Committed, NoTarget, TargetClaim
 from vmsched_scheduler.round import (
     Ignored,

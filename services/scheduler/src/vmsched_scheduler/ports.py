@@ -20,8 +20,8 @@ from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, GroupClaim, OwnChange
-from vmsched_scheduler.placement import Fleet
-from vmsched_scheduler.placement.preemption import Resident
+from vmsched_placement import Fleet
+from vmsched_placement.preemption import Resident
 
 
 class FleetView(Protocol):

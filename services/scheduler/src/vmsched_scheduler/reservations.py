@@ -32,7 +32,7 @@ from vmsched_common.messages import HostStatus, VmToPlace
 from vmsched_common.reservations import ReservationStatus, SlotStatus, slot_id
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Snapshot
-from vmsched_scheduler.placement.preemption import Resident
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.ports import (
     Committed,
     Ledger,

@@ -37,10 +37,7 @@ from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim
-from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
-from vmsched_scheduler.groups import GroupSource, RoundGroups
-from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
-from vmsched_scheduler.placement import (
+from vmsched_placement import (
     NO_AVAILABLE_AGENTS,
     Decision,
     DecisionContext,
@@ -51,8 +48,12 @@ from vmsched_scheduler.placement import (
     scheduling_line,
     selected_line,
 )
-from vmsched_scheduler.placement.model import Migration, PlacementGroup
-from vmsched_scheduler.placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.inputs import demand_of, placement_request
+from vmsched_placement.model import Migration, PlacementGroup
+from vmsched_placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.whatif import unplaced_detail
+from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
 
@@ -448,7 +449,7 @@ class SchedulingRound:
     # -- preemption ----------------------------------------------------------------------------
     async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:
         """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host (see
-        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room. True
+        :mod:`~vmsched_placement.preemption`); False when no removal would make room. True
         when its outcome is set: placed, or :class:`Later` when other schedulers kept taking the
         victims it chose first.
 
@@ -556,7 +557,7 @@ class SchedulingRound:
             reason = first.decision.reason or NO_AVAILABLE_AGENTS
             why = (
                 f"{len(nowhere)} of {len(choices)} VMs of the batch fit nowhere "
-                f"({first.work.item.vm.name}: {reason}: {_detail(first.decision)})"
+                f"({first.work.item.vm.name}: {reason}: {unplaced_detail(first.decision)})"
             )
             for choice in choices:
                 if choice.decision.host_id is not None:
@@ -647,7 +648,7 @@ class SchedulingRound:
     def _no_host(self, choice: _Choice) -> NoHost:
         vm = choice.work.item.vm
         decision = choice.decision
-        detail = choice.gang_failure or _detail(decision)
+        detail = choice.gang_failure or unplaced_detail(decision)
         reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered and not choice.gang_failure:
@@ -696,27 +697,14 @@ def _record(
     )
 
 
-def _detail(decision: Decision) -> str:
-    if decision.reason == NO_AVAILABLE_AGENTS:
-        return f"no online host among {decision.considered} known"
-    counts = ", ".join(f"{rule}: {count}" for rule, count in decision.rejections.items())
-    return f"none of {decision.considered} hosts fits ({counts})"
-
-
 def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:
     """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
     this round or its earlier deliveries left out for it (and, for a migration, its source)."""
-    vm = work.item.vm
     move = work.move
-    return PlacementRequest(
-        vm_id=str(vm.vm_id),
-        name=vm.name,
-        demand=demand_of(vm.resources),
-        labels=vm.labels,
-        strategy=work.strategy,
-        exclude_hosts=frozenset(vm.exclude_hosts) | work.always_out(),
-        host_selector=host_selector_of(vm.host_selector),
-        tolerations=tolerations_of(vm.tolerations),
+    return placement_request(
+        work.item.vm,
+        work.strategy,
+        exclude_hosts=work.always_out(),
         group=group,
         migration=None if move is None else Migration(move.source, move.target_host),
     )

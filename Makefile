@@ -32,7 +32,7 @@ test-fast: .venv/.synced ## unit and property tests only (no servers)
 lint: .venv/.synced ## ruff + mypy --strict
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy libs/common/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src
+	.venv/bin/mypy libs/contract/src libs/client/src libs/common/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src
 	.venv/bin/mypy tests devtools bench services/scheduler/tests
 
 format: .venv/.synced

@@ -1,11 +1,10 @@
-"""The HTTP API's request and response bodies."""
+"""The HTTP API's request and response bodies: what vmsched_api serves and vmsched_client reads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from http import HTTPStatus
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 from uuid import UUID
 
 from pydantic import (
@@ -19,11 +18,9 @@ from pydantic import (
     model_validator,
 )
 
-from vmsched_api.identity.scopes import Scope
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import (
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.messages import (
     MAX_EXTRA_AMOUNT,
     MAX_EXTRA_NAMES,
     MAX_LABELS,
@@ -46,7 +43,9 @@ from vmsched_common.messages import (
     Tolerations,
     keys_by_pattern,
 )
-from vmsched_common.settings import MAX_WAIT_S, Settings, Strategy
+from vmsched_contract.scopes import Scope
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import MAX_WAIT_S, Strategy
 
 # What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
 # (pydantic's lax mode would take both).
@@ -66,6 +65,17 @@ ExtraRequest = Annotated[
 ]
 
 
+class DefaultSettings(Protocol):
+    """The settings a VM's defaults come from (vmsched_common.settings.Settings has them)."""
+
+    @property
+    def default_vm_cpu(self) -> int: ...
+    @property
+    def default_vm_memory_mb(self) -> int: ...
+    @property
+    def default_wait_s(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class VmDefaults:
     """What a VM request that omits ``cpu`` or ``memory_mb`` gets."""
@@ -75,7 +85,7 @@ class VmDefaults:
     wait_s: int = 0
 
     @classmethod
-    def of(cls, settings: Settings) -> VmDefaults:
+    def of(cls, settings: DefaultSettings) -> VmDefaults:
         """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB`` and ``VMSCHED_DEFAULT_WAIT_S``."""
         return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb, wait_s=settings.default_wait_s)
 
@@ -379,17 +389,6 @@ class QuotaRefusal(BaseModel):
     limit: int
     used: int = Field(description="what the project's VMs hold now")
     requested: int = Field(description="what the request asked for")
-
-
-# A VM request may be refused for the token's scope, or for its project's quota.
-QUOTA_REFUSAL: dict[int | str, dict[str, Any]] = {
-    403: {"model": ErrorDetail | QuotaRefusal, "description": "the token lacks vms:write, or the quota is spent"}
-}
-
-
-def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The refusals a route documents besides its success (and 401, 403, 413, 422, 429)."""
-    return {code: {"model": ErrorDetail, "description": HTTPStatus(code).phrase} for code in codes}
 
 
 class Quota(BaseModel):

@@ -1,8 +1,8 @@
 """The decision record: why a VM went where it went, or why it went nowhere.
 
 Written by the scheduler with the placement (one JSON column of the VM's row), served by
-``GET /v1/vms/{id}/placement``. It is kept cheap to make: counts by rule and the few best candidates
-for every VM; examples of rejected hosts with the numbers only when no host fits (a person then
+``GET /v1/vms/{id}/placement`` (read by the client library and ``vmsched vms why``). It is kept
+cheap to make: counts by rule and the few best candidates for every VM; examples of rejected hosts with the numbers only when no host fits (a person then
 needs them, and the pass that finds them is paid once).
 """
 
@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 
 
 class Candidate(BaseModel):

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 # One run of an agent process: a new one each time the process starts (the SDK draws a UUID).

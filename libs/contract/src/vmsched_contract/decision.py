@@ -2,8 +2,9 @@
 
 Written by the scheduler with the placement (one JSON column of the VM's row), served by
 ``GET /v1/vms/{id}/placement`` (read by the client library and ``vmsched vms why``). It is kept
-cheap to make: counts by rule and the few best candidates for every VM; examples of rejected hosts with the numbers only when no host fits (a person then
-needs them, and the pass that finds them is paid once).
+cheap to make: counts by rule and the few best candidates for every VM; examples of rejected hosts
+with the numbers only when no host fits (a person then needs them, and the pass that finds them is
+paid once).
 """
 
 from __future__ import annotations

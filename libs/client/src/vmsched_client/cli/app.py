@@ -1,0 +1,443 @@
+"""The ``vmsched`` commands. Each is a thin shell: parse, call the client, show the answer; errors
+become one line on stderr and an exit code of :mod:`vmsched_client.cli.exit_codes`."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, ParamSpec, TypeVar
+from uuid import UUID
+
+import click
+import httpx
+import typer
+from pydantic import ValidationError
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from vmsched_client import PLACED, Client, ClientConfig, ConfigError, WaitTimeout
+from vmsched_client.cli.exit_codes import ExitCode, for_status
+from vmsched_client.cli.output import Format, show_list, show_one, stderr, stdout, to_json
+from vmsched_client.cli.why import explain
+from vmsched_client.errors import ApiError
+from vmsched_contract.api import (
+    Host,
+    Project,
+    ProjectRequest,
+    Quota,
+    ServerGroup,
+    ServerGroupRequest,
+    Token,
+    TokenRequest,
+    Vm,
+    VmBatchRequest,
+    VmRequest,
+)
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.scopes import Scope
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="vmsched",
+    help="Operate vmsched: VMs, hosts, server groups, projects, tokens, live events.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+vms = typer.Typer(help="Ask for VMs, list them, see why they went where they went.", no_args_is_help=True)
+hosts = typer.Typer(help="The fleet: list hosts, cordon them for maintenance, remove them.", no_args_is_help=True)
+groups = typer.Typer(help="Server groups: keep VMs apart or together.", no_args_is_help=True)
+projects = typer.Typer(help="Projects and their quotas (admin).", no_args_is_help=True)
+tokens = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
+strategy = typer.Typer(help="The cluster's default placement strategy.", no_args_is_help=True)
+for sub, name in ((vms, "vms"), (hosts, "hosts"), (groups, "groups"), (projects, "projects"), (tokens, "tokens")):
+    app.add_typer(sub, name=name)
+app.add_typer(strategy, name="strategy")
+
+
+@dataclass
+class State:
+    url: str | None = None
+    token: str | None = None
+    output: Format = Format.TABLE
+    _client: Client | None = field(default=None, repr=False)
+
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(config=ClientConfig.load(self.url, self.token))
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+@app.callback()
+def options(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help="the API (else VMSCHED_URL, else the config file)")] = None,
+    token: Annotated[
+        str | None, typer.Option(help="the bearer token (else VMSCHED_TOKEN, else the config file)", show_default=False)
+    ] = None,
+    output: Annotated[Format, typer.Option("--output", "-o", help="table for people, json for scripts")] = Format.TABLE,
+) -> None:
+    state = State(url=url, token=token, output=output)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+def fail(message: str, code: ExitCode) -> typer.Exit:
+    stderr().print(f"vmsched: {message}", markup=False)
+    return typer.Exit(int(code))
+
+
+@contextmanager
+def _one_line_errors(state: State) -> Iterator[None]:
+    try:
+        yield
+    except ApiError as error:
+        raise fail(error.detail, for_status(error.status_code)) from None
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors())
+        raise fail(problems, ExitCode.USAGE) from None
+    except ConfigError as error:
+        raise fail(str(error), ExitCode.UNREACHABLE) from None
+    except httpx.TransportError as error:
+        where = state._client.config.url if state._client else "the API"
+        raise fail(f"cannot reach {where}: {error}", ExitCode.UNREACHABLE) from None
+    except WaitTimeout as error:
+        raise fail(str(error), ExitCode.NOT_PLACED) from None
+
+
+def command(group: typer.Typer, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Register a command whose client errors end in one line and their exit code."""
+
+    def register(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            with _one_line_errors(click.get_current_context().find_object(State) or State()):
+                return function(*args, **kwargs)
+
+        group.command(name)(guarded)
+        return guarded
+
+    return register
+
+
+def state() -> State:
+    found: State | None = click.get_current_context().find_object(State)
+    assert found is not None  # the callback always sets it
+    return found
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, equals, text = value.partition("=")
+        if not equals or not key:
+            raise typer.BadParameter(f"{value!r}: expected key=value", param_hint=what)
+        pairs[key] = text
+    return pairs
+
+
+def _progress() -> Progress:
+    # On stderr: -o json keeps stdout for the answer alone.
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=stderr(),
+        transient=True,
+    )
+
+
+# VMs
+
+
+@command(vms, "create")
+def create_vm(
+    name: Annotated[str, typer.Argument(help="the VM's name (with --count: the names' prefix)")],
+    cpu: Annotated[int | None, typer.Option(help="vCPUs (default: the API's VMSCHED_DEFAULT_VM_CPU)")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DEFAULT_VM_MEMORY_MB)")] = None,
+    disk_gb: Annotated[int, typer.Option(help="GB of disk")] = 0,
+    gpu: Annotated[int, typer.Option(help="GPUs")] = 0,
+    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value the host must have")] = [],  # noqa: B006
+    strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
+    priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
+    wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
+    server_group: Annotated[UUID | None, typer.Option(help="join this server group")] = None,
+    count: Annotated[int, typer.Option(min=1, max=1000, help="ask for this many (NAME-1..NAME-N), in one batch")] = 1,
+    all_or_nothing: Annotated[bool, typer.Option(help="with --count: place all of them or none")] = False,
+    wait: Annotated[bool, typer.Option(help="wait until a scheduler has placed it (a progress bar)")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 120.0,
+) -> None:
+    """Ask for a VM (or --count of them); with --wait, exit 7 unless every one is placed."""
+    chosen = state()
+    asked: dict[str, Any] = {"disk_gb": disk_gb, "gpu": gpu, "labels": _pairs(label, "--label"), "priority": priority}
+    optional = {"cpu": cpu, "memory_mb": memory_mb, "strategy": strategy_name, "wait_s": wait_s}
+    asked |= {key: value for key, value in optional.items() if value is not None}
+    if server_group is not None:
+        asked["server_group"] = server_group
+    client = chosen.client()
+    if count == 1:
+        created = [client.create_vm(VmRequest(name=name, **asked))]
+    else:
+        batch = [VmRequest(name=f"{name}-{n}", **asked) for n in range(1, count + 1)]
+        created = client.create_vms(VmBatchRequest(vms=batch, all_or_nothing=all_or_nothing))
+    final = _wait_placed(client, created, timeout) if wait else created
+    show_list(chosen.output, Vm, final)
+    unplaced = [vm for vm in final if wait and vm.status not in PLACED]
+    if unplaced:
+        reasons = "; ".join(f"{vm.name} {vm.status.value}: {vm.status_reason or '-'}" for vm in unplaced[:3])
+        raise fail(f"{len(unplaced)} of {len(final)} not placed ({reasons})", ExitCode.NOT_PLACED)
+
+
+def _wait_placed(client: Client, created: list[Vm], timeout: float) -> list[Vm]:
+    """Every VM polled until a scheduler is done with it, on a progress bar."""
+    latest = {vm.id: vm for vm in created}
+    with _progress() as progress:
+        task = progress.add_task("scheduling", total=len(created))
+        for vm in created:
+            progress.update(task, description=f"scheduling {vm.name}")
+            latest[vm.id] = client.wait_for_vm(vm.id, timeout=timeout)
+            progress.advance(task)
+    return [latest[vm.id] for vm in created]
+
+
+@command(vms, "list")
+def list_vms(
+    status: Annotated[VmStatus | None, typer.Option(help="only VMs of this status")] = None,
+    host: Annotated[str | None, typer.Option(help="only VMs on this host")] = None,
+    project: Annotated[str | None, typer.Option(help="admin: only this project's VMs")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="at most this many (default: every one)")] = None,
+) -> None:
+    """The VMs, oldest first (every page)."""
+    found: list[Vm] = []
+    for vm in state().client().list_vms(status=status, hypervisor_id=host, project=project):
+        if limit is not None and len(found) >= limit:
+            break
+        found.append(vm)
+    show_list(state().output, Vm, found)
+
+
+@command(vms, "show")
+def show_vm(vm_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """One VM, every field."""
+    show_one(state().output, state().client().get_vm(vm_id))
+
+
+@command(vms, "why")
+def why_vm(vm_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """Why the VM went where it went, or nowhere: the chosen host and its score, then the hosts
+    rejected, grouped by rule, with the numbers."""
+    client = state().client()
+    placement = client.get_placement(vm_id)
+    if state().output is Format.JSON:
+        print(to_json(placement))
+        return
+    for line in explain(client.get_vm(vm_id), placement):
+        stdout().print(line, markup=False)
+
+
+@command(vms, "delete")
+def delete_vm(
+    vm_id: Annotated[UUID, typer.Argument(metavar="ID")],
+    wait: Annotated[bool, typer.Option(help="wait until its agent has deleted it")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 120.0,
+) -> None:
+    """Delete a VM (its agent is told; its capacity is released when done)."""
+    client = state().client()
+    vm = client.delete_vm(vm_id)
+    if wait:
+        with _progress() as progress:
+            task = progress.add_task(f"deleting {vm.name}", total=1)
+            vm = client.wait_for_vm(vm_id, until=lambda v: v.status is VmStatus.DELETED, timeout=timeout)
+            progress.advance(task)
+    show_one(state().output, vm)
+
+
+# Hosts
+
+
+@command(hosts, "list")
+def list_hosts() -> None:
+    """Every known host, with what is allocated of its capacity."""
+    show_list(state().output, Host, state().client().list_hosts())
+
+
+@command(hosts, "show")
+def show_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """One host, every field."""
+    show_one(state().output, state().client().get_host(host_id))
+
+
+@command(hosts, "info")
+def host_info(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """The host's scheduling info as a person reads it (capacity, allocations, VMs, rules)."""
+    print(state().client().scheduling_info(host_id), end="")
+
+
+@command(hosts, "cordon")
+def cordon_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Pause scheduling on the host (maintenance): no new VM goes there; its VMs stay."""
+    show_one(state().output, state().client().pause_host(host_id))
+
+
+@command(hosts, "uncordon")
+def uncordon_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Resume scheduling on the host."""
+    show_one(state().output, state().client().resume_host(host_id))
+
+
+@command(hosts, "delete")
+def delete_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Forget a host that holds no VM (its agent stopped); exit 5 while it holds some."""
+    state().client().delete_host(host_id)
+    stderr().print(f"host {host_id} deleted", markup=False)
+
+
+# Server groups
+
+
+@command(groups, "list")
+def list_groups() -> None:
+    """The server groups (of the token's project; every one for an admin)."""
+    show_list(state().output, ServerGroup, state().client().list_server_groups())
+
+
+@command(groups, "show")
+def show_group(group_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    show_one(state().output, state().client().get_server_group(group_id))
+
+
+@command(groups, "create")
+def create_group(
+    name: str,
+    policy: Annotated[GroupPolicy, typer.Option(help="how its members are kept apart or together")],
+    topology_key: Annotated[str, typer.Option(help="'host', or a host label such as zone")] = HOST_TOPOLOGY,
+    max_per_domain: Annotated[int, typer.Option(help="anti-affinity: members a domain may hold")] = 1,
+    max_skew: Annotated[int, typer.Option(help="spread: how uneven the domains may be")] = 1,
+) -> None:
+    """Create a server group; VMs join it with `vms create --server-group ID`."""
+    request = ServerGroupRequest(
+        name=name, policy=policy, topology_key=topology_key, max_per_domain=max_per_domain, max_skew=max_skew
+    )
+    show_one(state().output, state().client().create_server_group(request))
+
+
+@command(groups, "delete")
+def delete_group(group_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """Delete a server group without members (exit 5 while it has some)."""
+    state().client().delete_server_group(group_id)
+    stderr().print(f"server group {group_id} deleted", markup=False)
+
+
+# Projects
+
+
+@command(projects, "list")
+def list_projects() -> None:
+    """Every project, its usage against its quota (used/limit, '-': no limit)."""
+    show_list(state().output, Project, state().client().list_projects())
+
+
+@command(projects, "show")
+def show_project(name: str) -> None:
+    show_one(state().output, state().client().get_project(name))
+
+
+@command(projects, "create")
+def create_project(
+    name: str,
+    instances: Annotated[int | None, typer.Option(help="most VMs")] = None,
+    cpu: Annotated[int | None, typer.Option(help="most vCPUs, summed")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="most MiB, summed")] = None,
+    disk_gb: Annotated[int | None, typer.Option(help="most GB, summed")] = None,
+    gpu: Annotated[int | None, typer.Option(help="most GPUs, summed")] = None,
+    max_priority: Annotated[int | None, typer.Option(help="the highest priority its VMs may ask for")] = None,
+) -> None:
+    """Create a project with its quota (a limit left out: none)."""
+    quota = Quota(
+        instances=instances, cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, max_priority=max_priority
+    )
+    show_one(state().output, state().client().create_project(ProjectRequest(name=name, quota=quota)))
+
+
+# Tokens
+
+
+@command(tokens, "list")
+def list_tokens(project: Annotated[str | None, typer.Option(help="only this project's")] = None) -> None:
+    """Every token (never its secret)."""
+    show_list(state().output, Token, state().client().list_tokens(project=project))
+
+
+@command(tokens, "show")
+def show_token(token_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    show_one(state().output, state().client().get_token(token_id))
+
+
+@command(tokens, "create")
+def create_token(
+    name: str,
+    project: Annotated[str, typer.Option(help="the project whose VMs it sees and changes")],
+    scope: Annotated[list[Scope], typer.Option("--scope", "-s", help="repeat for several")],
+    expires_at: Annotated[datetime | None, typer.Option(help="when it stops working (UTC); default: never")] = None,
+) -> None:
+    """Create a token; its secret is shown this once."""
+    when = None if expires_at is None else expires_at.astimezone()
+    request = TokenRequest(name=name, project=project, scopes=scope, expires_at=when)
+    show_one(state().output, state().client().create_token(request))
+
+
+@command(tokens, "revoke")
+def revoke_token(token_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """Revoke a token: it is refused from now on."""
+    state().client().revoke_token(token_id)
+    stderr().print(f"token {token_id} revoked", markup=False)
+
+
+# Settings
+
+
+@command(strategy, "show")
+def show_strategy() -> None:
+    """The default strategy and where it comes from."""
+    show_one(state().output, state().client().get_scheduler_settings())
+
+
+@command(strategy, "set")
+def set_strategy(name: Strategy) -> None:
+    """Change the default strategy at runtime (admin)."""
+    show_one(state().output, state().client().set_default_strategy(name))
+
+
+# Events
+
+
+@command(app, "events")
+def events(
+    event_type: Annotated[list[str], typer.Option("--type", "-t", help="only these types (e.g. vm.assigned)")] = [],  # noqa: B006
+    project: Annotated[str | None, typer.Option(help="only this project's events")] = None,
+    since: Annotated[str | None, typer.Option(help="resume after this event id")] = None,
+) -> None:
+    """Follow the live events (Ctrl-C stops): a line each; -o json: one JSON object a line."""
+    chosen = state()
+    try:
+        for event in chosen.client().watch(types=event_type or None, project=project, last_event_id=since):
+            if chosen.output is Format.JSON:
+                print(json.dumps({"id": event.id, "type": event.type, "data": event.data}), flush=True)
+            else:
+                data = event.data if isinstance(event.data, str) else json.dumps(event.data, separators=(",", ":"))
+                stdout().print(f"{event.id or '-'}  {event.type}  {data}", markup=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        raise typer.Exit(int(ExitCode.OK)) from None
+

@@ -255,6 +255,7 @@ class AsyncClient:
         attempt = failures = 0
         while True:
             call = calls.events(types=types, project=project, last_event_id=parser.last_event_id)
+            failures += 1  # until an event comes: a server that keeps failing or ending empty is backed off
             try:
                 async with self._http.stream(
                     call.method,
@@ -271,15 +272,15 @@ class AsyncClient:
                             raise refusal(response)
                         await self._sleep(delay)
                         continue
-                    attempt = failures = 0
+                    attempt = 0
                     async for line in response.aiter_lines():
                         event = parser.feed(line)
                         if event is not None:
+                            failures = 0
                             yield event
             except httpx.TransportError:
                 if not reconnect:
                     raise
-                failures += 1
             if not reconnect:
                 return
             # An event cut off by the break is dropped (the spec's rule): it comes again after the last id.

@@ -29,12 +29,20 @@ class Event:
 
 @dataclass(slots=True)
 class SseParser:
-    """Feed it the stream's lines; it answers an :class:`Event` when a blank line ends one."""
+    """Feed it the stream's lines; it answers an :class:`Event` when a blank line ends one.
+
+    ``last_event_id`` is the id of the last event dispatched (what ``Last-Event-ID`` resumes from): an
+    ``id:`` line takes effect only when its event ends, so one cut off by a break is not skipped."""
 
     last_event_id: str | None = None
     retry_ms: int | None = None
+    _id: str | None = None
     _type: str = ""
     _data: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self._id is None:
+            self._id = self.last_event_id
 
     def feed(self, line: str) -> Event | None:
         if not line:
@@ -48,12 +56,13 @@ class SseParser:
         elif name == "event":
             self._type = value
         elif name == "id" and "\0" not in value:
-            self.last_event_id = value
+            self._id = value
         elif name == "retry" and value.isdigit():
             self.retry_ms = int(value)
         return None
 
     def _dispatch(self) -> Event | None:
+        self.last_event_id = self._id
         data, kind = self._data, self._type or "message"
         self._data, self._type = [], ""
         if not data:

@@ -251,6 +251,7 @@ class Client:
         attempt = failures = 0
         while True:
             call = calls.events(types=types, project=project, last_event_id=parser.last_event_id)
+            failures += 1  # until an event comes: a server that keeps failing or ending empty is backed off
             try:
                 with self._http.stream(
                     call.method,
@@ -267,15 +268,15 @@ class Client:
                             raise refusal(response)
                         self._sleep(delay)
                         continue
-                    attempt = failures = 0
+                    attempt = 0
                     for line in response.iter_lines():
                         event = parser.feed(line)
                         if event is not None:
+                            failures = 0
                             yield event
             except httpx.TransportError:
                 if not reconnect:
                     raise
-                failures += 1
             if not reconnect:
                 return
             # An event cut off by the break is dropped (the spec's rule): it comes again after the last id.

@@ -12,8 +12,9 @@ from vmsched_client import AsyncClient, Client, NotFound, RetryPolicy, Unavailab
 from vmsched_client.retry import parse_retry_after
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-VM = {
-    "id": "00000000-0000-0000-0000-000000000001",
+VM_ID = "00000000-0000-0000-0000-000000000001"
+VM: dict[str, object] = {
+    "id": VM_ID,
     "name": "a",
     "status": "pending",
     "hypervisor_id": None,
@@ -70,7 +71,7 @@ def test_a_429_is_sent_again_after_its_retry_after() -> None:
     )
     slept: list[float] = []
     with Client("http://api", "t", transport=transport, sleep=slept.append) as client:
-        assert client.get_vm(VM["id"]).name == "a"
+        assert client.get_vm(VM_ID).name == "a"
     assert slept == [2.0]
     assert len(sent) == 2
     assert sent[0].headers["Authorization"] == "Bearer t"
@@ -80,9 +81,11 @@ def test_a_503_that_lasts_raises_unavailable_once_the_attempts_are_spent() -> No
     sent, transport = answers(*[httpx.Response(503, json={"detail": "not ready"})] * 3)
     slept: list[float] = []
     policy = RetryPolicy(attempts=3, base=0.1)
-    with Client("http://api", "t", transport=transport, sleep=slept.append, retry=policy) as client:
-        with pytest.raises(Unavailable, match="not ready"):
-            client.get_vm(VM["id"])
+    with (
+        Client("http://api", "t", transport=transport, sleep=slept.append, retry=policy) as client,
+        pytest.raises(Unavailable, match="not ready"),
+    ):
+        client.get_vm(VM_ID)
     assert slept == [0.1, 0.2]
     assert len(sent) == 3
 
@@ -99,9 +102,11 @@ def test_a_post_retried_carries_the_same_idempotency_key() -> None:
 
 def test_a_404_is_not_sent_again() -> None:
     sent, transport = answers(httpx.Response(404, json={"detail": "no VM"}))
-    with Client("http://api", "t", transport=transport, sleep=lambda _: pytest.fail("slept")) as client:
-        with pytest.raises(NotFound, match="no VM") as raised:
-            client.get_vm(VM["id"])
+    with (
+        Client("http://api", "t", transport=transport, sleep=lambda _: pytest.fail("slept")) as client,
+        pytest.raises(NotFound, match="no VM") as raised,
+    ):
+        client.get_vm(VM_ID)
     assert raised.value.status_code == 404
     assert len(sent) == 1
 
@@ -113,6 +118,6 @@ async def test_the_asyncio_client_retries_alike() -> None:
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    async with AsyncClient("http://api", "t", transport=transport, sleep=sleep) as client:  # type: ignore[arg-type]
-        assert (await client.get_vm(VM["id"])).status.value == "pending"
+    async with AsyncClient("http://api", "t", transport=transport, sleep=sleep) as client:
+        assert (await client.get_vm(VM_ID)).status.value == "pending"
     assert slept == [1.0]

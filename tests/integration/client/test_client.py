@@ -175,7 +175,8 @@ async def test_the_asyncio_client_does_the_same(stack: Stack, fleet: Fleet) -> N
         assert placed.hypervisor_id in fleet.hosts
         assert (await client.get_vm(vm.id)).id == vm.id
         decision = (await client.get_placement(vm.id)).decision
-        assert decision is not None and decision.host == placed.hypervisor_id
+        assert decision is not None
+        assert decision.host == placed.hypervisor_id
         batch = await client.create_vms(VmBatchRequest(vms=[small(f"{fleet.suite}-ab{n}", fleet) for n in range(2)]))
         listed = [v.id async for v in client.list_vms(status=VmStatus.PENDING, page_size=1)]
         listed += [v.id async for v in client.list_vms(hypervisor_id=placed.hypervisor_id, page_size=1)]

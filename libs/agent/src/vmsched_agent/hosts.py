@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from vmsched_common.messages import HostId, Labels, Overcommit, Resources, Taint
+from vmsched_contract.messages import HostId, Labels, Overcommit, Resources, Taint
 
 
 class HostSpec(BaseModel):

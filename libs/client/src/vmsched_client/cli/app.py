@@ -440,4 +440,3 @@ def events(
                 stdout().print(f"{event.id or '-'}  {event.type}  {data}", markup=False, soft_wrap=True)
     except KeyboardInterrupt:
         raise typer.Exit(int(ExitCode.OK)) from None
-

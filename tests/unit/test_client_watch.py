@@ -109,3 +109,20 @@ def test_without_reconnect_the_watch_ends_with_the_stream(events_url: str) -> No
         assert [e.id for e in client.watch(reconnect=False)] == ["1", "2"]  # the cut-off third is dropped
     with Client(events_url + "/nowhere", "t") as lost, pytest.raises(NotFound):
         list(lost.watch(reconnect=False))
+
+
+def test_vmsched_events_prints_a_json_line_per_event(events_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from vmsched_client.cli.app import app
+
+    result = CliRunner().invoke(app, ["--url", events_url, "--token", "t", "-o", "json", "events", "--count", "3"])
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(line["id"], line["type"]) for line in lines] == [
+        ("1", "vm.deleted"),
+        ("2", "vm.deleted"),
+        ("3", "vm.deleted"),
+    ]
+    table = CliRunner().invoke(app, ["--url", events_url, "--token", "t", "events", "--since", "4", "--count", "1"])
+    assert table.stdout.startswith("5  vm.deleted  {")

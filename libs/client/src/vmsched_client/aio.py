@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -247,7 +247,7 @@ class AsyncClient:
         project: str | None = None,
         last_event_id: str | None = None,
         reconnect: bool = True,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The live events (``GET /v1/events``, server-sent events), as they happen. When the stream
         breaks it connects again with ``Last-Event-ID`` (the last event seen), so none is missed or
         seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -243,7 +243,7 @@ class Client:
         project: str | None = None,
         last_event_id: str | None = None,
         reconnect: bool = True,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """The live events (``GET /v1/events``, server-sent events), as they happen. When the stream
         breaks it connects again with ``Last-Event-ID`` (the last event seen), so none is missed or
         seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream."""

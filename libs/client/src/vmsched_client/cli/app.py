@@ -4,15 +4,16 @@ become one line on stderr and an exit code of :mod:`vmsched_client.cli.exit_code
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
 from uuid import UUID
 
-import click
 import httpx
 import typer
 from pydantic import ValidationError
@@ -78,6 +79,10 @@ class State:
             self._client.close()
 
 
+# The invocation's options, set by the callback before any command runs.
+_current: ContextVar[State] = ContextVar("vmsched_cli_state")
+
+
 @app.callback()
 def options(
     ctx: typer.Context,
@@ -87,9 +92,9 @@ def options(
     ] = None,
     output: Annotated[Format, typer.Option("--output", "-o", help="table for people, json for scripts")] = Format.TABLE,
 ) -> None:
-    state = State(url=url, token=token, output=output)
-    ctx.obj = state
-    ctx.call_on_close(state.close)
+    chosen = State(url=url, token=token, output=output)
+    _current.set(chosen)
+    ctx.call_on_close(chosen.close)
 
 
 def fail(message: str, code: ExitCode) -> typer.Exit:
@@ -121,7 +126,7 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[Callable[P
     def register(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-            with _one_line_errors(click.get_current_context().find_object(State) or State()):
+            with _one_line_errors(_current.get(State())):
                 return function(*args, **kwargs)
 
         group.command(name)(guarded)
@@ -131,9 +136,7 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[Callable[P
 
 
 def state() -> State:
-    found: State | None = click.get_current_context().find_object(State)
-    assert found is not None  # the callback always sets it
-    return found
+    return _current.get()
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -428,11 +431,13 @@ def events(
     event_type: Annotated[list[str], typer.Option("--type", "-t", help="only these types (e.g. vm.assigned)")] = [],  # noqa: B006
     project: Annotated[str | None, typer.Option(help="only this project's events")] = None,
     since: Annotated[str | None, typer.Option(help="resume after this event id")] = None,
+    count: Annotated[int | None, typer.Option(min=1, help="stop after this many events")] = None,
 ) -> None:
     """Follow the live events (Ctrl-C stops): a line each; -o json: one JSON object a line."""
     chosen = state()
+    stream = chosen.client().watch(types=event_type or None, project=project, last_event_id=since)
     try:
-        for event in chosen.client().watch(types=event_type or None, project=project, last_event_id=since):
+        for event in itertools.islice(stream, count):
             if chosen.output is Format.JSON:
                 print(json.dumps({"id": event.id, "type": event.type, "data": event.data}), flush=True)
             else:
@@ -440,3 +445,5 @@ def events(
                 stdout().print(f"{event.id or '-'}  {event.type}  {data}", markup=False, soft_wrap=True)
     except KeyboardInterrupt:
         raise typer.Exit(int(ExitCode.OK)) from None
+    finally:
+        stream.close()  # the connection, at once

@@ -4,6 +4,7 @@ become one line on stderr and an exit code of :mod:`vmsched_client.cli.exit_code
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -50,13 +51,18 @@ app = typer.Typer(
     help="Operate vmsched: VMs, hosts, server groups, projects, tokens, live events.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # a usage error is Click's plain "Error: ..." line, not a panel
 )
-vms = typer.Typer(help="Ask for VMs, list them, see why they went where they went.", no_args_is_help=True)
-hosts = typer.Typer(help="The fleet: list hosts, cordon them for maintenance, remove them.", no_args_is_help=True)
-groups = typer.Typer(help="Server groups: keep VMs apart or together.", no_args_is_help=True)
-projects = typer.Typer(help="Projects and their quotas (admin).", no_args_is_help=True)
-tokens = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
-strategy = typer.Typer(help="The cluster's default placement strategy.", no_args_is_help=True)
+vms = typer.Typer(
+    help="Ask for VMs, list them, see why they went where they went.", no_args_is_help=True, rich_markup_mode=None
+)
+hosts = typer.Typer(
+    help="The fleet: list hosts, cordon them for maintenance, remove them.", no_args_is_help=True, rich_markup_mode=None
+)
+groups = typer.Typer(help="Server groups: keep VMs apart or together.", no_args_is_help=True, rich_markup_mode=None)
+projects = typer.Typer(help="Projects and their quotas (admin).", no_args_is_help=True, rich_markup_mode=None)
+tokens = typer.Typer(help="API tokens (admin).", no_args_is_help=True, rich_markup_mode=None)
+strategy = typer.Typer(help="The cluster's default placement strategy.", no_args_is_help=True, rich_markup_mode=None)
 for sub, name in ((vms, "vms"), (hosts, "hosts"), (groups, "groups"), (projects, "projects"), (tokens, "tokens")):
     app.add_typer(sub, name=name)
 app.add_typer(strategy, name="strategy")
@@ -120,15 +126,29 @@ def _one_line_errors(state: State) -> Iterator[None]:
         raise fail(str(error), ExitCode.NOT_PLACED) from None
 
 
+OutputOption = Annotated[
+    Format | None, typer.Option("--output", "-o", help="table for people, json for scripts", show_default=False)
+]
+
+
 def command(group: typer.Typer, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Register a command whose client errors end in one line and their exit code."""
+    """Register a command whose client errors end in one line and their exit code. It takes
+    ``-o``/``--output`` after its name too (``vmsched vms list -o json``), as well as before."""
 
     def register(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-            with _one_line_errors(_current.get(State())):
+            chosen = _current.get(State())
+            output = kwargs.pop("output", None)
+            if isinstance(output, Format):
+                chosen.output = output
+            with _one_line_errors(chosen):
                 return function(*args, **kwargs)
 
+        signature = inspect.signature(function)
+        output = inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=OutputOption)
+        guarded.__signature__ = signature.replace(parameters=[*signature.parameters.values(), output])  # type: ignore[attr-defined]
+        guarded.__annotations__ = {**function.__annotations__, "output": OutputOption}
         group.command(name)(guarded)
         return guarded
 

@@ -111,8 +111,11 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
 
 def table(columns: list[Column], rows: Iterable[Any]) -> Table:
     shown = Table(box=None, pad_edge=False, header_style="bold")
-    for name, _ in columns:
-        shown.add_column(name, overflow="fold")
+    for index, (name, _) in enumerate(columns):
+        # Only the last column (a reason, labels, free text) folds when the terminal is narrow: ids
+        # and numbers stay whole, one line per row.
+        last = index == len(columns) - 1
+        shown.add_column(name, overflow="fold" if last else "ellipsis", no_wrap=not last)
     for row in rows:
         shown.add_row(*(str(cell(row)) for _, cell in columns))
     return shown

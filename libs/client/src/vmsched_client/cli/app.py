@@ -96,7 +96,9 @@ def options(
     token: Annotated[
         str | None, typer.Option(help="the bearer token (else VMSCHED_TOKEN, else the config file)", show_default=False)
     ] = None,
-    output: Annotated[Format, typer.Option("--output", "-o", help="table for people, json for scripts")] = Format.TABLE,
+    output: Annotated[
+        Format, typer.Option("--output", "-o", help="table for people, json for scripts, id: the ids alone")
+    ] = Format.TABLE,
 ) -> None:
     chosen = State(url=url, token=token, output=output)
     _current.set(chosen)
@@ -127,7 +129,8 @@ def _one_line_errors(state: State) -> Iterator[None]:
 
 
 OutputOption = Annotated[
-    Format | None, typer.Option("--output", "-o", help="table for people, json for scripts", show_default=False)
+    Format | None,
+    typer.Option("--output", "-o", help="table for people, json for scripts, id: the ids alone", show_default=False),
 ]
 
 
@@ -145,7 +148,7 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[Callable[P
             with _one_line_errors(chosen):
                 return function(*args, **kwargs)
 
-        signature = inspect.signature(function)
+        signature = inspect.signature(function, eval_str=True)  # Typer reads __signature__ as it is
         output = inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=OutputOption)
         guarded.__signature__ = signature.replace(parameters=[*signature.parameters.values(), output])  # type: ignore[attr-defined]
         guarded.__annotations__ = {**function.__annotations__, "output": OutputOption}

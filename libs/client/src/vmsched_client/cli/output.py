@@ -17,6 +17,7 @@ from vmsched_contract.api import Host, Project, ServerGroup, Token, Vm
 class Format(StrEnum):
     TABLE = "table"
     JSON = "json"
+    ID = "id"  # the ids alone, a line each: ID=$(vmsched vms create ... -o id)
 
 
 def stdout() -> Console:
@@ -131,9 +132,17 @@ def details(model: BaseModel) -> Table:
     return shown
 
 
+def _key(item: BaseModel) -> str:
+    """What commands take to name the thing: its id (a project's name)."""
+    return str(getattr(item, "id", None) or getattr(item, "name", ""))
+
+
 def show_list(output: Format, model: type[BaseModel], items: Sequence[BaseModel]) -> None:
     if output is Format.JSON:
         print(to_json(items))
+    elif output is Format.ID:
+        for item in items:
+            print(_key(item))
     else:
         stdout().print(table(COLUMNS[model], items))
 
@@ -141,5 +150,7 @@ def show_list(output: Format, model: type[BaseModel], items: Sequence[BaseModel]
 def show_one(output: Format, item: BaseModel) -> None:
     if output is Format.JSON:
         print(to_json(item))
+    elif output is Format.ID:
+        print(_key(item))
     else:
         stdout().print(details(item))

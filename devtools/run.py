@@ -90,6 +90,7 @@ vmsched is running:
   API           {stack.api_url}/v1/vms
   OpenAPI docs  {stack.api_url}/docs
   AsyncAPI docs {stack.api_url}/asyncapi
+  dashboard     {stack.api_url}/ui (it asks for the token below)
   metrics       {stack.api_url}/metrics{_other_metrics(stack)}
   {schedulers} scheduler(s), 1 gateway, {agents} simulated agent(s) in zones z1..z3, each its own broker user
   (credentials in .run/agent-credentials.jsonl); logs in .run/*.log

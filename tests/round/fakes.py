@@ -19,7 +19,7 @@ from vmsched_common.vm_changes import preempted
 from vmsched_scheduler.fleet_cache import demand_of, to_host_state
 from vmsched_scheduler.placement import Fleet
 from vmsched_scheduler.placement.preemption import Resident
-from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
+from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement, SlotTaken
 
 PREEMPTIBLE = {VmStatus(status) for status in sources(Event.PREEMPTED)}
 
@@ -283,6 +283,10 @@ class MemoryLedger:
         host.allocated, host.vm_count = freed, host.vm_count - len(changes)
         settled = await self.settle([placement], [])
         return settled.placements[0], [change.after for change in changes]
+
+    async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
+        """No reservations here: they are proven on the real servers (tests/integration/test_reservations.py)."""
+        return SlotTaken(Committed.NO_SLOT, why=f"no reservation {reservation}")
 
 
 def new_vm_record(vm_id: UUID, name: str, resources: Resources, *, attempt: int = 1) -> VmRecord:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from tests.round.worlds import World
 from vmsched_common.decision import PlacementRecord
@@ -175,3 +175,22 @@ async def test_round_robin_vms_of_one_round_take_consecutive_turns(world: World)
     outcomes = await world.round.run(items(*vms))
     hosts = [o.assignment.hypervisor_id for o in outcomes if isinstance(o, Assigned)]
     assert sorted(hosts) == ["hv-1", "hv-2", "hv-3"]
+
+
+async def test_a_vm_naming_a_reservation_that_holds_no_slot_for_it_is_unschedulable_and_takes_no_room(
+    world: World,
+) -> None:
+    # A free host would take it: a VM on a reservation goes onto a slot of it or nowhere.
+    await world.add_host("hv-1", HOST)
+    reservation = uuid4()
+    vm = (await world.add_vm(VM)).model_copy(update={"reservation": reservation})
+    (outcome,) = await world.round.run(items(vm))
+    assert isinstance(outcome, NotPlaced)
+    assert outcome.unplaced.reason == "reservation"
+    assert str(reservation) in outcome.unplaced.detail
+    stored = await world.vm(vm.vm_id)
+    assert stored.status is VmStatus.UNSCHEDULABLE
+    assert stored.status_reason is not None
+    assert stored.status_reason.startswith("reservation: ")
+    assert await world.claimed_on(vm.vm_id) is None
+    assert await world.allocated("hv-1") == (ZERO, ZERO)

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import APIRouter, Depends
+from starlette.routing import Mount, Route
 
 from tests.unit.test_api_requests import TOKEN, AuditSink, in_memory_services, in_process
 from vmsched_api.app import build_app
@@ -80,7 +81,15 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
     app, client, tokens, _ = walk
     walking = endpoints(app._application.routes)
     walked = {(endpoint.method, endpoint.path) for endpoint in walking}
-    assert {("POST", "/v1/vms"), ("PATCH", "/v1/hosts/{host_id}"), ("DELETE", "/v1/tokens/{token_id}")} <= walked
+    assert {
+        ("POST", "/v1/vms"),
+        ("PATCH", "/v1/hosts/{host_id}"),
+        ("DELETE", "/v1/tokens/{token_id}"),
+        ("POST", "/v1/reservations"),
+        ("GET", "/v1/reservations"),
+        ("GET", "/v1/reservations/{reservation_id}"),
+        ("DELETE", "/v1/reservations/{reservation_id}"),
+    } <= walked
     assert len(walking) >= 25, walked
     for endpoint in walking:
         scopes = required_scopes(endpoint.route)
@@ -101,10 +110,36 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
         assert f'scope="{needed.value}"' in refused.headers["WWW-Authenticate"], endpoint
 
 
+# Everything served outside /v1: open to all on purpose, as none of it holds the fleet's data.
+PUBLIC_ROUTES = {
+    "/healthz",
+    "/readyz",
+    "/metrics",  # probes and Prometheus
+    "/openapi.json",
+    "/docs",
+    "/asyncapi",
+    "/asyncapi.json",
+    "/asyncapi.yaml",  # what the API and its events are
+    "/ui",  # the dashboard: a static page that asks for a token and reads /v1 with it
+}
+PUBLIC_ASSETS = {"/static/swagger-ui", "/static/asyncapi", "/static/ui"}  # those pages' files
+
+
+def test_every_route_outside_v1_is_one_listed_as_public() -> None:
+    routes = build_app(Settings(), migrate=False)._application.routes
+    served = {endpoint.path for endpoint in endpoints(routes, prefix="/") if not endpoint.path.startswith("/v1")}
+    served |= {route.path for route in routes if type(route) is Route}  # /openapi.json
+    assert served == PUBLIC_ROUTES
+    assert {route.path for route in routes if isinstance(route, Mount)} == PUBLIC_ASSETS
+
+
 async def test_open_routes_need_no_token(walk: tuple[Any, httpx.AsyncClient, ScopedTokens, AuditSink]) -> None:
     _, client, _, _ = walk
     assert (await client.get("/healthz")).status_code == 200
     assert (await client.get("/openapi.json")).status_code == 200
+    dashboard = await client.get("/ui")
+    assert (dashboard.status_code, dashboard.headers["content-type"]) == (200, "text/html; charset=utf-8")
+    assert (await client.get("/static/ui/dashboard.js")).headers["content-type"].startswith("text/javascript")
 
 
 def test_an_app_with_a_v1_route_that_names_no_scope_or_skips_authentication_is_refused() -> None:
@@ -135,6 +170,10 @@ def test_the_openapi_document_names_the_bearer_scheme_and_each_operations_scope(
     }
     assert document["paths"]["/v1/vms"]["post"]["security"] == [{"bearerAuth": ["vms:write"]}]
     assert document["paths"]["/v1/tokens"]["post"]["security"] == [{"bearerAuth": ["admin"]}]
+    reservations = document["paths"]["/v1/reservations"]
+    assert reservations["post"]["security"] == [{"bearerAuth": ["admin"]}]
+    assert reservations["get"]["security"] == [{"bearerAuth": ["vms:read"]}]
+    assert document["paths"]["/v1/reservations/{reservation_id}"]["delete"]["security"] == [{"bearerAuth": ["admin"]}]
     assert "security" not in document["paths"]["/readyz"]["get"]
 
 

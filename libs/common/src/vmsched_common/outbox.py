@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.batching import Batcher
-from vmsched_common.db.engine import retry_on_dead_connection
+from vmsched_common.db.engine import lone_statement, retry_on_dead_connection
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import IMPLIES_DELETE, IMPLIES_MESSAGE, VmStatus, sql_in
 from vmsched_common.logs import get_logger
@@ -91,7 +91,7 @@ def published_marks(engine: AsyncEngine) -> PublishedMarks:
 
     @retry_on_dead_connection
     async def mark(batches: list[list[str]]) -> list[None]:
-        async with engine.begin() as connection:
+        async with lone_statement(engine) as connection:
             await connection.execute(_MARK_PUBLISHED, {"ids": [vm_id for ids in batches for vm_id in ids]})
         return [None] * len(batches)
 

@@ -145,6 +145,8 @@ class Settings(BaseSettings):
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
     snapshot_full_refresh: PositiveSeconds = 30.0
     reconcile_interval: PositiveSeconds = 30.0
+    # How often one scheduler replica places pending reservations and ends those past ends_at.
+    reservation_interval: PositiveSeconds = 1.0
 
     log_level: str = "INFO"
     log_format: str = "auto"  # auto | json | console

@@ -44,7 +44,7 @@ from vmsched_contract.messages import (
     keys_by_pattern,
 )
 from vmsched_contract.scopes import Scope
-from vmsched_contract.status import VmStatus
+from vmsched_contract.status import ReservationStatus, VmStatus
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
 
 # What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
@@ -136,6 +136,19 @@ class VmRequest(BaseModel):
         description="0..1000: when the VM fits nowhere, it may preempt VMs of lower priority on one host "
         "(the cheapest set: lowest priorities first, then fewest VMs; VMSCHED_PREEMPTION)",
     )
+    reservation: UUID | None = Field(
+        default=None,
+        # Left out of the dump when null: the Idempotency-Key hash of a request without it is unchanged.
+        exclude_if=lambda reservation: reservation is None,
+        description="take the room a reservation of the token's project holds (POST /v1/reservations): the VM "
+        "goes onto one of its held slots, whose size it must fit in; unschedulable when none is left",
+    )
+
+    @model_validator(mode="after")
+    def _a_reserved_vm_joins_no_group(self) -> VmRequest:
+        if self.reservation is not None and self.server_group is not None:
+            raise ValueError("a VM taking a reservation's room cannot join a server group (yet)")
+        return self
 
     def waits(self, defaults: VmDefaults) -> int:
         """How long the VM may wait for room: what it asks, else the default."""
@@ -167,6 +180,8 @@ class VmBatchRequest(BaseModel):
     def _a_gang_does_not_wait(self) -> VmBatchRequest:
         if self.all_or_nothing and any(vm.wait_s for vm in self.vms):
             raise ValueError("wait_s: the VMs of an all_or_nothing batch cannot wait for room (yet); use wait_s 0")
+        if self.all_or_nothing and any(vm.reservation for vm in self.vms):
+            raise ValueError("reservation: the VMs of an all_or_nothing batch cannot take a reservation's room (yet)")
         return self
 
 
@@ -203,6 +218,49 @@ class Vm(BaseModel):
     priority: int = Field(default=0, description="0..1000: it may preempt VMs of lower priority")
     preempted_by: UUID | None = Field(default=None, description="the VM of higher priority that took its room")
     project: str = Field(description="the project that owns it (the requesting token's)")
+    reservation: UUID | None = Field(default=None, description="the reservation whose held room it takes")
+
+
+class ReservationRequest(BaseModel):
+    """Capacity to hold for a project: ``count`` slots of one size, placed by the scheduler as VMs are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: ProjectName = Field(description="the project whose VMs (naming the reservation) may use the room")
+    cpu: Annotated[Whole, Field(ge=1, le=1024, description="vCPUs of each slot")]
+    memory_mb: Annotated[Whole, Field(ge=1, le=64 * 1024 * 1024, description="memory of each slot, MiB")]
+    disk_gb: Annotated[Whole, Field(ge=0, le=1024 * 1024, description="disk of each slot, GB")]
+    gpu: Annotated[Whole, Field(ge=0, le=64)] = 0
+    count: Annotated[Whole, Field(ge=1, le=1000, description="slots: VMs of that size the room is for")] = 1
+    host_selector: HostSelector = Field(default_factory=list, description="terms the hosts' labels must satisfy")
+    ends_at: AwareDatetime | None = Field(
+        default=None, description="when what is still held goes back to the hosts (status expired); null: never"
+    )
+
+
+class Reservation(BaseModel):
+    id: UUID
+    project: str
+    status: ReservationStatus = Field(
+        description="pending (not placed yet), held, unschedulable (status_reason and placement say why), "
+        "expired (ends_at passed) or released (DELETE)"
+    )
+    status_reason: str | None
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+    count: int
+    used: int = Field(description="slots a VM naming the reservation took (their room is that VM's)")
+    held: int = Field(description="slots still held for the project's VMs")
+    hosts: list[str] = Field(description="the hosts of the held and used slots")
+    host_selector: list[HostSelectorTerm]
+    ends_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    placement: PlacementRecord | None = Field(
+        default=None, description="the decision record of its placement (for an unschedulable one: why)"
+    )
 
 
 class ServerGroupRequest(BaseModel):

@@ -308,6 +308,9 @@ class VmToPlace(BaseModel):
         default=0, description="0..1000; when it fits nowhere, it may preempt VMs of lower priority"
     )
     project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
+    reservation: UUID | None = Field(
+        default=None, description="the reservation whose held room it takes (one of its slots); null for none"
+    )
 
 
 class VmCreate(Message):

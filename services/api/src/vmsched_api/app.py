@@ -13,6 +13,7 @@ from faststream.rabbit import RabbitBroker
 from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
 
+from vmsched_api.dashboard import add_dashboard
 from vmsched_api.deps import Services
 from vmsched_api.docs_pages import add_documentation
 from vmsched_api.identity.audit import AuditLog, AuditMiddleware
@@ -24,7 +25,7 @@ from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.quota import QuotaExceeded
 from vmsched_api.repository import Repository
-from vmsched_api.routes import audit, hosts, projects, server_groups, system, tokens, vms
+from vmsched_api.routes import audit, hosts, projects, reservations, server_groups, system, tokens, vms
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.schemas import ErrorDetail
 from vmsched_common import events, topology
@@ -74,7 +75,7 @@ async def refuse_past_quota(_: Request, exceeded: Exception) -> JSONResponse:
 def v1_router() -> APIRouter:
     """Every /v1 route: authenticated by the router itself, each naming its scope."""
     v1 = APIRouter(prefix=V1, dependencies=[Depends(authenticate)], responses=V1_RESPONSES)
-    for feature in (vms, hosts, server_groups, settings_routes, projects, tokens, audit):
+    for feature in (vms, hosts, server_groups, settings_routes, projects, tokens, audit, reservations):
         v1.include_router(feature.router)
     return v1
 
@@ -182,6 +183,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         connection_hook=connect,
     )
     add_documentation(application, streams.schema)
+    add_dashboard(application)
     return streams
 
 

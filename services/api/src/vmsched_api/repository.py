@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api import quota
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
+from vmsched_api.reservation_store import check_reservations_fit
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
@@ -28,6 +29,7 @@ from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
 from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
+from vmsched_common.reservations import SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
@@ -53,9 +55,16 @@ _PATCH_HOST = text(
     """
 )
 # VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
-# restart is placed anew, and a placement on a deleted host is refused).
+# restart is placed anew, and a placement on a deleted host is refused). A reservation's held slot
+# occupies it too (its id is the slot's: end the reservation first).
 _OCCUPANTS = text(
-    f"SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)} ORDER BY id LIMIT 10"
+    f"""
+    SELECT id FROM (
+        SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)}
+        UNION ALL
+        SELECT id FROM reservation_slots WHERE hypervisor_id = :id AND status = '{SlotStatus.HELD.value}'
+    ) occupying ORDER BY id LIMIT 10
+    """
 )
 
 
@@ -71,6 +80,12 @@ class IdempotencyConflict(Exception):
 
 def request_hash(body: VmRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _wait_s(body: VmRequest, defaults: VmDefaults) -> int:
+    """How long the VM may wait for room; a VM naming a reservation waits for none (its room is a
+    slot, there or not)."""
+    return 0 if body.reservation is not None else body.waits(defaults)
 
 
 def to_vm(vm: VmRecord) -> Vm:
@@ -103,6 +118,7 @@ def to_vm(vm: VmRecord) -> Vm:
         priority=vm.priority,
         preempted_by=vm.preempted_by,
         project=vm.project,
+        reservation=vm.reservation,
     )
 
 
@@ -191,11 +207,14 @@ class Repository:
                 "idempotency_key": idempotency_key,
                 "request_hash": request_hash(body) if idempotency_key else None,
                 "server_group": body.server_group,
-                "wait_s": body.waits(defaults),
-                "wait_until": accepted + timedelta(seconds=body.waits(defaults)) if body.waits(defaults) else None,
+                "wait_s": _wait_s(body, defaults),
+                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults))
+                if _wait_s(body, defaults)
+                else None,
                 "gang_id": gang,
                 "priority": body.priority,
                 "project": project,
+                "reservation": body.reservation,
             }
             for body in bodies
         ]
@@ -205,9 +224,12 @@ class Repository:
         inserting = insert(VmRow)
         if idempotency_key is not None:
             inserting = inserting.on_conflict_do_nothing(index_elements=["project", "idempotency_key"])
-        statement = inserting.returning(*(VmRow.__table__.c[name] for name in VM_FIELDS), sort_by_parameter_order=True)
+        statement = inserting.returning(
+            *(VmRow.__table__.c[name] for name in VM_FIELDS), quota.LIMITED, sort_by_parameter_order=True
+        )
         async with self.engine.begin() as connection:
             await check_groups_exist(connection, [body.server_group for body in bodies], project)
+            await check_reservations_fit(connection, bodies, defaults, project)
             rows = (await connection.execute(statement, values)).all()
             await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:

@@ -31,6 +31,7 @@ from vmsched_scheduler.intake import PlacementIntake
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.placement import Weights
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
+from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
 from vmsched_scheduler.round import RoundSettings, SchedulingRound
 from vmsched_scheduler.waiting.waker import Waker
 
@@ -97,6 +98,8 @@ def build_app(settings: Settings) -> SchedulerApp:
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
         background.start(fleet.reload_forever(settings.snapshot_full_refresh))
         background.start(waker.run_forever())
+        sweeper = ReservationSweeper(engine, snapshot, scheduling_round)
+        background.start(sweep_forever(sweeper, snapshot, settings.reservation_interval))
 
     app = consumer_app(
         broker,

@@ -32,13 +32,14 @@ from vmsched_common.fit import RESOURCES, sql_extra_fits, sql_fits
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in, transition
 from vmsched_common.messages import HostStatus
+from vmsched_common.reservations import ReservationStatus, SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.vm_changes import preempted
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.placement import Demand
 from vmsched_scheduler.placement.model import extras_of
 from vmsched_scheduler.placement.preemption import Resident
-from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement
+from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement, SlotTaken
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
@@ -149,6 +150,54 @@ _RESIDENTS = text(
     SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu, extra FROM vms
      WHERE hypervisor_id = ANY(CAST(:hosts AS text[])) AND status IN {sql_in(sources(Event.PREEMPTED))}
        AND priority < :below
+    """
+)
+
+# A slot the VM's reservation still holds on a host that is online (a VM sent to a silent host would
+# not run); one another VM is taking at this instant is skipped.
+_FREE_SLOT = text(
+    f"""
+    SELECT s.id, s.hypervisor_id, {", ".join(f"s.{f}" for f in _FIELDS)} FROM reservation_slots s
+      JOIN reservations r ON r.id = s.reservation_id
+      JOIN hosts h ON h.id = s.hypervisor_id
+     WHERE s.reservation_id = :reservation AND r.project = :project
+       AND r.status = '{ReservationStatus.HELD.value}' AND s.status = '{SlotStatus.HELD.value}'
+       AND h.status = '{HostStatus.ONLINE.value}'
+     ORDER BY s.id LIMIT 1 FOR UPDATE OF s SKIP LOCKED
+    """
+)
+_RESERVATION_STATE = text(
+    f"""
+    SELECT r.status, r.count,
+           count(s.id) AS held, count(s.id) FILTER (WHERE h.status = '{HostStatus.ONLINE.value}') AS held_online
+      FROM reservations r
+      LEFT JOIN reservation_slots s ON s.reservation_id = r.id AND s.status = '{SlotStatus.HELD.value}'
+      LEFT JOIN hosts h ON h.id = s.hypervisor_id
+     WHERE r.id = :reservation AND r.project = :project
+     GROUP BY r.id
+    """
+)
+_USE_SLOT = text(
+    f"""
+    UPDATE reservation_slots SET status = '{SlotStatus.USED.value}', vm_id = :vm_id, updated_at = now()
+     WHERE id = :id
+    """
+)
+_SCHEDULE_IN_SLOT = text(
+    f"""
+    UPDATE vms SET status = '{PLACED.target.value}', hypervisor_id = :host_id, strategy = :strategy,
+                   scheduled_at = now(), started_at = NULL, updated_at = now(), status_reason = NULL,
+                   placement = CAST(:record AS jsonb)
+     WHERE id = :vm_id
+    RETURNING created_at, scheduled_at
+    """
+)
+# The slot's room becomes the VM's (no larger: the API refuses a VM that does not fit a slot); the
+# host holds one VM where it held one slot.
+_SLOT_TO_VM = text(
+    f"""
+    UPDATE hosts SET {", ".join(f"alloc_{f} = alloc_{f} - :slot_{f} + :vm_{f}" for f in _FIELDS)}
+     WHERE id = :host_id
     """
 )
 
@@ -339,6 +388,49 @@ class PostgresLedger:
                 await transaction.rollback()  # ...and stays theirs unless the preemptor takes it
                 return result, []
         return result, [change.after for change in landed]
+
+    async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
+        params = {"reservation": reservation, "project": project}
+        async with self.engine.begin() as connection:
+            vm = (await connection.execute(_LOCK_VMS, {"ids": [placement.vm_id]})).first()
+            if vm is None or vm.status != PLACED.source.value or vm.attempt != placement.attempt:
+                return SlotTaken(Committed.NOT_PENDING)
+            slot = (await connection.execute(_FREE_SLOT, params)).first()
+            if slot is None:
+                state = (await connection.execute(_RESERVATION_STATE, params)).first()
+                if state is None:
+                    return SlotTaken(Committed.NO_SLOT, why=f"no reservation {reservation} of project {project}")
+                # Not placed yet (a VM asked right after its reservation), or its slots being taken
+                # by other VMs at this instant: a later round finds out.
+                if state.status == ReservationStatus.PENDING.value or (
+                    state.status == ReservationStatus.HELD.value and state.held_online > 0
+                ):
+                    return SlotTaken(Committed.SLOT_BUSY)
+                why = f"reservation {reservation} is {state.status}"
+                if state.status == ReservationStatus.HELD.value and state.held > 0:
+                    why = f"the {state.held} slots reservation {reservation} holds are on hosts not online"
+                elif state.status == ReservationStatus.HELD.value:
+                    why = f"every slot of reservation {reservation} is used ({state.count} of {state.count})"
+                return SlotTaken(Committed.NO_SLOT, why=why)
+            host_id = slot.hypervisor_id
+            await connection.execute(_LOCK_HOSTS, {"hosts": [host_id]})
+            await connection.execute(_USE_SLOT, {"id": slot.id, "vm_id": placement.vm_id})
+            record = placement.record.model_copy(update={"host": host_id})
+            placed = (
+                await connection.execute(
+                    _SCHEDULE_IN_SLOT,
+                    {
+                        "vm_id": placement.vm_id,
+                        "host_id": host_id,
+                        "strategy": placement.strategy.value,
+                        "record": record.model_dump_json(),
+                    },
+                )
+            ).one()
+            amounts = {f"slot_{f}": getattr(slot, f) for f in _FIELDS}
+            amounts.update({f"vm_{f}": getattr(placement.resources, f) for f in _FIELDS})
+            await connection.execute(_SLOT_TO_VM, {"host_id": host_id, **amounts})
+        return SlotTaken(Committed.PLACED, host_id, slot.id, placed.scheduled_at, placed.created_at)
 
     async def online_hosts(self) -> int:
         async with self.engine.connect() as connection:

@@ -8,7 +8,7 @@ from vmsched_common.settings import Strategy
 
 PLACEMENTS = Counter(
     "vmsched_placements_total",
-    "Placement decisions by strategy and outcome (scheduled, unschedulable, duplicate)",
+    "Placement decisions by strategy and outcome (scheduled, unschedulable, waiting, preempted, reserved, duplicate)",
     ["strategy", "outcome"],
 )
 DECISION_SECONDS = Histogram(

@@ -95,6 +95,8 @@ class Committed(enum.Enum):
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
     VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
+    NO_SLOT = "no_slot"  # its reservation holds no slot for it (used up, ended, not placed, not its project's)
+    SLOT_BUSY = "slot_busy"  # its reservation is not placed yet, or its slots are being taken: try again
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,18 @@ class Settlement:
     placements: list[PlacementResult]  # one per Placement, in order
     no_hosts: list[Committed]  # one per NoHost, in order: PLACED (unschedulable), WAITING or NOT_PENDING
     wait_until: Mapping[UUID, datetime] = field(default_factory=dict)  # of the NoHosts now WAITING
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTaken:
+    """What came of a VM taking a held slot of its reservation."""
+
+    outcome: Committed  # PLACED, NOT_PENDING, NO_SLOT or SLOT_BUSY
+    host_id: str = ""
+    slot_id: UUID | None = None
+    scheduled_at: datetime | None = None
+    created_at: datetime | None = None
+    why: str = ""  # for NO_SLOT: what the reservation holds, in words
 
 
 class Ledger(Protocol):
@@ -143,4 +157,10 @@ class Ledger(Protocol):
         """In one transaction: the victims (still on the placement's host, below ``priority``) become
         ``preempted`` and give their room back, and the placement is made under the host's guard; or
         nothing changes. The result, and the victims as now recorded (empty unless PLACED)."""
+        ...
+
+    async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
+        """In one transaction: a slot ``reservation`` (of ``project``) still holds becomes ``used``
+        and the VM (still pending at its attempt) is scheduled on the slot's host in its room
+        (``placement.host_id`` is ignored: the slot's host is the VM's)."""
         ...

@@ -1,10 +1,11 @@
 """Rebuild and check the Redis snapshot from PostgreSQL, the truth (the seed's "restore VM-to-agent
 mappings on startup", done on start and then periodically by one replica at a time).
 
-For every host: the claims of its committed VMs are restored, claims of VMs PostgreSQL does not
-count are dropped once older than the grace period, and the allocations are set to PostgreSQL's plus
-the claims still in flight. PostgreSQL's own ``alloc_*`` columns are checked against the sum of the
-VMs too; a difference would be a bug, so it is logged loudly and repaired under the host's row lock.
+For every host: the claims of its committed VMs (and of the reservation slots it holds) are
+restored, claims of VMs PostgreSQL does not count are dropped once older than the grace period, and
+the allocations are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*``
+columns are checked against the sum of the VMs (and held slots) too; a difference would be a bug,
+so it is logged loudly and repaired under the host's row lock.
 Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
 """
 
@@ -21,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db.records import trusted
+from vmsched_common.db.reservation_store import HELD_SLOTS
 from vmsched_common.lifecycle import HOLDS_CAPACITY, sql_in
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import add_counts
@@ -35,10 +37,15 @@ _HOSTS = text(
     "SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count FROM hosts"
     ' ORDER BY id COLLATE "C"'
 )
+# The VMs that hold capacity, and the reservations' held slots (each claimed in Redis by its own id,
+# as a VM is): both are what a host's allocations add up to.
 _COMMITTED = text(
     f"""
-    SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu, extra FROM vms
-     WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
+    SELECT * FROM (
+        SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu, extra FROM vms
+         WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
+        UNION ALL {HELD_SLOTS}
+    ) holding
      ORDER BY hypervisor_id COLLATE "C"
     """
 )
@@ -57,7 +64,11 @@ _GROUP_MEMBERS = text(
 _REPAIR_HOST = text(
     f"""
     WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
-         holding AS (SELECT * FROM vms WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)}),
+         holding AS (
+            SELECT cpu, memory_mb, disk_gb, gpu, extra FROM vms
+             WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)}
+            UNION ALL
+            SELECT cpu, memory_mb, disk_gb, gpu, extra FROM ({HELD_SLOTS}) slots WHERE hypervisor_id = :host_id),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n

@@ -60,6 +60,7 @@ log = get_logger("vmsched_scheduler")
 
 EXCLUDED = "excluded"
 ALL_OR_NOTHING = "all_or_nothing"  # the reason of a VM that fits, of a batch another VM of which does not
+RESERVATION = "reservation"  # the reason of a VM whose reservation holds no slot for it
 # Choices of victims made again when another scheduler took them first.
 PREEMPTION_TRIES = 8
 
@@ -181,6 +182,13 @@ class SchedulingRound:
         return outcomes
 
     async def _pass(self, open_vms: list[_Open], outcomes: list[Outcome]) -> list[_Open]:
+        reserved = [work for work in open_vms if work.item.vm.reservation is not None]
+        if reserved:
+            open_vms = [work for work in open_vms if work.item.vm.reservation is None]
+            for work in reserved:
+                await self._take_slot(work, outcomes)
+            if not open_vms:
+                return []
         groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
         choices, fleet = await self._decide_all(open_vms, groups)
         placing = [c for c in choices if c.decision.host_id is not None]
@@ -358,6 +366,71 @@ class SchedulingRound:
         if needless:
             await self.claims.release_many(needless)
             await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
+
+    # -- reservations --------------------------------------------------------------------------
+    async def _take_slot(self, work: _Open, outcomes: list[Outcome]) -> None:
+        """Place a VM naming a reservation in the room one of its held slots keeps (the engine chose
+        the slot's host when it placed the reservation): PostgreSQL first, in one transaction (the
+        slot becomes ``used``, the VM ``scheduled`` there, the host's allocations trade the slot for
+        the VM); then Redis, in one script, the slot's claim becomes the VM's, so that no other VM
+        can take the room in between. No slot left: the VM fits nowhere, with the reservation's
+        state as the reason."""
+        vm = work.item.vm
+        assert vm.reservation is not None
+        record = PlacementRecord(
+            strategy=work.strategy,
+            host=None,
+            considered=0,
+            eligible=0,
+            decided_at=datetime.now(UTC),
+            decision_us=0.0,
+            detail=f"reservation {vm.reservation}",
+        )
+        placement = Placement(vm.vm_id, vm.attempt, "", vm.resources, work.strategy, record)
+        with traced_step("reservation", [work.item.trace]) as spans:
+            taken = await self.ledger.take_slot(placement, vm.reservation, vm.project)
+            spans.outcomes([taken.outcome.value])
+        if taken.outcome is Committed.SLOT_BUSY:
+            outcomes[work.index] = Later("its reservation is not placed yet, or other VMs are taking its slots")
+        elif taken.outcome is Committed.NOT_PENDING:
+            outcomes[work.index] = _announced(vm, (await self.ledger.load([vm.vm_id])).get(vm.vm_id))
+        elif taken.outcome is Committed.NO_SLOT:
+            no_host = NoHost(
+                vm.vm_id,
+                vm.attempt,
+                work.strategy,
+                f"{RESERVATION}: {taken.why}",
+                record.model_copy(update={"reason": RESERVATION, "detail": taken.why}),
+            )
+            settled = await self.ledger.settle([], [no_host])
+            if settled.no_hosts[0] is Committed.PLACED:
+                PLACEMENTS.labels(work.strategy.value, "unschedulable").inc()
+                log.warning(f"No slot for VM '{vm.name}': {taken.why}", vm_id=str(vm.vm_id))
+                outcomes[work.index] = NotPlaced(_unplaced(vm, no_host.record), True)
+            elif settled.no_hosts[0] is Committed.WAITING:
+                until = settled.wait_until[vm.vm_id]
+                outcomes[work.index] = Waiting(_waiting(vm, no_host.record, until), True)
+            else:
+                outcomes[work.index] = _announced(vm, (await self.ledger.load([vm.vm_id])).get(vm.vm_id))
+        else:
+            assert taken.slot_id is not None
+            assert taken.scheduled_at is not None
+            placed = replace(placement, host_id=taken.host_id, record=record.model_copy(update={"host": taken.host_id}))
+            swapped = await self.claims.preempt(
+                Claim(vm.vm_id, taken.host_id, vm.resources, None), [taken.slot_id], self.clock()
+            )
+            if not swapped.results[0].holds:
+                log.warning(
+                    "slot taken but the snapshot refused the swap; the reconcile will restore it",
+                    vm_id=str(vm.vm_id),
+                    host=taken.host_id,
+                    outcome=swapped.results[0].outcome,
+                )
+            await self.fleet.reread({taken.host_id})
+            PLACEMENTS.labels(work.strategy.value, "reserved").inc()
+            outcomes[work.index] = Assigned(
+                _assignment(vm, placed, taken.scheduled_at), True, self._log_lines(vm, placed)
+            )
 
     # -- preemption ----------------------------------------------------------------------------
     async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:

@@ -1,8 +1,9 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
-``scheduler_settings``, ``projects``, ``tokens`` and ``audit`` tables.
+``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations`` and ``reservation_slots`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
-(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name). They are changed only in the
+(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name) and of its reservation slots
+still ``held`` (``vm_count`` counts those slots too: each is one VM's room). They are changed only in the
 same transaction as the VM row that causes the change, under the row lock of the host, and a
 placement only adds to them when the result stays within capacity times the overcommit ratio: that
 conditional update is what makes overcommit impossible whatever the Redis snapshot says.
@@ -98,6 +99,8 @@ class VmRow(Base):
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # The project that owns it (the token's that asked for it): only that project's tokens see it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
+    # The reservation whose held room it takes (vmsched_common.reservations); NULL for none.
+    reservation: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
         Index("ix_vms_created_id", "created_at", "id"),
@@ -243,3 +246,60 @@ class AuditRow(Base):
     status: Mapped[int] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_audit_project", "project", "id"),)
+
+
+class ReservationRow(Base):
+    """Capacity held for a project: ``count`` slots of the same size, placed by the scheduler as VMs
+    are (vmsched_common.reservations). Only VMs of its project naming it may use the slots."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project: Mapped[str] = mapped_column(String(63), ForeignKey("projects.name"))
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    cpu: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(BigInteger)
+    disk_gb: Mapped[int] = mapped_column(BigInteger)
+    gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    count: Mapped[int] = mapped_column(Integer, server_default="1")
+    host_selector: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The decision record of its placement (why it is unschedulable, when it is).
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        Index("ix_reservations_project_created", "project", "created_at", "id"),
+        Index(
+            "ix_reservations_open",
+            "updated_at",
+            postgresql_where=text("status IN ('pending', 'held', 'unschedulable')"),
+        ),
+    )
+
+
+class ReservationSlotRow(Base):
+    """One VM's room a reservation holds on a host: ``held`` (counted in the host's ``alloc_*``, its
+    claim in Redis keyed by the slot id), ``used`` (a VM took the room: ``vm_id``) or ``released``."""
+
+    __tablename__ = "reservation_slots"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    reservation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("reservations.id", ondelete="CASCADE")
+    )
+    hypervisor_id: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    cpu: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(BigInteger)
+    disk_gb: Mapped[int] = mapped_column(BigInteger)
+    gpu: Mapped[int] = mapped_column(Integer, server_default="0")
+    vm_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        Index("ix_reservation_slots_reservation", "reservation_id", "status"),
+        Index("ix_reservation_slots_held", "hypervisor_id", postgresql_where=text("status = 'held'")),
+    )

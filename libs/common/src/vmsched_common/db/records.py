@@ -63,6 +63,7 @@ VM_FIELDS = (
     "priority",
     "preempted_by",
     "project",
+    "reservation",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
 
@@ -155,6 +156,7 @@ class VmRecord:
     priority: int = 0  # 0..1000: it may preempt VMs of lower priority
     preempted_by: UUID | None = None  # the VM that preempted it
     project: str = DEFAULT_PROJECT  # the project that owns it
+    reservation: UUID | None = None  # the reservation whose held room it takes
 
     @classmethod
     def from_row(cls, row: Any) -> VmRecord:
@@ -187,6 +189,7 @@ class VmRecord:
             priority=row.priority,
             preempted_by=row.preempted_by,
             project=row.project,
+            reservation=row.reservation,
         )
 
     def excluded_at(self, now: float) -> list[str]:
@@ -209,6 +212,7 @@ class VmRecord:
             gang=self.gang_id,
             priority=self.priority,
             project=self.project,
+            reservation=self.reservation,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

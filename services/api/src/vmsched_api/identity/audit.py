@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vmsched_api.identity.scopes import Principal
 from vmsched_common.batching import Batcher
-from vmsched_common.db.engine import retry_on_dead_connection
+from vmsched_common.db.engine import lone_statement, retry_on_dead_connection
 from vmsched_common.db.models import AuditRow
 from vmsched_common.logs import get_logger
 
@@ -82,7 +82,7 @@ class AuditLog:
             }
             for entry in entries
         ]
-        async with self.engine.begin() as connection:
+        async with lone_statement(self.engine) as connection:
             await connection.execute(insert(AuditRow), rows)
         return [None] * len(entries)
 

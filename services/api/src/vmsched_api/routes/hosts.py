@@ -79,7 +79,8 @@ async def delete_host(host_id: str, services: ServicesDep, _: HostsAdmin) -> Res
     if removal is HostRemoval.OCCUPIED:
         shown = ", ".join(str(vm_id) for vm_id in occupants)
         raise HTTPException(
-            status.HTTP_409_CONFLICT, f"host {host_id} has VMs on it (delete or move them first): {shown}"
+            status.HTTP_409_CONFLICT,
+            f"host {host_id} has VMs or reservation slots on it (delete or move them, end the reservations): {shown}",
         )
     # PostgreSQL decided; the rest follows. A step that fails is logged: a leftover queue holds no
     # command of a VM, and a leftover snapshot entry is refused by PostgreSQL's guard.

@@ -12,6 +12,7 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.repository import IdempotencyConflict, to_vm
+from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.schemas import (
     QUOTA_REFUSAL,
     Placement,
@@ -68,6 +69,8 @@ async def create_vm(
         ) from None
     except UnknownServerGroup as error:
         raise _unknown_group(error, ["body", "server_group"]) from None
+    except UnknownReservation as error:
+        raise _unusable_reservation(error, ["body", "reservation"]) from None
     response.headers["Location"] = f"/v1/vms/{vms[0].id}"
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -89,6 +92,9 @@ async def create_vms(body: VmBatchRequest, services: ServicesDep, principal: Vms
     except UnknownServerGroup as error:
         first = next(i for i, vm in enumerate(body.vms) if vm.server_group == error.group_id)
         raise _unknown_group(error, ["body", "vms", first, "server_group"]) from None
+    except UnknownReservation as error:
+        first = next(i for i, vm in enumerate(body.vms) if vm.reservation == error.reservation_id)
+        raise _unusable_reservation(error, ["body", "vms", first, "reservation"]) from None
     await _publish(services, vms)
     return VmBatch(items=[to_vm(vm) for vm in vms])
 
@@ -97,6 +103,10 @@ def _unknown_group(error: UnknownServerGroup, loc: list[str | int]) -> HTTPExcep
     return HTTPException(
         status.HTTP_422_UNPROCESSABLE_CONTENT, [{"loc": loc, "msg": str(error), "type": "unknown_server_group"}]
     )
+
+
+def _unusable_reservation(error: UnknownReservation, loc: list[str | int]) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [{"loc": loc, "msg": str(error), "type": error.type}])
 
 
 @router.get("", response_model=VmPage)

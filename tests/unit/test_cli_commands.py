@@ -25,6 +25,10 @@ COMMANDS = [
     ["groups", "show"],
     ["groups", "create"],
     ["groups", "delete"],
+    ["reservations", "list"],
+    ["reservations", "show"],
+    ["reservations", "create"],
+    ["reservations", "delete"],
     ["projects", "list"],
     ["projects", "show"],
     ["projects", "create"],
@@ -50,7 +54,8 @@ def test_every_command_takes_the_output_option(command: list[str]) -> None:
     [
         (["groups", "create"], ["--policy", "--topology-key", "--max-per-domain", "--max-skew"]),
         (["tokens", "create"], ["--project", "-s, --scope", "--expires-at"]),
-        (["vms", "create"], ["--cpu", "-l, --label", "--wait", "--count", "--timeout"]),
+        (["vms", "create"], ["--cpu", "-l, --label", "--wait", "--count", "--timeout", "--reservation"]),
+        (["reservations", "create"], ["--cpu", "--memory-mb", "--count", "-l, --label", "--ends-at"]),
     ],
 )
 def test_options_are_options(command: list[str], options: list[str]) -> None:
@@ -64,4 +69,12 @@ def test_a_request_the_models_refuse_is_not_sent_and_exits_2() -> None:
     refused = CliRunner().invoke(app, ["--url", "http://127.0.0.1:9", "vms", "create", "bad name!", "--disk-gb", "1"])
     assert refused.exit_code == ExitCode.USAGE
     assert refused.stderr.startswith("vmsched: name: ")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_reservation_the_models_refuse_is_not_sent_and_exits_2() -> None:
+    args = ["--url", "http://127.0.0.1:9", "reservations", "create", "shop", "--cpu", "1", "--memory-mb", "1"]
+    refused = CliRunner().invoke(app, [*args, "--count", "0"])
+    assert refused.exit_code == ExitCode.USAGE
+    assert refused.stderr.startswith("vmsched: count: ")
     assert len(refused.stderr.strip().splitlines()) == 1

@@ -33,6 +33,8 @@ from vmsched_contract.api import (
     Placement,
     Project,
     ProjectRequest,
+    Reservation,
+    ReservationRequest,
     SchedulerSettingsView,
     ServerGroup,
     ServerGroupRequest,
@@ -192,6 +194,23 @@ class AsyncClient:
 
     async def delete_server_group(self, group_id: UUID | str) -> None:
         await self.send(calls.delete_server_group(group_id))
+
+    # Reservations
+
+    async def create_reservation(self, request: ReservationRequest) -> Reservation:
+        """Hold room for a project (admin); ``pending`` until a scheduler places it."""
+        return await self.send(calls.create_reservation(request))
+
+    async def list_reservations(self, *, project: str | None = None, limit: int = 100) -> list[Reservation]:
+        """Newest first: the token's project's (an admin's: every project's, or ``project``'s)."""
+        return await self.send(calls.list_reservations(project, limit))
+
+    async def get_reservation(self, reservation_id: UUID | str) -> Reservation:
+        return await self.send(calls.get_reservation(reservation_id))
+
+    async def delete_reservation(self, reservation_id: UUID | str) -> Reservation:
+        """End it (admin): the room still held goes back to the hosts; VMs on its slots stay."""
+        return await self.send(calls.delete_reservation(reservation_id))
 
     # Projects, tokens, audit (admin)
 

@@ -20,6 +20,8 @@ from vmsched_contract.api import (
     Placement,
     Project,
     ProjectRequest,
+    Reservation,
+    ReservationRequest,
     SchedulerSettings,
     SchedulerSettingsView,
     ServerGroup,
@@ -159,6 +161,26 @@ def get_server_group(group_id: UUID | str) -> Call[ServerGroup]:
 
 def delete_server_group(group_id: UUID | str) -> Call[None]:
     return Call("DELETE", f"/v1/server-groups/{group_id}", _nothing)
+
+
+# Reservations (an admin makes and ends them; a project's tokens see its own)
+
+
+def create_reservation(request: ReservationRequest) -> Call[Reservation]:
+    return Call("POST", "/v1/reservations", _model(Reservation), body=_dump(request))
+
+
+def list_reservations(project: str | None = None, limit: int = 100) -> Call[list[Reservation]]:
+    return Call("GET", "/v1/reservations", _list_of(Reservation), params=_query(project=project, limit=limit))
+
+
+def get_reservation(reservation_id: UUID | str) -> Call[Reservation]:
+    return Call("GET", f"/v1/reservations/{reservation_id}", _model(Reservation))
+
+
+def delete_reservation(reservation_id: UUID | str) -> Call[Reservation]:
+    """``DELETE``: the reservation ends (``released``); its answer is the ended reservation."""
+    return Call("DELETE", f"/v1/reservations/{reservation_id}", _model(Reservation))
 
 
 # Projects and tokens (admin)

@@ -31,6 +31,8 @@ from vmsched_contract.api import (
     Placement,
     Project,
     ProjectRequest,
+    Reservation,
+    ReservationRequest,
     SchedulerSettingsView,
     ServerGroup,
     ServerGroupRequest,
@@ -189,6 +191,23 @@ class Client:
 
     def delete_server_group(self, group_id: UUID | str) -> None:
         self.send(calls.delete_server_group(group_id))
+
+    # Reservations
+
+    def create_reservation(self, request: ReservationRequest) -> Reservation:
+        """Hold room for a project (admin); ``pending`` until a scheduler places it."""
+        return self.send(calls.create_reservation(request))
+
+    def list_reservations(self, *, project: str | None = None, limit: int = 100) -> list[Reservation]:
+        """Newest first: the token's project's (an admin's: every project's, or ``project``'s)."""
+        return self.send(calls.list_reservations(project, limit))
+
+    def get_reservation(self, reservation_id: UUID | str) -> Reservation:
+        return self.send(calls.get_reservation(reservation_id))
+
+    def delete_reservation(self, reservation_id: UUID | str) -> Reservation:
+        """End it (admin): the room still held goes back to the hosts; VMs on its slots stay."""
+        return self.send(calls.delete_reservation(reservation_id))
 
     # Projects, tokens, audit (admin)
 

@@ -30,6 +30,8 @@ from vmsched_contract.api import (
     Project,
     ProjectRequest,
     Quota,
+    Reservation,
+    ReservationRequest,
     ServerGroup,
     ServerGroupRequest,
     Token,
@@ -39,6 +41,7 @@ from vmsched_contract.api import (
     VmRequest,
 )
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
@@ -48,7 +51,7 @@ R = TypeVar("R")
 
 app = typer.Typer(
     name="vmsched",
-    help="Operate vmsched: VMs, hosts, server groups, projects, tokens, live events.",
+    help="Operate vmsched: VMs, hosts, server groups, reservations, projects, tokens, live events.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # a usage error is Click's plain "Error: ..." line, not a panel
@@ -60,10 +63,22 @@ hosts = typer.Typer(
     help="The fleet: list hosts, cordon them for maintenance, remove them.", no_args_is_help=True, rich_markup_mode=None
 )
 groups = typer.Typer(help="Server groups: keep VMs apart or together.", no_args_is_help=True, rich_markup_mode=None)
+reservations = typer.Typer(
+    help="Reservations: room held for a project's VMs (admin makes and ends them).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 projects = typer.Typer(help="Projects and their quotas (admin).", no_args_is_help=True, rich_markup_mode=None)
 tokens = typer.Typer(help="API tokens (admin).", no_args_is_help=True, rich_markup_mode=None)
 strategy = typer.Typer(help="The cluster's default placement strategy.", no_args_is_help=True, rich_markup_mode=None)
-for sub, name in ((vms, "vms"), (hosts, "hosts"), (groups, "groups"), (projects, "projects"), (tokens, "tokens")):
+for sub, name in (
+    (vms, "vms"),
+    (hosts, "hosts"),
+    (groups, "groups"),
+    (reservations, "reservations"),
+    (projects, "projects"),
+    (tokens, "tokens"),
+):
     app.add_typer(sub, name=name)
 app.add_typer(strategy, name="strategy")
 
@@ -200,6 +215,7 @@ def create_vm(
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
     server_group: Annotated[UUID | None, typer.Option(help="join this server group")] = None,
+    reservation: Annotated[UUID | None, typer.Option(help="take a slot of this reservation of its project")] = None,
     count: Annotated[int, typer.Option(min=1, max=1000, help="ask for this many (NAME-1..NAME-N), in one batch")] = 1,
     all_or_nothing: Annotated[bool, typer.Option(help="with --count: place all of them or none")] = False,
     wait: Annotated[bool, typer.Option(help="wait until a scheduler has placed it (a progress bar)")] = False,
@@ -212,6 +228,8 @@ def create_vm(
     asked |= {key: value for key, value in optional.items() if value is not None}
     if server_group is not None:
         asked["server_group"] = server_group
+    if reservation is not None:
+        asked["reservation"] = reservation
     client = chosen.client()
     if count == 1:
         created = [client.create_vm(VmRequest(name=name, **asked))]
@@ -364,6 +382,63 @@ def delete_group(group_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> Non
     """Delete a server group without members (exit 5 while it has some)."""
     state().client().delete_server_group(group_id)
     stderr().print(f"server group {group_id} deleted", markup=False)
+
+
+# Reservations
+
+
+@command(reservations, "list")
+def list_reservations(
+    project: Annotated[str | None, typer.Option(help="admin: only this project's")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="at most this many, newest first")] = 100,
+) -> None:
+    """The reservations, newest first (of the token's project; every one for an admin)."""
+    show_list(state().output, Reservation, state().client().list_reservations(project=project, limit=limit))
+
+
+@command(reservations, "show")
+def show_reservation(reservation_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """One reservation, every field (with the decision record of its placement)."""
+    show_one(state().output, state().client().get_reservation(reservation_id))
+
+
+@command(reservations, "create")
+def create_reservation(
+    project: Annotated[str, typer.Argument(help="the project whose VMs may take the room")],
+    cpu: Annotated[int, typer.Option(help="vCPUs of each slot")],
+    memory_mb: Annotated[int, typer.Option(help="MiB of each slot")],
+    disk_gb: Annotated[int, typer.Option(help="GB of disk of each slot")] = 0,
+    gpu: Annotated[int, typer.Option(help="GPUs of each slot")] = 0,
+    count: Annotated[int, typer.Option(help="slots: VMs of that size the room is for")] = 1,
+    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value the hosts must have")] = [],  # noqa: B006
+    ends_at: Annotated[
+        datetime | None, typer.Option(help="when what is still held goes back (UTC); default: never")
+    ] = None,
+) -> None:
+    """Hold room for COUNT VMs of one size (pending until a scheduler places it); the project's
+    VMs take it with `vms create --reservation ID`."""
+    selector = [
+        HostSelectorTerm(key=key, operator=SelectorOperator.IN, values=[value])
+        for key, value in _pairs(label, "--label").items()
+    ]
+    when = None if ends_at is None else ends_at.astimezone()
+    request = ReservationRequest(
+        project=project,
+        cpu=cpu,
+        memory_mb=memory_mb,
+        disk_gb=disk_gb,
+        gpu=gpu,
+        count=count,
+        host_selector=selector,
+        ends_at=when,
+    )
+    show_one(state().output, state().client().create_reservation(request))
+
+
+@command(reservations, "delete")
+def delete_reservation(reservation_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """End a reservation (released): the room still held goes back to the hosts; VMs on its slots stay."""
+    show_one(state().output, state().client().delete_reservation(reservation_id))
 
 
 # Projects

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from vmsched_contract.api import Host, Project, ServerGroup, Token, Vm
+from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
 
 
 class Format(StrEnum):
@@ -100,6 +100,20 @@ TOKEN_COLUMNS: list[Column] = [
     ("EXPIRES", lambda token: token.expires_at or "never"),
     ("REVOKED", lambda token: token.revoked_at or "-"),
 ]
+RESERVATION_COLUMNS: list[Column] = [
+    ("ID", lambda reservation: reservation.id),
+    ("PROJECT", lambda reservation: reservation.project),
+    ("STATUS", lambda reservation: reservation.status.value),
+    ("SLOTS", lambda reservation: reservation.count),
+    ("HELD", lambda reservation: reservation.held),
+    ("USED", lambda reservation: reservation.used),
+    ("CPU", lambda reservation: reservation.cpu),
+    ("MEMORY MiB", lambda reservation: reservation.memory_mb),
+    ("DISK GB", lambda reservation: reservation.disk_gb),
+    ("ENDS", lambda reservation: reservation.ends_at or "never"),
+    ("HOSTS", lambda reservation: ",".join(reservation.hosts) or "-"),
+    ("REASON", lambda reservation: reservation.status_reason or ""),
+]
 
 COLUMNS: dict[type[BaseModel], list[Column]] = {
     Vm: VM_COLUMNS,
@@ -107,6 +121,7 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
     ServerGroup: GROUP_COLUMNS,
     Project: PROJECT_COLUMNS,
     Token: TOKEN_COLUMNS,
+    Reservation: RESERVATION_COLUMNS,
 }
 
 

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
 
-from devtools.stack import BIN, Stack
+from devtools.stack import BIN, Stack, wait_for
 from tests.integration.client.conftest import Fleet
 from vmsched_client.cli.app import app
 from vmsched_client.cli.exit_codes import ExitCode
@@ -148,6 +149,47 @@ def test_groups_projects_tokens_and_the_strategy(vmsched: Any, fleet: Fleet) -> 
 
     strategy = json.loads(vmsched("-o", "json", "strategy", "show").stdout)
     assert strategy["default_strategy"] in vmsched("strategy", "show").stdout
+
+
+def test_a_reservation_is_created_listed_taken_and_deleted(vmsched: Any, stack: Stack, fleet: Fleet) -> None:
+    project = f"r{uuid.uuid4().hex[:8]}"
+    vmsched("projects", "create", project)
+    size = ["--cpu", "1", "--memory-mb", "256", "--disk-gb", "1", "--count", "2", "--label", f"suite={fleet.suite}"]
+    ends_at = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    reservation = vmsched("-o", "id", "reservations", "create", project, *size, "--ends-at", ends_at).stdout.strip()
+    try:
+        uuid.UUID(reservation)
+
+        def held() -> bool:
+            shown = json.loads(vmsched("-o", "json", "reservations", "show", reservation).stdout)
+            return bool(shown["status"] == "held")
+
+        wait_for(held, 60, "the reservation held", interval=0.2)
+        table = vmsched("reservations", "list", "--project", project).stdout
+        assert table.split()[:3] == ["ID", "PROJECT", "STATUS"]
+        assert any(line.split()[:6] == [reservation, project, "held", "2", "2", "0"] for line in table.splitlines())
+
+        token = json.loads(
+            vmsched(
+                "-o", "json", "tokens", "create", "ops", "--project", project, "-s", "vms:read", "-s", "vms:write"
+            ).stdout
+        )["token"]
+        mine = ["--token", token, "-o", "json"]
+        (vm,) = json.loads(
+            vmsched(
+                *mine, "vms", "create", *vm_args(f"{fleet.suite}-r", fleet, "--reservation", reservation, "--wait")
+            ).stdout
+        )
+        assert vm["reservation"] == reservation
+        assert vm["hypervisor_id"] in fleet.hosts
+        assert [r["id"] for r in json.loads(vmsched(*mine, "reservations", "list").stdout)] == [reservation]
+        assert json.loads(vmsched(*mine, "reservations", "show", reservation).stdout)["used"] == 1
+        vmsched("--token", token, "reservations", "delete", reservation, code=ExitCode.DENIED)  # an admin's
+        vmsched(*mine, "vms", "delete", vm["id"])
+    finally:
+        ended = json.loads(vmsched("-o", "json", "reservations", "delete", reservation).stdout)
+    assert (ended["status"], ended["held"], ended["used"]) == ("released", 0, 1)
+    vmsched("reservations", "show", str(uuid.uuid4()), code=ExitCode.NOT_FOUND)
 
 
 def test_a_real_vmsched_vms_list_in_a_terminal_like_process(stack: Stack, fleet: Fleet) -> None:

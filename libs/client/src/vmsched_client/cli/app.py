@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
 from uuid import UUID
 
@@ -185,6 +185,12 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
             raise typer.BadParameter(f"{value!r}: expected key=value", param_hint=what)
         pairs[key] = text
     return pairs
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """A time the command line gave: UTC, as the options say (Click's datetimes carry no zone;
+    ``astimezone`` would take them for the machine's local time)."""
+    return None if moment is None else moment.replace(tzinfo=UTC)
 
 
 def _progress() -> Progress:
@@ -421,7 +427,6 @@ def create_reservation(
         HostSelectorTerm(key=key, operator=SelectorOperator.IN, values=[value])
         for key, value in _pairs(label, "--label").items()
     ]
-    when = None if ends_at is None else ends_at.astimezone()
     request = ReservationRequest(
         project=project,
         cpu=cpu,
@@ -430,7 +435,7 @@ def create_reservation(
         gpu=gpu,
         count=count,
         host_selector=selector,
-        ends_at=when,
+        ends_at=_utc(ends_at),
     )
     show_one(state().output, state().client().create_reservation(request))
 
@@ -494,8 +499,7 @@ def create_token(
     expires_at: Annotated[datetime | None, typer.Option(help="when it stops working (UTC); default: never")] = None,
 ) -> None:
     """Create a token; its secret is shown this once."""
-    when = None if expires_at is None else expires_at.astimezone()
-    request = TokenRequest(name=name, project=project, scopes=scope, expires_at=when)
+    request = TokenRequest(name=name, project=project, scopes=scope, expires_at=_utc(expires_at))
     show_one(state().output, state().client().create_token(request))
 
 

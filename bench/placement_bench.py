@@ -38,7 +38,7 @@ import numpy as np
 from vmsched_common.groups import GroupPolicy, GroupRule, domain_of
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.placement import (
+from vmsched_placement import (
     DecisionContext,
     Demand,
     Fleet,
@@ -50,7 +50,7 @@ from vmsched_scheduler.placement import (
     decide,
     explain,
 )
-from vmsched_scheduler.placement.model import PlacementGroup
+from vmsched_placement.model import PlacementGroup
 
 NOW = 1_800_000_000.0
 OFFLINE_TIMEOUT = 15.0

@@ -12,7 +12,7 @@ from functools import cache
 from tests.deploy.manifests import ROOT
 
 # Each service's package runs as `python -m <package>`; the migration as a module of its own.
-SERVICE_PACKAGES = ("vmsched_api", "vmsched_scheduler", "vmsched_gateway", "vmsched_agent")
+SERVICE_PACKAGES = ("vmsched_api", "vmsched_scheduler", "vmsched_gateway", "vmsched_agent", "vmsched_router")
 MIGRATION_MODULE = "vmsched_common.db.migrate"
 
 

@@ -74,13 +74,20 @@ def test_the_development_tools_are_in_the_dev_group() -> None:
 
 def test_the_runtime_environment_has_no_development_tool() -> None:
     runtime = runtime_packages()
-    assert {"vmsched-api", "vmsched-scheduler", "vmsched-gateway", "vmsched-agent", "fastapi"} <= runtime
+    assert {
+        "vmsched-api",
+        "vmsched-scheduler",
+        "vmsched-gateway",
+        "vmsched-agent",
+        "vmsched-router",
+        "fastapi",
+    } <= runtime
     assert runtime & DEVELOPMENT_TOOLS == set()
 
 
 def test_every_service_has_a_console_script_that_resolves() -> None:
     scripts = console_scripts()
-    assert {"vmsched-api", "vmsched-scheduler", "vmsched-gateway", "vmsched-agent"} <= set(scripts)
+    assert {"vmsched-api", "vmsched-scheduler", "vmsched-gateway", "vmsched-agent", "vmsched-router"} <= set(scripts)
     for target in scripts.values():
         assert callable(script_function(target)), target
 
@@ -115,3 +122,5 @@ def test_the_commands_with_a_help_option_answer_it_as_module_and_as_script() -> 
     assert "simulate" in _help([sys.executable, "-m", "vmsched_agent"])
     assert "simulate" in _help([str(bin_directory / "vmsched-agent")])
     assert "migration" in _help([sys.executable, "-m", MIGRATION_MODULE])
+    assert "VMSCHED_ROUTER_CELLS" in _help([sys.executable, "-m", "vmsched_router"])
+    assert "cell router" in _help([str(bin_directory / "vmsched-router")])

@@ -14,10 +14,11 @@ import redis.asyncio as aioredis
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_common.messages import CommandAction
 
-FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted"}
+FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted", "stopped"}
 # The statuses that hold capacity (vmsched_common.lifecycle.HOLDS_CAPACITY, written out: this checker
-# is a second opinion, not a copy of the code it checks).
-ALLOCATING = ("scheduled", "running", "unknown", "deleting")
+# is a second opinion, not a copy of the code it checks); a migrating VM holds its migration target
+# as well, and a reservation's held slot its host's room (no extras: a slot has none).
+ALLOCATING = ("scheduled", "running", "unknown", "deleting", "stopped", "migrating")
 RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
 
 
@@ -38,15 +39,27 @@ async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None
         hosts = await conn.fetch("SELECT * FROM hosts")
         sums = await conn.fetch(
             """SELECT hypervisor_id, sum(cpu) cpu, sum(memory_mb) memory_mb, sum(disk_gb) disk_gb, sum(gpu) gpu,
-                      count(*) n FROM vms WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                      count(*) n
+                 FROM (SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
+                        WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                       UNION ALL
+                       SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
+                        WHERE status = 'migrating' AND migration_target IS NOT NULL
+                       UNION ALL
+                       SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM reservation_slots
+                        WHERE status = 'held') shares
                GROUP BY hypervisor_id""",
             list(ALLOCATING),
         )
         extra_rows = await conn.fetch(
-            """SELECT v.hypervisor_id, e.key AS name, sum(e.value::bigint) AS held
-                 FROM vms v CROSS JOIN LATERAL jsonb_each_text(v.extra) e
-                WHERE v.status = ANY($1::text[]) AND v.hypervisor_id IS NOT NULL
-                GROUP BY v.hypervisor_id, e.key""",
+            """SELECT v.host AS hypervisor_id, e.key AS name, sum(e.value::bigint) AS held
+                 FROM (SELECT hypervisor_id AS host, extra FROM vms
+                        WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                       UNION ALL
+                       SELECT migration_target, extra FROM vms
+                        WHERE status = 'migrating' AND migration_target IS NOT NULL) v
+                CROSS JOIN LATERAL jsonb_each_text(v.extra) e
+                GROUP BY v.host, e.key""",
             list(ALLOCATING),
         )
     finally:
@@ -113,14 +126,31 @@ def _counts(raw: object) -> dict[str, int]:
 
 async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: str) -> list[str]:
     """Where the Redis snapshot disagrees with PostgreSQL for the hosts whose id starts with
-    ``host_prefix``: each must be there, synced, with PostgreSQL's capacity, allocation and VM count,
-    and hold a claim per VM (no claim left behind, none missing).
+    ``host_prefix``: each must be there, synced, with PostgreSQL's capacity, allocation (named extras
+    included) and VM count, and hold one claim per share PostgreSQL counts on it: a VM's (its id), a
+    migrating VM's on its target as well (``<id>:target``), a held reservation slot's (its id); none
+    left behind, none missing.
     (Read field by field from Redis: a second opinion, not the snapshot module's own reader.)"""
     conn = await asyncpg.connect(dsn)
     try:
         hosts = await conn.fetch("SELECT * FROM hosts WHERE id LIKE $1 ORDER BY id", f"{host_prefix}%")
+        share_rows = await conn.fetch(
+            """SELECT hypervisor_id AS host, id::text AS claim FROM vms
+                WHERE status = ANY($1::text[]) AND hypervisor_id LIKE $2
+               UNION ALL
+               SELECT migration_target, id::text || ':target' FROM vms
+                WHERE status = 'migrating' AND migration_target LIKE $2
+               UNION ALL
+               SELECT hypervisor_id, id::text FROM reservation_slots
+                WHERE status = 'held' AND hypervisor_id LIKE $2""",
+            list(ALLOCATING),
+            f"{host_prefix}%",
+        )
     finally:
         await conn.close()
+    shares: dict[str, set[str]] = defaultdict(set)
+    for row in share_rows:
+        shares[row["host"]].add(row["claim"])
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     problems = []
     try:
@@ -141,9 +171,18 @@ async def snapshot_problems(dsn: str, redis_url: str, prefix: str, host_prefix: 
                 problems.append(
                     f"host {host['id']}: Redis vm_count={raw.get('vm_count')}, PostgreSQL {host['vm_count']}"
                 )
-            claims = int(await client.scard(f"{prefix}:host:{host['id']}:vms"))
-            if claims != host["vm_count"]:
-                problems.append(f"host {host['id']}: {claims} claims in Redis, {host['vm_count']} VMs in PostgreSQL")
+            if _counts(raw.get("a_extra", "{}")) != _counts(host["alloc_extra"]):
+                problems.append(
+                    f"host {host['id']}: Redis a_extra={raw.get('a_extra')}, "
+                    f"PostgreSQL alloc_extra={host['alloc_extra']}"
+                )
+            claims = set(await client.smembers(f"{prefix}:host:{host['id']}:vms"))
+            held = shares.get(host["id"], set())
+            if claims != held:
+                problems.append(
+                    f"host {host['id']}: claims in Redis but no share in PostgreSQL {sorted(claims - held)[:5]}, "
+                    f"shares without a claim {sorted(held - claims)[:5]}"
+                )
     finally:
         await client.aclose()
     return problems

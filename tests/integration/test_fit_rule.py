@@ -26,11 +26,11 @@ from vmsched_common.fit import shortfalls
 from vmsched_common.messages import ZERO, Overcommit, Resources
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import HostWrite
-from vmsched_scheduler.fleet_cache import demand_of
-from vmsched_scheduler.placement import FILTERS, DecisionContext, Fleet, HostState, PlacementRequest, Weights
-from vmsched_scheduler.placement.filters import ExtraFilter
-from vmsched_scheduler.placement.filters.resources import ResourceFilter
-from vmsched_scheduler.placement.model import RequestVector
+from vmsched_placement import FILTERS, DecisionContext, Fleet, HostState, PlacementRequest, Weights
+from vmsched_placement.filters import ExtraFilter
+from vmsched_placement.filters.resources import ResourceFilter
+from vmsched_placement.inputs import demand_of
+from vmsched_placement.model import RequestVector
 from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration

@@ -24,8 +24,8 @@ from vmsched_common.groups import GroupPolicy, GroupRule, domain_of, refusal
 from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim, HostWrite
-from vmsched_scheduler.placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, explain
-from vmsched_scheduler.placement.model import PlacementGroup
+from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, explain
+from vmsched_placement.model import PlacementGroup
 from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration

@@ -134,6 +134,9 @@ async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservatio
             ("GET", f"/v1/vms/{vm_id}"),
             ("GET", f"/v1/vms/{vm_id}/placement"),
             ("DELETE", f"/v1/vms/{vm_id}"),
+            ("POST", f"/v1/vms/{vm_id}/migrate"),
+            ("POST", f"/v1/vms/{vm_id}/stop"),
+            ("POST", f"/v1/vms/{vm_id}/start"),
             ("GET", f"/v1/server-groups/{group['id']}"),
             ("DELETE", f"/v1/server-groups/{group['id']}"),
             ("GET", f"/v1/projects/{mine}"),
@@ -155,6 +158,10 @@ async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservatio
         assert same_key.status_code == 202
         assert same_key.json()["id"] != vm_id
         assert "Idempotent-Replayed" not in same_key.headers
+
+        # Which hosts exist is the operators' to know: naming a migration's target needs hosts:admin.
+        named = await me.post(f"/v1/vms/{vm_id}/migrate", json={"target_host": "any-host"})
+        assert named.status_code == 403, named.text
 
         # The owner sees it; an admin sees every project, or one.
         assert (await me.get(f"/v1/vms/{vm_id}")).json()["project"] == mine

@@ -14,7 +14,8 @@ from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_common.messages import Resources
 from vmsched_common.snapshot import Claim, OwnChange, Snapshot, SnapshotHost
-from vmsched_scheduler.fleet_cache import FleetCache, demand_of
+from vmsched_placement.inputs import demand_of
+from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration
 

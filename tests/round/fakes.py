@@ -12,14 +12,25 @@ from uuid import UUID
 from vmsched_common.db.records import VmRecord
 from vmsched_common.fit import fits, shortfalls
 from vmsched_common.lifecycle import Event, VmStatus, sources
-from vmsched_common.messages import ZERO, Overcommit, Resources, RestartPolicy
+from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, RestartPolicy
+from vmsched_common.migration import no_target, target_claimed
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
 from vmsched_common.vm_changes import preempted
-from vmsched_scheduler.fleet_cache import demand_of, to_host_state
-from vmsched_scheduler.placement import Fleet
-from vmsched_scheduler.placement.preemption import Resident
-from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement, SlotTaken
+from vmsched_placement import Fleet
+from vmsched_placement.inputs import demand_of, to_host_state
+from vmsched_placement.preemption import Resident
+from vmsched_scheduler.ports import (
+    Committed,
+    MigrationSettlement,
+    NoHost,
+    NoTarget,
+    Placement,
+    PlacementResult,
+    Settlement,
+    SlotTaken,
+    TargetClaim,
+)
 
 PREEMPTIBLE = {VmStatus(status) for status in sources(Event.PREEMPTED)}
 
@@ -38,6 +49,7 @@ class Host:
     status: str = "online"
     paused: bool = False
     heartbeat: float = 0.0
+    can_migrate: bool = True
 
 
 def _plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
@@ -45,11 +57,12 @@ def _plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
 
 
 class MemorySnapshot:
-    """The Redis side: host hashes, claims keyed by VM id, the round-robin cursor."""
+    """The Redis side: host hashes, claims keyed by claim id (a VM's id, or its target claim id),
+    the round-robin cursor."""
 
     def __init__(self) -> None:
         self.hosts: dict[str, Host] = {}
-        self.claims: dict[UUID, tuple[str, Resources]] = {}
+        self.claims: dict[str, tuple[str, Resources]] = {}
         self.cursor = 0
 
     async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
@@ -70,7 +83,7 @@ class MemorySnapshot:
     def _claim_each(self, claims: Sequence[Claim]) -> list[ClaimResult]:
         results = []
         for claim in claims:
-            held = self.claims.get(claim.vm_id)
+            held = self.claims.get(claim.claim_id)
             if held is not None:
                 results.append(ClaimResult("held", held[0]))
                 continue
@@ -86,14 +99,14 @@ class MemorySnapshot:
             else:
                 host.allocated = _plus(host.allocated, claim.resources)
                 host.vm_count += 1
-                self.claims[claim.vm_id] = (claim.host_id, claim.resources)
+                self.claims[claim.claim_id] = (claim.host_id, claim.resources)
                 results.append(ClaimResult("claimed", claim.host_id))
         return results
 
-    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
+    async def release_many(self, claim_ids: Sequence[UUID | str]) -> list[str | None]:
         hosts: list[str | None] = []
-        for vm_id in vm_ids:
-            held = self.claims.pop(vm_id, None)
+        for claim_id in claim_ids:
+            held = self.claims.pop(str(claim_id), None)
             if held is None:
                 hosts.append(None)
                 continue
@@ -104,13 +117,13 @@ class MemorySnapshot:
         return hosts
 
     async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
-        held = self.claims.get(claim.vm_id)
+        held = self.claims.get(claim.claim_id)
         if held is not None:
             return Claimed([ClaimResult("held", held[0])], {})
         host = self.hosts[claim.host_id]
         freed = host.allocated
         for victim in victims:
-            victim_claim = self.claims.get(victim)
+            victim_claim = self.claims.get(str(victim))
             if victim_claim is None or victim_claim[0] != claim.host_id:
                 return Claimed([ClaimResult("victim_moved", str(victim))], {})
             freed = _plus(freed, victim_claim[1], -1)
@@ -137,6 +150,7 @@ class MemorySnapshot:
             scheduling_paused=host.paused,
             last_heartbeat=host.heartbeat,
             synced=True,
+            capabilities=(Capability.MIGRATE.value,) if host.can_migrate else (),
         )
 
 
@@ -283,6 +297,41 @@ class MemoryLedger:
         host.allocated, host.vm_count = freed, host.vm_count - len(changes)
         settled = await self.settle([placement], [])
         return settled.placements[0], [change.after for change in changes]
+
+    async def settle_migrations(
+        self, targets: Sequence[TargetClaim], no_targets: Sequence[NoTarget]
+    ) -> MigrationSettlement:
+        placed: list[Committed] = []
+        for target in targets:
+            vm = self.vms.get(target.vm_id)
+            change = None if vm is None else target_claimed(vm, target.migration, target.host_id)
+            if change is None:
+                placed.append(Committed.NOT_PENDING)
+                continue
+            host = self.hosts[target.host_id]
+            room = (
+                host.status == "online"
+                and not host.paused
+                and host.can_migrate
+                and fits(target.resources, host.capacity, host.reserved, host.overcommit, host.allocated)
+            )
+            if not room:
+                placed.append(Committed.HOST_REFUSED)
+                continue
+            host.allocated = _plus(host.allocated, target.resources)
+            host.vm_count += 1
+            self.vms[change.after.id] = replace(change.after, placement=target.record.model_dump(mode="json"))
+            placed.append(Committed.PLACED)
+        ended: list[Committed] = []
+        for item in no_targets:
+            vm = self.vms.get(item.vm_id)
+            change = None if vm is None else no_target(vm, item.migration, item.reason, item.detail)
+            if change is None:
+                ended.append(Committed.NOT_PENDING)
+                continue
+            self.vms[change.after.id] = replace(change.after, placement=item.record.model_dump(mode="json"))
+            ended.append(Committed.PLACED)
+        return MigrationSettlement(placed, ended)
 
     async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
         """No reservations here: they are proven on the real servers (tests/integration/test_reservations.py)."""

@@ -10,10 +10,17 @@ from faststream.rabbit import RabbitBroker, RabbitQueue, TestRabbitBroker
 
 from tests.round.worlds import MemoryWorld
 from vmsched_common import topology
-from vmsched_common.messages import Resources, VmAssigned, VmCreate, VmUnschedulable
+from vmsched_common.messages import (
+    Resources,
+    VmAssigned,
+    VmCreate,
+    VmMigrating,
+    VmMigrationFailed,
+    VmUnschedulable,
+)
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.bootstrap import subscribe
-from vmsched_scheduler.intake import PlacementIntake
+from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.round import Outcome, RoundItem
 
 HOST = Resources(cpu=4, memory_mb=8192, disk_gb=100)
@@ -24,7 +31,12 @@ def scheduler(world: MemoryWorld) -> tuple[RabbitBroker, list[VmAssigned], list[
     broker = RabbitBroker()
     assigned: list[VmAssigned] = []
     refused: list[VmUnschedulable] = []
-    subscribe(broker, PlacementIntake(world.round, Publisher(broker), max_vms=500, max_delay=0.001))
+    publisher = Publisher(broker)
+    subscribe(
+        broker,
+        PlacementIntake(world.round, publisher, max_vms=500, max_delay=0.001),
+        MigrationIntake(world.round, publisher, max_moves=500, max_delay=0.001),
+    )
 
     @broker.subscriber(RabbitQueue("test.assigned", routing_key=topology.VM_ASSIGNED), topology.EXCHANGE)
     async def on_assigned(event: VmAssigned) -> None:
@@ -78,3 +90,30 @@ async def test_messages_arriving_together_share_a_round_and_each_gets_its_own_an
     assert refused == []
     assert sum(rounds) == len(vms)
     assert len(rounds) < len(vms), rounds  # some messages shared a round
+
+
+async def test_a_vm_migrate_is_answered_by_vm_migrating_or_vm_migration_failed() -> None:
+    world = MemoryWorld.build()
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    movable = await world.add_running_vm(VM, "hv-1", name="movable")
+    stuck = await world.add_running_vm(VM, "hv-1", name="stuck")
+    broker, _, _ = scheduler(world)
+    migrating: list[VmMigrating] = []
+    failed: list[VmMigrationFailed] = []
+
+    @broker.subscriber(RabbitQueue("test.migrating", routing_key=topology.VM_MIGRATING), topology.EXCHANGE)
+    async def on_migrating(event: VmMigrating) -> None:
+        migrating.append(event)
+
+    @broker.subscriber(RabbitQueue("test.failed", routing_key=topology.VM_MIGRATION_FAILED), topology.EXCHANGE)
+    async def on_failed(event: VmMigrationFailed) -> None:
+        failed.append(event)
+
+    async with TestRabbitBroker(broker) as test_broker:
+        request = await world.ask_migration(movable.id)
+        await test_broker.publish(request, exchange=topology.EXCHANGE, routing_key=topology.VM_MIGRATE)
+        nowhere = await world.ask_migration(stuck.id, "hv-3")  # no such host
+        await test_broker.publish(nowhere, exchange=topology.EXCHANGE, routing_key=topology.VM_MIGRATE)
+    assert [(e.vm_id, e.source, e.target) for e in migrating] == [(movable.id, "hv-1", "hv-2")]
+    assert [(e.vm_id, e.target, e.reason) for e in failed] == [(stuck.id, None, "migration")]

@@ -8,6 +8,7 @@ from dataclasses import replace
 from tests.round.worlds import World
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import Resources
+from vmsched_scheduler.moves import MigrationItem, TargetChosen
 from vmsched_scheduler.round import Assigned, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
@@ -81,3 +82,18 @@ async def test_a_host_the_vm_may_not_use_is_never_emptied_for_it(world: World) -
     assert isinstance(outcome, Assigned)
     assert outcome.assignment.hypervisor_id == "hv-b"
     assert {(await world.vm(r.id)).hypervisor_id for r in outcome.preempted} == {"hv-b"}
+
+
+async def test_a_migrating_vm_is_never_a_victim_on_its_source_nor_on_its_target(world: World) -> None:
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    mover = await world.add_running_vm(Resources(cpu=6, memory_mb=4096, disk_gb=10), "hv-1")
+    (moving,) = await world.round.run_migrations([MigrationItem(await world.ask_migration(mover.id))])
+    assert isinstance(moving, TargetChosen), moving  # it holds 6 CPUs on both hosts now, at priority 0
+    urgent = await world.add_vm(LARGE, name="urgent", priority=1000)
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, NotPlaced), outcome
+    assert outcome.unplaced.reason == "cpu"
+    stored = await world.vm(mover.id)
+    assert (stored.status, stored.hypervisor_id, stored.migration_target) == (VmStatus.MIGRATING, "hv-1", "hv-2")
+    assert (await world.claimed_on(mover.id), await world.target_claimed_on(mover.id)) == ("hv-1", "hv-2")

@@ -3,6 +3,7 @@ PostgreSQL. Both answer the same questions, so every round test runs on both."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,16 +16,19 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.round.fakes import Host, MemoryFleet, MemoryLedger, MemorySnapshot, new_vm_record
+from vmsched_common import migration
+from vmsched_common.db import vm_writes
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import ZERO, Overcommit, Resources, VmToPlace
+from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot
+from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot, target_claim_id
+from vmsched_placement import Fleet, Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.placement import Fleet, Weights
+from vmsched_scheduler.moves import MigrationRound
 from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
-from vmsched_scheduler.round import RoundSettings, SchedulingRound
+from vmsched_scheduler.round import RoundSettings
 
 SETTINGS = RoundSettings(weights=Weights(), offline_timeout=15.0)
 
@@ -53,7 +57,7 @@ class FreezableFleet:
 
 
 class World(Protocol):
-    round: SchedulingRound
+    round: MigrationRound
     view: FreezableFleet
 
     async def add_host(
@@ -65,6 +69,7 @@ class World(Protocol):
         allocated: Resources = ZERO,
         overcommit: Overcommit | None = None,
         reserved: Resources = ZERO,
+        can_migrate: bool = True,
     ) -> None: ...
 
     async def add_vm(
@@ -82,11 +87,25 @@ class World(Protocol):
 
     async def vm(self, vm_id: UUID) -> VmRecord: ...
 
+    async def add_running_vm(
+        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+    ) -> VmRecord:
+        """A VM running on ``host_id``: its share counted there in PostgreSQL and claimed in the snapshot."""
+        ...
+
+    async def ask_migration(self, vm_id: UUID, target_host: str | None = None) -> VmMigrate:
+        """What POST /v1/vms/{id}/migrate does to the VM (migrating, choosing its target), and its vm.migrate."""
+        ...
+
     async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
         """What PostgreSQL and what the snapshot count as allocated on the host."""
         ...
 
     async def claimed_on(self, vm_id: UUID) -> str | None: ...
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        """The host of the VM's target claim (a migration's), if it holds one."""
+        ...
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         """Another scheduler claims on the host, in the snapshot and in PostgreSQL."""
@@ -125,13 +144,13 @@ class MemoryWorld:
     snapshot: MemorySnapshot
     ledger: MemoryLedger
     view: FreezableFleet
-    round: SchedulingRound
+    round: MigrationRound
 
     @classmethod
     def build(cls) -> MemoryWorld:
         snapshot, ledger = MemorySnapshot(), MemoryLedger()
         view = FreezableFleet(MemoryFleet(snapshot))
-        return cls(snapshot, ledger, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
+        return cls(snapshot, ledger, view, MigrationRound(view, snapshot, ledger, SETTINGS))
 
     async def add_host(
         self,
@@ -142,6 +161,7 @@ class MemoryWorld:
         allocated: Resources = ZERO,
         overcommit: Overcommit | None = None,
         reserved: Resources = ZERO,
+        can_migrate: bool = True,
     ) -> None:
         for hosts in (self.snapshot.hosts, self.ledger.hosts):
             hosts[host_id] = Host(
@@ -152,6 +172,7 @@ class MemoryWorld:
                 reserved=reserved,
                 allocated=allocated,
                 heartbeat=time.time(),
+                can_migrate=can_migrate,
             )
 
     async def add_vm(
@@ -171,11 +192,37 @@ class MemoryWorld:
     async def vm(self, vm_id: UUID) -> VmRecord:
         return self.ledger.vms[vm_id]
 
+    async def add_running_vm(
+        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+    ) -> VmRecord:
+        vm = replace(
+            new_vm_record(uuid.uuid4(), name, resources),
+            status=VmStatus.RUNNING,
+            hypervisor_id=host_id,
+            labels=dict(labels or {}),
+        )
+        self.ledger.vms[vm.id] = vm
+        (claimed,) = (await self.snapshot.claim_many([Claim(vm.id, host_id, resources)], time.time())).results
+        assert claimed.outcome == "claimed", claimed
+        host = self.ledger.hosts[host_id]
+        host.allocated, host.vm_count = host.allocated.plus(resources), host.vm_count + 1
+        return vm
+
+    async def ask_migration(self, vm_id: UUID, target_host: str | None = None) -> VmMigrate:
+        change = migration.requested(self.ledger.vms[vm_id], target_host, time.time())
+        assert change is not None
+        self.ledger.vms[vm_id] = change.after
+        return migration.request_of(change.after, time.time())
+
     async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
         return self.ledger.hosts[host_id].allocated, self.snapshot.hosts[host_id].allocated
 
     async def claimed_on(self, vm_id: UUID) -> str | None:
-        held = self.snapshot.claims.get(vm_id)
+        held = self.snapshot.claims.get(str(vm_id))
+        return None if held is None else held[0]
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        held = self.snapshot.claims.get(target_claim_id(vm_id))
         return None if held is None else held[0]
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
@@ -203,14 +250,14 @@ class ServersWorld:
     engine: AsyncEngine
     snapshot: Snapshot
     view: FreezableFleet
-    round: SchedulingRound
+    round: MigrationRound
 
     @classmethod
     def build(cls, engine: AsyncEngine, redis: Redis, prefix: str) -> ServersWorld:
         snapshot = Snapshot(redis, prefix)
         view = FreezableFleet(FleetCache(snapshot))
         ledger = PostgresLedger(engine, default_strategy=Strategy.LEAST_LOADED)
-        return cls(engine, snapshot, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
+        return cls(engine, snapshot, view, MigrationRound(view, snapshot, ledger, SETTINGS))
 
     async def add_host(
         self,
@@ -221,29 +268,33 @@ class ServersWorld:
         allocated: Resources = ZERO,
         overcommit: Overcommit | None = None,
         reserved: Resources = ZERO,
+        can_migrate: bool = True,
     ) -> None:
         ratios = overcommit or Overcommit()
+        capabilities = [Capability.MIGRATE.value] if can_migrate else []
         async with self.engine.begin() as connection:
             await connection.execute(
                 text(
                     """
                     INSERT INTO hosts (id, status, labels, cpu, memory_mb, disk_gb, gpu, cpu_ratio, memory_ratio,
                                        disk_ratio, reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu,
-                                       alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, last_heartbeat)
+                                       alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, last_heartbeat,
+                                       capabilities)
                     VALUES (:id, 'online', CAST(:labels AS jsonb), :cpu, :memory_mb, :disk_gb, :gpu, :cpu_ratio,
                             :memory_ratio, :disk_ratio, :r_cpu, :r_memory_mb, :r_disk_gb, :r_gpu,
-                            :a_cpu, :a_memory_mb, :a_disk_gb, :a_gpu, now())
+                            :a_cpu, :a_memory_mb, :a_disk_gb, :a_gpu, now(), CAST(:capabilities AS jsonb))
                     """
                 ),
                 {
                     "id": host_id,
-                    "labels": __import__("json").dumps(labels or {}),
+                    "labels": json.dumps(labels or {}),
                     **capacity.model_dump(),
                     "cpu_ratio": ratios.cpu,
                     "memory_ratio": ratios.memory,
                     "disk_ratio": ratios.disk,
                     **{f"r_{k}": v for k, v in reserved.model_dump().items()},
                     **{f"a_{k}": v for k, v in allocated.model_dump().items()},
+                    "capabilities": json.dumps(capabilities),
                 },
             )
         await self.snapshot.record_heartbeats(
@@ -259,6 +310,7 @@ class ServersWorld:
                     paused=False,
                     allocated=allocated,
                     vm_count=0,
+                    capabilities=capabilities,
                 )
             ],
             bump_interval=5.0,
@@ -290,6 +342,44 @@ class ServersWorld:
             row = (await connection.execute(text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = :id"), {"id": vm_id})).one()
         return VmRecord.from_row(row)
 
+    async def add_running_vm(
+        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+    ) -> VmRecord:
+        vm_id = uuid.uuid4()
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO vms (id, name, status, hypervisor_id, labels, cpu, memory_mb, disk_gb, gpu) "
+                    "VALUES (:id, :name, 'running', :host, CAST(:labels AS jsonb), :cpu, :memory_mb, :disk_gb, :gpu)"
+                ),
+                {
+                    "id": vm_id,
+                    "name": name,
+                    "host": host_id,
+                    "labels": json.dumps(labels or {}),
+                    **resources.model_dump(),
+                },
+            )
+            await connection.execute(
+                text(
+                    "UPDATE hosts SET alloc_cpu = alloc_cpu + :cpu, alloc_memory_mb = alloc_memory_mb + :memory_mb, "
+                    "alloc_disk_gb = alloc_disk_gb + :disk_gb, alloc_gpu = alloc_gpu + :gpu, "
+                    "vm_count = vm_count + 1 WHERE id = :id"
+                ),
+                {"id": host_id, **resources.model_dump()},
+            )
+        (claimed,) = (await self.snapshot.claim_many([Claim(vm_id, host_id, resources)], time.time())).results
+        assert claimed.outcome == "claimed", claimed
+        return await self.vm(vm_id)
+
+    async def ask_migration(self, vm_id: UUID, target_host: str | None = None) -> VmMigrate:
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).one()
+            change = migration.requested(VmRecord.from_row(row), target_host, time.time())
+            assert change is not None
+            await vm_writes.apply(connection, [change])
+        return migration.request_of(change.after, time.time())
+
     async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
         async with self.engine.connect() as connection:
             row = (
@@ -305,6 +395,9 @@ class ServersWorld:
 
     async def claimed_on(self, vm_id: UUID) -> str | None:
         return await self.snapshot.claim_of(vm_id)
+
+    async def target_claimed_on(self, vm_id: UUID) -> str | None:
+        return await self.snapshot.claim_of(target_claim_id(vm_id))
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         (result,) = (await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())).results

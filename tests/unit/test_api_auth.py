@@ -85,10 +85,14 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
         ("POST", "/v1/vms"),
         ("PATCH", "/v1/hosts/{host_id}"),
         ("DELETE", "/v1/tokens/{token_id}"),
+        ("POST", "/v1/vms/{vm_id}/migrate"),
+        ("POST", "/v1/vms/{vm_id}/stop"),
+        ("POST", "/v1/vms/{vm_id}/start"),
         ("POST", "/v1/reservations"),
         ("GET", "/v1/reservations"),
         ("GET", "/v1/reservations/{reservation_id}"),
         ("DELETE", "/v1/reservations/{reservation_id}"),
+        ("GET", "/v1/summary"),
     } <= walked
     assert len(walking) >= 25, walked
     for endpoint in walking:

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 import vmsched_api.fleet_metrics  # noqa: F401
 import vmsched_common.metrics  # noqa: F401
 import vmsched_gateway.metrics  # noqa: F401
+import vmsched_router.metrics  # noqa: F401
 import vmsched_scheduler.metrics  # noqa: F401
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "vmsched-dashboard.json"

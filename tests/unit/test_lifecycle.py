@@ -7,11 +7,13 @@ import pytest
 from devtools.docs import LIFECYCLE, with_table
 from vmsched_common.lifecycle import (
     HOLDS_CAPACITY,
+    HOLDS_TARGET,
     TRANSITIONS,
     Capacity,
     Condition,
     Event,
     IllegalTransition,
+    Transition,
     VmStatus,
     choose,
     sources,
@@ -30,15 +32,52 @@ def test_no_event_has_two_transitions_for_the_same_status_and_facts() -> None:
     assert len(keys) == len(set(keys))
 
 
-def test_capacity_is_claimed_only_by_placing_and_released_only_out_of_a_status_that_holds_it() -> None:
+# Whether a migrating VM holds its target's share before and after a transition (the table's facts
+# about migrations, written out as a second opinion): no target until target_claimed, none once the
+# VM is back to running, and none in the transitions that say "no target".
+_NO_TARGET_BEFORE = {Event.MIGRATE_REQUESTED, Event.TARGET_CLAIMED, Event.NO_TARGET}
+
+
+def _shares(t: Transition) -> tuple[int, int]:
+    """How many hosts' shares the VM holds before and after ``t``."""
+    held_before = t.event not in _NO_TARGET_BEFORE and t.when is not Condition.NO_TARGET_YET
+    held_after = t.event is not Event.MIGRATE_REQUESTED
+    before = (t.source in HOLDS_CAPACITY) + (t.source in HOLDS_TARGET and held_before)
+    after = (t.target in HOLDS_CAPACITY) + (t.target in HOLDS_TARGET and held_after)
+    return before, after
+
+
+def test_capacity_is_claimed_only_by_placing_or_claiming_a_target_and_released_one_share_at_a_time() -> None:
     for t in TRANSITIONS:
-        holds_before, holds_after = t.source in HOLDS_CAPACITY, t.target in HOLDS_CAPACITY
+        before, after = _shares(t)
         if t.capacity is Capacity.CLAIM:
-            assert (t.event, holds_before, holds_after) == (Event.PLACED, False, True)
-        elif t.capacity is Capacity.RELEASE:
-            assert (holds_before, holds_after) == (True, False), t
+            assert t.event in (Event.PLACED, Event.TARGET_CLAIMED), t
+            assert after == before + 1, t
+        elif t.capacity in (Capacity.RELEASE, Capacity.RELEASE_TARGET):
+            assert after == before - 1, t
         else:
-            assert holds_before == holds_after, f"{t} changes what the VM holds without saying so"
+            assert before == after, f"{t} changes what the VM holds without saying so"
+
+
+def test_a_migration_releases_the_source_only_when_the_target_runs_it() -> None:
+    releasing = {t.event for t in TRANSITIONS if t.source is VmStatus.MIGRATING and t.capacity is Capacity.RELEASE}
+    assert releasing == {Event.TARGET_RUNNING}
+    for t in TRANSITIONS:
+        if t.source is VmStatus.MIGRATING and t.target is not VmStatus.MIGRATING:
+            assert t.target is VmStatus.RUNNING, f"{t}: a migration ends with the VM running, here or there"
+
+
+def test_a_migrating_vm_is_never_preempted() -> None:
+    # It holds two hosts' shares and two agents are busy with it: preemption takes only VMs that
+    # hold one share and nothing in flight (the residents query reads these sources).
+    assert VmStatus.MIGRATING not in {t.source for t in TRANSITIONS if t.event is Event.PREEMPTED}
+
+
+def test_a_stopped_vm_keeps_its_host_share() -> None:
+    assert VmStatus.STOPPED in HOLDS_CAPACITY
+    for t in TRANSITIONS:
+        if VmStatus.STOPPED in (t.source, t.target) and t.event is not Event.DELETE_REQUESTED:
+            assert t.capacity is Capacity.KEEP, t
 
 
 def test_every_status_is_reachable_from_pending_and_only_deleted_is_terminal() -> None:

@@ -109,3 +109,15 @@ def test_an_explicit_management_url_wins() -> None:
         {"VMSCHED_AMQP_URL": "amqp://u:p@rabbit:5672/", "VMSCHED_AMQP_ADMIN_URL": "https://admin:pw@mgmt.example/rmq/"}
     )
     assert settings.management_url == "https://admin:pw@mgmt.example/rmq/"
+
+
+def test_a_migration_timeout_shorter_than_a_resend_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert Settings().migration_timeout == 600.0
+    monkeypatch.setenv("VMSCHED_MIGRATION_TIMEOUT", "60")
+    monkeypatch.setenv("VMSCHED_RESEND_STALE_AFTER", "120")
+    with pytest.raises(SystemExit):
+        load_settings("vmsched-gateway")
+    err = capsys.readouterr().err
+    assert "VMSCHED_MIGRATION_TIMEOUT (60) must be longer than VMSCHED_RESEND_STALE_AFTER (120)" in err

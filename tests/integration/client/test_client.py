@@ -3,6 +3,8 @@ answers parsed into the API's own models, refusals raised as the error of their 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import uuid
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from tests.integration.client.conftest import Fleet
 from tests.integration.waiting import eventually
 from vmsched_client import PLACED, AsyncClient, Client, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from vmsched_client.calls import Call, create_vm
+from vmsched_client.sse import Event
 from vmsched_contract.api import (
     HostPatch,
     ProjectRequest,
@@ -28,7 +31,7 @@ from vmsched_contract.api import (
     VmRequest,
 )
 from vmsched_contract.groups import GroupPolicy
-from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
+from vmsched_contract.messages import HostSelectorTerm, SelectorOperator, VmAssigned
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import ReservationStatus, VmStatus
 
@@ -307,3 +310,39 @@ async def test_the_asyncio_client_holds_and_releases_a_reservation(stack: Stack,
         finally:
             ended = await client.delete_reservation(created.id)
         assert ended.status is ReservationStatus.RELEASED
+
+
+async def test_watch_receives_a_vms_assignment_from_the_real_event_stream(stack: Stack, fleet: Fleet) -> None:
+    """watch() against GET /v1/events: once connected (on_connect), a VM created then is seen placed,
+    its vm.assigned parsed into the contract's model, with the event's id (the stream's offset)."""
+    connected = asyncio.Event()
+    events: asyncio.Queue[Event] = asyncio.Queue()
+    async with AsyncClient(stack.api_url, stack.token, timeout=30) as client:
+
+        async def follow() -> None:
+            async for event in client.watch(types=["vm.assigned"], on_connect=connected.set):
+                events.put_nowait(event)
+
+        watching = asyncio.create_task(follow())
+        try:
+            async with asyncio.timeout(30):
+                await asyncio.wait({watching, asyncio.ensure_future(connected.wait())}, return_when="FIRST_COMPLETED")
+            if watching.done():
+                watching.result()  # it ended before connecting: its error
+            vm = await client.create_vm(small(f"{fleet.suite}-watched", fleet))
+            async with asyncio.timeout(60):
+                while True:
+                    event = await events.get()
+                    assert event.type == "vm.assigned"
+                    assigned = event.parse(VmAssigned)
+                    mine = [a for a in assigned.assignments if a.vm_id == vm.id]
+                    if mine:
+                        break
+            assert mine[0].hypervisor_id in fleet.hosts
+            assert event.id is not None
+            assert event.id.isdigit()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+        await client.delete_vm(vm.id)

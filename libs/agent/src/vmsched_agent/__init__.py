@@ -7,22 +7,32 @@ from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObser
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
 from vmsched_agent.credentials import parse_credentials, read_credentials
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
-from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
-from vmsched_agent.simulator import FakeHypervisor, HostFull, Receipt, SimulatedFailure, SimulatedFleet
+from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
+from vmsched_agent.simulator import (
+    FAILABLE_STEPS,
+    FakeHypervisor,
+    HostFull,
+    Receipt,
+    SimulatedFailure,
+    SimulatedFleet,
+)
 from vmsched_common.agent_identity import AgentCredentials
 
 __all__ = [
+    "FAILABLE_STEPS",
     "Agent",
     "AgentConnection",
     "AgentCredentials",
     "AgentQueueMissing",
     "AgentStats",
     "CommandObserver",
+    "ControlsPower",
     "FakeHypervisor",
     "HostFull",
     "HostSpec",
     "Hypervisor",
     "MeasuresUsage",
+    "MigratesVms",
     "Profile",
     "Receipt",
     "ReceiveObserver",

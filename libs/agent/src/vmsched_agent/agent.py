@@ -13,7 +13,7 @@ import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -25,7 +25,7 @@ from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
 from vmsched_agent.connection import AgentConnection, Consumer
-from vmsched_agent.hypervisor import Hypervisor, MeasuresUsage
+from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
 from vmsched_common import topology
 from vmsched_common.amqp import poison_reason
 from vmsched_common.logs import bound, get_logger
@@ -33,6 +33,7 @@ from vmsched_common.settings import default_settings
 from vmsched_contract.messages import (
     AgentCommand,
     AgentHeartbeat,
+    Capability,
     CommandAction,
     HostStatus,
     Overcommit,
@@ -75,6 +76,12 @@ class Agent:
     shared with other agents. ``vm_ids`` are the VMs the host already runs when the agent starts
     (so that a re-delivered create is recognised after a restart). ``max_concurrent_commands``
     applies to the connection the agent makes; a shared connection has its own ``prefetch``.
+
+    ``capabilities`` are what the heartbeats declare beyond create and delete; by default what the
+    hypervisor implements: ``migrate`` for :class:`~vmsched_agent.MigratesVms`, ``power`` for
+    :class:`~vmsched_agent.ControlsPower`. Declare fewer to keep vmsched from asking (a host without
+    ``migrate`` is never a migration's source or target). ``stopped`` are the VMs among ``vm_ids``
+    that are powered off when the agent starts.
     """
 
     def __init__(
@@ -90,6 +97,8 @@ class Agent:
         taints: Sequence[Taint] = (),
         overcommit: Overcommit | None = None,
         vm_ids: Iterable[UUID] = (),
+        stopped: Iterable[UUID] = (),
+        capabilities: Iterable[Capability | str] | None = None,
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -115,6 +124,14 @@ class Agent:
         self._observer = observer
         self._on_receive = on_receive
         self._vm_ids: set[UUID] = set(vm_ids)
+        self._stopped: set[UUID] = set(stopped) & self._vm_ids
+        # Migrations in flight: VMs this host prepared to receive (target), and VMs it handed over
+        # and still has leftovers of until told to clean up or roll back (source).
+        self._incoming: set[UUID] = set()
+        self._outgoing: set[UUID] = set()
+        self.capabilities: tuple[str, ...] = tuple(
+            sorted({str(c) for c in (implemented(hypervisor) if capabilities is None else capabilities)})
+        )
         self._draining = False
         self._usage: Usage | None = None
         self._usage_failing = False
@@ -151,6 +168,12 @@ class Agent:
 
     def runs(self, vm_id: UUID) -> bool:
         return vm_id in self._vm_ids
+
+    def is_stopped(self, vm_id: UUID) -> bool:
+        return vm_id in self._stopped
+
+    def can(self, capability: Capability) -> bool:
+        return capability.value in self.capabilities
 
     @property
     def draining(self) -> bool:
@@ -204,6 +227,7 @@ class Agent:
             usage=self.usage(),
             instance_id=self._instance_id,
             leaving=leaving,
+            capabilities=list(self.capabilities),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -294,12 +318,32 @@ class Agent:
         """
         self.stats.commands_received[command.action] += 1
         async with self._vm_locks.hold(command.vm_id):
-            if command.action is CommandAction.CREATE:
-                report = await self._create(command)
-            else:
-                report = await self._delete(command)
+            report = await self._carry_out(command)
         self.stats.reports_sent[report.status] += 1
         return report
+
+    async def _carry_out(self, command: AgentCommand) -> VmStatusReport:
+        action = command.action
+        if action is CommandAction.CREATE:
+            return await self._create(command)
+        if action is CommandAction.DELETE:
+            return await self._delete(command)
+        needed = Capability.POWER if action in (CommandAction.STOP, CommandAction.START) else Capability.MIGRATE
+        if not self.can(needed):
+            return self._report(
+                command, ReportedStatus.FAILED, f"this agent cannot {action.value} (no {needed} capability)"
+            )
+        handler = {
+            CommandAction.STOP: self._stop,
+            CommandAction.START: self._start,
+            CommandAction.PREPARE_MIGRATION: self._prepare,
+            CommandAction.MIGRATE: self._migrate,
+            CommandAction.FINISH_MIGRATION: self._finish,
+            CommandAction.CLEANUP_MIGRATION: self._cleanup,
+            CommandAction.ABORT_MIGRATION: self._abort,
+            CommandAction.ROLLBACK_MIGRATION: self._rollback,
+        }[action]
+        return await handler(command)
 
     async def _create(self, command: AgentCommand) -> VmStatusReport:
         if command.vm_id in self._vm_ids:
@@ -322,11 +366,120 @@ class Agent:
             log.warning("delete failed", error=_text(error))
             return self._report(command, ReportedStatus.FAILED, f"delete failed: {_text(error)}")
         self._vm_ids.discard(command.vm_id)
+        self._stopped.discard(command.vm_id)
         return self._report(command, ReportedStatus.DELETED)
+
+    # -- power ---------------------------------------------------------------------------------
+    async def _stop(self, command: AgentCommand) -> VmStatusReport:
+        vm_id = command.vm_id
+        if vm_id not in self._vm_ids:
+            return self._report(command, ReportedStatus.FAILED, "not on this host")
+        if vm_id in self._stopped:
+            return self._report(command, ReportedStatus.STOPPED, "already stopped")
+        if (failed := await self._call(command, "stop_vm")) is not None:
+            return failed
+        self._stopped.add(vm_id)
+        return self._report(command, ReportedStatus.STOPPED)
+
+    async def _start(self, command: AgentCommand) -> VmStatusReport:
+        vm_id = command.vm_id
+        if vm_id not in self._vm_ids:
+            return self._report(command, ReportedStatus.FAILED, "not on this host")
+        if vm_id not in self._stopped:
+            return self._report(command, ReportedStatus.RUNNING, "already running")
+        if (failed := await self._call(command, "start_vm")) is not None:
+            return failed
+        self._stopped.discard(vm_id)
+        return self._report(command, ReportedStatus.RUNNING)
+
+    # -- migration -----------------------------------------------------------------------------
+    async def _prepare(self, command: AgentCommand) -> VmStatusReport:  # on the target
+        vm_id = command.vm_id
+        if vm_id in self._incoming or vm_id in self._vm_ids:
+            return self._report(command, ReportedStatus.PREPARED, "already prepared")
+        if (failed := await self._call(command, "prepare_migration")) is not None:
+            return failed
+        self._incoming.add(vm_id)
+        return self._report(command, ReportedStatus.PREPARED)
+
+    async def _migrate(self, command: AgentCommand) -> VmStatusReport:  # on the source
+        vm_id = command.vm_id
+        if vm_id in self._outgoing:
+            return self._report(command, ReportedStatus.HANDED_OVER, "already handed over")
+        if vm_id not in self._vm_ids:
+            return self._report(command, ReportedStatus.FAILED, "not on this host")
+        if (failed := await self._call(command, "migrate_vm")) is not None:
+            return failed
+        # Handed over: no longer one this host runs (nor lists in its heartbeats), until rolled back.
+        self._vm_ids.discard(vm_id)
+        self._outgoing.add(vm_id)
+        return self._report(command, ReportedStatus.HANDED_OVER)
+
+    async def _finish(self, command: AgentCommand) -> VmStatusReport:  # on the target
+        vm_id = command.vm_id
+        if vm_id in self._vm_ids:
+            return self._report(command, ReportedStatus.RUNNING, "already running on this host")
+        if vm_id not in self._incoming:
+            return self._report(command, ReportedStatus.FAILED, "not prepared on this host")
+        if (failed := await self._call(command, "finish_migration")) is not None:
+            self._incoming.discard(vm_id)  # finish_migration leaves nothing behind when it raises
+            return failed
+        self._incoming.discard(vm_id)
+        self._vm_ids.add(vm_id)
+        return self._report(command, ReportedStatus.RUNNING)
+
+    async def _cleanup(self, command: AgentCommand) -> VmStatusReport:  # on the source
+        if command.vm_id not in self._outgoing:
+            return self._report(command, ReportedStatus.CLEANED_UP, "nothing left on this host")
+        if (failed := await self._call(command, "cleanup_migration")) is not None:
+            return failed
+        self._outgoing.discard(command.vm_id)
+        return self._report(command, ReportedStatus.CLEANED_UP)
+
+    async def _abort(self, command: AgentCommand) -> VmStatusReport:  # on the target
+        vm_id = command.vm_id
+        if vm_id not in self._incoming and vm_id not in self._vm_ids:
+            return self._report(command, ReportedStatus.ABORTED, "nothing here")
+        if (failed := await self._call(command, "abort_migration")) is not None:
+            return failed
+        self._incoming.discard(vm_id)
+        self._vm_ids.discard(vm_id)
+        self._stopped.discard(vm_id)
+        return self._report(command, ReportedStatus.ABORTED)
+
+    async def _rollback(self, command: AgentCommand) -> VmStatusReport:  # on the source
+        vm_id = command.vm_id
+        if vm_id in self._vm_ids:
+            return self._report(command, ReportedStatus.RUNNING, "never handed over")
+        if vm_id not in self._outgoing:
+            return self._report(command, ReportedStatus.FAILED, "not on this host")
+        if (failed := await self._call(command, "rollback_migration")) is not None:
+            return failed
+        self._outgoing.discard(vm_id)
+        self._vm_ids.add(vm_id)
+        return self._report(command, ReportedStatus.RUNNING)
+
+    async def _call(self, command: AgentCommand, method: str) -> VmStatusReport | None:
+        """Call the hypervisor's ``method`` (of :class:`MigratesVms` or :class:`ControlsPower`); a
+        ``failed`` report with the error's text if it raised (or is missing: a capability declared
+        without it), else None."""
+        try:
+            step: Callable[[AgentCommand], Awaitable[None]] = getattr(self.hypervisor, method)
+            await step(command)
+        except Exception as error:
+            log.warning(f"{command.action.value} failed", error=_text(error))
+            return self._report(command, ReportedStatus.FAILED, _text(error))
+        return None
 
     def _report(self, command: AgentCommand, status: ReportedStatus, message: str = "") -> VmStatusReport:
         return VmStatusReport(
-            vm_id=command.vm_id, agent_id=self.agent_id, status=status, message=message, attempt=command.attempt
+            vm_id=command.vm_id,
+            agent_id=self.agent_id,
+            status=status,
+            message=message,
+            attempt=command.attempt,
+            action=command.action,
+            migration=None if command.migration is None else command.migration.number,
         )
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
@@ -377,6 +530,16 @@ class Agent:
             await self.connection.publish_status(report)
             log.debug("command done", status=report.status.value, attempt=command.attempt)
         await message.ack()
+
+
+def implemented(hypervisor: object) -> list[Capability]:
+    """The capabilities ``hypervisor`` implements (its methods, by the protocols' names)."""
+    found = []
+    if isinstance(hypervisor, MigratesVms):
+        found.append(Capability.MIGRATE)
+    if isinstance(hypervisor, ControlsPower):
+        found.append(Capability.POWER)
+    return found
 
 
 class _KeyedLocks:

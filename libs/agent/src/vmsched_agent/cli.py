@@ -13,8 +13,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from vmsched_agent.credentials import read_credentials
-from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts, parse_labels
-from vmsched_agent.simulator import SimulatedFleet
+from vmsched_agent.hosts import ALL_CAPABILITIES, HostSpec, Profile, generate_hosts, load_hosts, parse_labels
+from vmsched_agent.simulator import FAILABLE_STEPS, SimulatedFleet
 from vmsched_common.agent_identity import AgentCredentials
 from vmsched_common.logs import configure_logging, get_logger
 from vmsched_common.settings import Settings, load_settings
@@ -67,6 +67,14 @@ def _labels(text: str) -> dict[str, str]:
         return parse_labels(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _capabilities(text: str) -> list[str]:
+    found = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(found) - set(ALL_CAPABILITIES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; valid: {', '.join(ALL_CAPABILITIES)}")
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +144,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="send no measured usage in heartbeats (least_utilized then ranks the hosts by allocation)",
     )
+    behaviour.add_argument(
+        "--capabilities",
+        type=_capabilities,
+        help=f"what every host declares beyond create and delete, comma-separated ({', '.join(ALL_CAPABILITIES)}; "
+        "'' for none); default: all, or each host's own with --hosts-from",
+    )
+    behaviour.add_argument(
+        "--migration-delay", type=_not_negative(float), default=0.0, help="seconds each migration step takes"
+    )
+    behaviour.add_argument(
+        "--fail-step",
+        dest="fail_steps",
+        action="append",
+        choices=FAILABLE_STEPS,
+        default=[],
+        help="a hypervisor step that always fails (repeatable): migration rollbacks in tests",
+    )
     behaviour.add_argument("--seed", type=int, default=0, help="for --profile mixed and --fail-rate (default: 0)")
     behaviour.add_argument("--stop-after", type=_positive(float), help="seconds; default: until SIGINT/SIGTERM")
     behaviour.add_argument(
@@ -149,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def hosts_from_options(options: argparse.Namespace) -> list[HostSpec]:
+    hosts = _hosts(options)
+    if options.capabilities is None:
+        return hosts
+    return [host.model_copy(update={"capabilities": options.capabilities}) for host in hosts]
+
+
+def _hosts(options: argparse.Namespace) -> list[HostSpec]:
     if options.hosts_from is not None:
         return load_hosts(options.hosts_from, labels=options.labels, zones=options.zones)
     return generate_hosts(
@@ -190,6 +222,8 @@ async def simulate(
         max_concurrent_commands=options.max_concurrent_commands,
         record_commands=False,
         measure_usage=options.measure_usage,
+        migration_delay=options.migration_delay,
+        fail_steps=options.fail_steps,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

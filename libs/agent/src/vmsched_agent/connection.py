@@ -53,7 +53,7 @@ from vmsched_common.agent_identity import DEFAULT_VHOST, agent_username
 from vmsched_common.amqp import dead_letter, make_broker
 from vmsched_common.logs import get_logger
 from vmsched_common.settings import Settings
-from vmsched_contract.messages import AgentHeartbeat, VmStatusReport
+from vmsched_contract.messages import AgentHeartbeat, CommandAction, VmStatusReport
 
 log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_agent")
@@ -84,8 +84,13 @@ class AgentQueueMissing(TimeoutError):
 
 
 def status_message_id(report: VmStatusReport) -> str:
-    """Deterministic, so that a re-sent report is recognisably the same event."""
-    return f"{report.vm_id}:{report.status.value}:{report.attempt or 0}"
+    """Deterministic, so that a re-sent report is recognisably the same event:
+    ``<vm_id>:<status>:<attempt>`` for a create or a delete, ``<vm_id>:<action>:<status>:m<number>``
+    for a migration's command, ``<vm_id>:<action>:<status>:<attempt>`` for a stop or a start."""
+    if report.action is None or report.action in (CommandAction.CREATE, CommandAction.DELETE):
+        return f"{report.vm_id}:{report.status.value}:{report.attempt or 0}"
+    which = f"m{report.migration}" if report.migration is not None else str(report.attempt or 0)
+    return f"{report.vm_id}:{report.action.value}:{report.status.value}:{which}"
 
 
 def _delays(first: tuple[float, ...], then: float) -> Iterator[float]:

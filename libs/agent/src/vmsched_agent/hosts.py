@@ -10,7 +10,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from vmsched_contract.messages import HostId, Labels, Overcommit, Resources, Taint
+from vmsched_contract.messages import Capability, HostId, Labels, Overcommit, Resources, Taint
+
+# What a simulated host can do unless its spec says otherwise: everything.
+ALL_CAPABILITIES: tuple[str, ...] = tuple(c.value for c in Capability)
 
 
 class HostSpec(BaseModel):
@@ -24,6 +27,10 @@ class HostSpec(BaseModel):
     labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     overcommit: Overcommit = Field(default_factory=Overcommit)
+    capabilities: list[str] = Field(
+        default_factory=lambda: list(ALL_CAPABILITIES),
+        description="what its agent declares beyond create and delete (migrate, power); default: all",
+    )
 
 
 class Profile(StrEnum):

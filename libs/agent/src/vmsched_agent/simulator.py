@@ -10,7 +10,7 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -43,7 +43,21 @@ class HostFull(Exception):
 
 
 class SimulatedFailure(Exception):
-    """A create that failed on purpose (``fail_rate``), to exercise retries."""
+    """A create that failed on purpose (``fail_rate``), or a migration's step (``fail_steps``), to
+    exercise retries and rollbacks."""
+
+
+# The hypervisor's methods a simulated host can be told to fail (``FakeHypervisor.fail_steps``).
+FAILABLE_STEPS = (
+    "prepare_migration",
+    "migrate_vm",
+    "finish_migration",
+    "cleanup_migration",
+    "abort_migration",
+    "rollback_migration",
+    "stop_vm",
+    "start_vm",
+)
 
 
 def shortfall(requested: Resources, used: Resources, capacity: Resources, overcommit: Overcommit) -> list[str]:
@@ -66,6 +80,12 @@ class FakeHypervisor:
     Measures usage (``measure_usage``): the hypervisor's own share plus ``busy`` x what its VMs were
     given (``busy`` drawn per host from :data:`BUSY_RANGE` unless given), so hosts with the same
     allocation differ in load as real ones do.
+
+    Migrates VMs (:class:`~vmsched_agent.MigratesVms`): the target holds the VM's resources from
+    ``prepare_migration`` (refused, as a create is, when they do not fit), the source until
+    ``cleanup_migration``; each step takes ``migration_delay`` seconds. Stops and starts VMs
+    (:class:`~vmsched_agent.ControlsPower`), which keep their resources. Every step named in
+    ``fail_steps`` (:data:`FAILABLE_STEPS`) raises :class:`SimulatedFailure`, while it is named there.
     """
 
     def __init__(
@@ -78,7 +98,12 @@ class FakeHypervisor:
         rng: random.Random | None = None,
         measure_usage: bool = True,
         busy: float | None = None,
+        migration_delay: float = 0.0,
+        fail_steps: Iterable[str] = (),
     ) -> None:
+        unknown = set(fail_steps) - set(FAILABLE_STEPS)
+        if unknown:
+            raise ValueError(f"unknown steps {sorted(unknown)}; valid: {', '.join(FAILABLE_STEPS)}")
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be between 0 and 1, got {fail_rate}")
         if busy is not None and not 0.0 <= busy <= 1.0:
@@ -91,6 +116,9 @@ class FakeHypervisor:
         self._used = ZERO
         self._rng = rng or random.Random(host.id)
         self.measure_usage = measure_usage
+        self.migration_delay = migration_delay
+        self.fail_steps: set[str] = set(fail_steps)
+        self.stopped: set[UUID] = set()
         # Its own generator: drawing it must not change the seeded failures of ``rng``.
         self.busy = busy if busy is not None else random.Random(f"busy:{host.id}").uniform(*BUSY_RANGE)
 
@@ -136,6 +164,52 @@ class FakeHypervisor:
 
     async def delete_vm(self, command: AgentCommand) -> None:
         self._drop(command.vm_id)
+        self.stopped.discard(command.vm_id)
+
+    # -- migration (MigratesVms) ----------------------------------------------------------------
+    async def prepare_migration(self, command: AgentCommand) -> None:
+        await self._step("prepare_migration")
+        if self.check_capacity:
+            missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
+            if missing:
+                raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
+        self._hold(command.vm_id, command.resources)
+
+    async def migrate_vm(self, command: AgentCommand) -> None:
+        await self._step("migrate_vm")  # its resources stay held here until cleanup_migration
+
+    async def finish_migration(self, command: AgentCommand) -> None:
+        try:
+            await self._step("finish_migration")
+        except BaseException:
+            self._drop(command.vm_id)  # leaves nothing behind
+            raise
+
+    async def cleanup_migration(self, command: AgentCommand) -> None:
+        await self._step("cleanup_migration")
+        self._drop(command.vm_id)
+
+    async def abort_migration(self, command: AgentCommand) -> None:
+        await self._step("abort_migration")
+        self._drop(command.vm_id)
+
+    async def rollback_migration(self, command: AgentCommand) -> None:
+        await self._step("rollback_migration")
+
+    # -- power (ControlsPower) ------------------------------------------------------------------
+    async def stop_vm(self, command: AgentCommand) -> None:
+        await self._step("stop_vm")
+        self.stopped.add(command.vm_id)
+
+    async def start_vm(self, command: AgentCommand) -> None:
+        await self._step("start_vm")
+        self.stopped.discard(command.vm_id)
+
+    async def _step(self, name: str) -> None:
+        if name in self.fail_steps:
+            raise SimulatedFailure(f"simulated failure of {name} on {self.host.id}")
+        if self.migration_delay > 0 and name not in ("stop_vm", "start_vm"):
+            await asyncio.sleep(self.migration_delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +254,8 @@ class SimulatedFleet:
         record_commands: bool = True,
         record_receipts: bool = False,
         measure_usage: bool = True,
+        migration_delay: float = 0.0,
+        fail_steps: Iterable[str] = (),
     ) -> None:
         if sum(option is not None for option in (amqp_url, broker, credentials)) > 1:
             raise ValueError("give at most one of amqp_url, broker and credentials")
@@ -214,6 +290,8 @@ class SimulatedFleet:
                 check_capacity=check_capacity,
                 rng=random.Random(f"{seed}:{host.id}"),
                 measure_usage=measure_usage,
+                migration_delay=migration_delay,
+                fail_steps=fail_steps,
             )
             self.hypervisors[host.id] = hypervisor
             self.agents[host.id] = Agent(
@@ -226,6 +304,7 @@ class SimulatedFleet:
                 labels=host.labels,
                 taints=host.taints,
                 overcommit=host.overcommit,
+                capabilities=host.capabilities,
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,
                 observer=self._observe if record_commands else None,

@@ -266,10 +266,13 @@ class AsyncClient:
         project: str | None = None,
         last_event_id: str | None = None,
         reconnect: bool = True,
+        on_connect: Callable[[], object] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """The live events (``GET /v1/events``, server-sent events), as they happen. When the stream
         breaks it connects again with ``Last-Event-ID`` (the last event seen), so none is missed or
-        seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream."""
+        seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream.
+        ``on_connect`` is called at each connection once the server follows the stream (its first line
+        came): what happens from then on is seen, so a program can act only then."""
         parser = SseParser(last_event_id=last_event_id)
         attempt = failures = 0
         while True:
@@ -292,7 +295,11 @@ class AsyncClient:
                         await self._sleep(delay)
                         continue
                     attempt = 0
+                    connected = False
                     async for line in response.aiter_lines():
+                        if not connected and on_connect is not None:
+                            on_connect()
+                        connected = True
                         event = parser.feed(line)
                         if event is not None:
                             failures = 0

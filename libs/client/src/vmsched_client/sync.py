@@ -262,10 +262,13 @@ class Client:
         project: str | None = None,
         last_event_id: str | None = None,
         reconnect: bool = True,
+        on_connect: Callable[[], object] | None = None,
     ) -> Generator[Event, None, None]:
         """The live events (``GET /v1/events``, server-sent events), as they happen. When the stream
         breaks it connects again with ``Last-Event-ID`` (the last event seen), so none is missed or
-        seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream."""
+        seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream.
+        ``on_connect`` is called at each connection once the server follows the stream (its first line
+        came): what happens from then on is seen, so a program can act only then."""
         parser = SseParser(last_event_id=last_event_id)
         attempt = failures = 0
         while True:
@@ -288,7 +291,11 @@ class Client:
                         self._sleep(delay)
                         continue
                     attempt = 0
+                    connected = False
                     for line in response.iter_lines():
+                        if not connected and on_connect is not None:
+                            on_connect()
+                        connected = True
                         event = parser.feed(line)
                         if event is not None:
                             failures = 0

@@ -204,6 +204,14 @@ async def declare_topology(broker: RabbitBroker) -> None:
     await declare_dead_letter_queue(broker)
 
 
+async def declare_event_stream(broker: RabbitBroker) -> None:
+    """The stream of VM events GET /v1/events reads (``topology.EVENTS_STREAM``), bound to the
+    ``vmsched`` exchange; idempotent. Replicated like a quorum queue: declarable on any node."""
+    stream = topology.EVENTS_STREAM
+    declared = await broker.declare_queue(stream)
+    await declared.bind(topology.EXCHANGE.name, routing_key=stream.routing())
+
+
 async def _replace_if_declared_otherwise(connection: aio_pika.abc.AbstractConnection, queue: RabbitQueue) -> None:
     """Delete ``queue`` if it exists with other arguments (declared by an older version): RabbitMQ
     refuses to declare it again otherwise. Only for queues whose messages may be lost. On a channel

@@ -21,6 +21,10 @@ from vmsched_common.messages import (
     VmAssigned,
     VmCreate,
     VmDeleted,
+    VmMigrate,
+    VmMigrated,
+    VmMigrating,
+    VmMigrationFailed,
     VmOrphaned,
     VmPreempted,
     VmStatusReport,
@@ -38,7 +42,9 @@ declares its own queue, binds it to `vmsched` with the routing keys it wants (`v
 with a deterministic `message_id`. `vm.create`, `vm.assigned` and `vm.unschedulable` carry a list of
 VMs (those of one request). Delivery is at least once, and a VM may be announced again in another
 message after a crash: a VM's `(vm_id, attempt)` names one placement. Trace context (W3C
-`traceparent`) travels in the headers. See docs/events.md.
+`traceparent`) travels in the headers. Without AMQP, the API serves the `vm.*` events as server-sent
+events at `GET /v1/events` (filtered by type and project, resumable with `Last-Event-ID`). See
+docs/events.md.
 """
 
 Declare = Callable[[RabbitBroker], "RabbitPublisher"]
@@ -172,16 +178,72 @@ def agent_conflict(broker: RabbitBroker) -> RabbitPublisher:
     )
 
 
+def vm_migrate(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_MIGRATE,
+        persist=True,
+        schema=VmMigrate,
+        title=topology.VM_MIGRATE,
+        description="A running VM to move (published by the API for POST /v1/vms/{id}/migrate, and again by the "
+        "gateway if no scheduler answered within VMSCHED_RESEND_STALE_AFTER): a scheduler chooses the target by "
+        "every rule of the VM, its source excluded, claims it and commits it. "
+        "message_id is '<vm_id>:migrate:<migration>'.",
+    )
+
+
+def vm_migrating(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_MIGRATING,
+        persist=True,
+        schema=VmMigrating,
+        title=topology.VM_MIGRATING,
+        description="A scheduler claimed the migration's target (from: the source, to: the target): the VM holds "
+        "capacity on both hosts until it runs on the target (vm.migrated) or the migration is rolled back "
+        "(vm.migration_failed). The gateway tells the target to prepare. "
+        "message_id is '<vm_id>:migrating:<migration>'.",
+    )
+
+
+def vm_migrated(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_MIGRATED,
+        persist=True,
+        schema=VmMigrated,
+        title=topology.VM_MIGRATED,
+        description="The VM runs on its new host (to); the old one's (from) capacity is free again (published by "
+        "the gateway). message_id is '<vm_id>:migrated:<migration>'.",
+    )
+
+
+def vm_migration_failed(broker: RabbitBroker) -> RabbitPublisher:
+    return broker.publisher(
+        exchange=topology.EXCHANGE,
+        routing_key=topology.VM_MIGRATION_FAILED,
+        persist=True,
+        schema=VmMigrationFailed,
+        title=topology.VM_MIGRATION_FAILED,
+        description="The migration was rolled back, or no host could take the VM: it runs on its source (from) "
+        "still, and a target claimed for it (to, null if none was) is free again; reason and detail say why "
+        "(published by a scheduler when no host fits, by the gateway when a step failed or timed out). "
+        "message_id is '<vm_id>:migration_failed:<migration>'.",
+    )
+
+
 def agent_command(broker: RabbitBroker) -> RabbitPublisher:
     return broker.publisher(
         exchange=topology.AGENTS_EXCHANGE,
         persist=False,
         schema=AgentCommand,
         title="agent.<host id>",
-        description="A command for one host's agent (published by the gateway, and by the API for deletes) on the "
+        description="A command for one host's agent (published by the gateway, and by the API for deletes, stops, "
+        "starts) on the "
         "direct exchange vmsched.agents, routing key = the host id, into the host's queue agent.<host id>. "
         "Not persistent: one a broker restart loses is sent again after VMSCHED_RESEND_STALE_AFTER. "
-        "message_id is '<vm_id>:<action>-command:<attempt>'; an agent carries out a repeat once.",
+        "message_id is '<vm_id>:<action>-command:<attempt>' ('m<migration>' instead of the attempt for a "
+        "migration's command); an agent carries out a repeat once.",
     )
 
 
@@ -193,6 +255,10 @@ EVENTS: tuple[Declare, ...] = (
     vm_deleted,
     vm_orphaned,
     vm_preempted,
+    vm_migrate,
+    vm_migrating,
+    vm_migrated,
+    vm_migration_failed,
     vm_status,
     agent_heartbeat,
     agent_conflict,

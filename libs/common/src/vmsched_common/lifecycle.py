@@ -5,9 +5,14 @@ ask :func:`choose` (one VM at a time) or build a batched statement from :func:`s
 :func:`transition` (many at once). docs/lifecycle.md shows the same table (``make docs`` writes it;
 a test fails when the two differ).
 
-What holds capacity on a host: ``scheduled``, ``running``, ``unknown`` and ``deleting``. A VM enters
-one of them only by ``placed`` (a claim and a guarded commit) and leaves them only by a transition
-marked ``release``, in the same transaction that lowers the host's allocations.
+What holds capacity on a host: ``scheduled``, ``running``, ``unknown``, ``deleting``, ``stopped`` and
+``migrating`` (on its source, ``hypervisor_id``, and once a scheduler claimed one, on its migration
+target as well). A VM takes a host's share only by ``placed`` or ``target_claimed`` (a claim and a
+guarded commit) and gives one back only by a transition marked ``release`` or ``release target``, in
+the same transaction that lowers the host's allocations.
+
+Besides its status a VM may have a :class:`Task`: what vmsched has asked of an agent for it and awaits
+(Nova's task_state). A migration's steps are tasks of a ``migrating`` VM (:mod:`vmsched_common.migration`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from vmsched_contract.status import Task as Task
 from vmsched_contract.status import VmStatus as VmStatus
 
 
@@ -36,14 +42,32 @@ class Event(StrEnum):
     ROOM_APPEARED = "room_appeared"  # the waker saw capacity appear that a waiting VM fits
     WAIT_EXPIRED = "wait_expired"  # a waiting VM's wait_s passed
     PREEMPTED = "preempted"  # a VM of higher priority that fit nowhere took its room
+    MIGRATE_REQUESTED = "migrate_requested"  # POST /v1/vms/{id}/migrate
+    TARGET_CLAIMED = "target_claimed"  # a scheduler claimed a migration target and committed it
+    NO_TARGET = "no_target"  # a scheduler found no target that passes every rule
+    AGENT_PREPARED = "agent_prepared"  # the migration target is ready to receive the VM
+    AGENT_HANDED_OVER = "agent_handed_over"  # the source handed the VM over to the target
+    TARGET_RUNNING = "target_running"  # the migration target runs the VM
+    MIGRATION_FAILED = "migration_failed"  # an agent could not carry out its step of a migration
+    MIGRATION_TIMED_OUT = "migration_timed_out"  # a migration in flight longer than MIGRATION_TIMEOUT
+    STOP_REQUESTED = "stop_requested"  # POST /v1/vms/{id}/stop
+    AGENT_STOPPED = "agent_stopped"  # the agent reports it stopped
+    AGENT_STOP_FAILED = "agent_stop_failed"  # the agent could not stop it
+    START_REQUESTED = "start_requested"  # POST /v1/vms/{id}/start
+    AGENT_STARTED = "agent_started"  # the agent reports it started
+    AGENT_START_FAILED = "agent_start_failed"  # the agent could not start it
+    AGENT_ROLLED_BACK = "agent_rolled_back"  # the source runs the VM again after a migration rolled back
 
 
 class Capacity(StrEnum):
     """What the transition does to the VM's share of its host."""
 
-    CLAIM = "claim"  # takes it (claimed in Redis, added under PostgreSQL's guard)
-    KEEP = "keep"  # keeps it, or holds none before and after
-    RELEASE = "release"  # gives it back to the host
+    # Takes a share of a host, its own or a migration target (claimed in Redis, added under
+    # PostgreSQL's guard).
+    CLAIM = "claim"
+    KEEP = "keep"  # keeps what it holds, or holds none before and after
+    RELEASE = "release"  # gives back its host's share (hypervisor_id: after a migration, the source)
+    RELEASE_TARGET = "release target"  # gives back its migration target's share (a migration rolled back)
 
 
 class Condition(StrEnum):
@@ -57,6 +81,8 @@ class Condition(StrEnum):
     NOT_LISTED_HAD_RUN = "not listed, and it had run (the host lost it)"
     MAY_WAIT = "its wait_s has not passed"
     MAY_NOT_WAIT = "wait_s is 0 or has passed"
+    TARGET_HELD = "a target is claimed"
+    NO_TARGET_YET = "no target claimed yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +186,88 @@ TRANSITIONS: tuple[Transition, ...] = (
         emits="vm.create",
         note="restart_policy on_failure, a VM that ran, after RESTART_DELAY; restart_count + 1",
     ),
+    Transition(
+        E.MIGRATE_REQUESTED,
+        S.RUNNING,
+        S.MIGRATING,
+        emits="vm.migrate",
+        note="task choosing_target: a scheduler chooses a target by every rule of the VM, the source excluded",
+    ),
+    Transition(
+        E.TARGET_CLAIMED,
+        S.MIGRATING,
+        S.MIGRATING,
+        Capacity.CLAIM,
+        emits="vm.migrating",
+        note="on the target, as a placement claims: the VM holds both hosts now; task preparing",
+    ),
+    Transition(
+        E.NO_TARGET, S.MIGRATING, S.RUNNING, emits="vm.migration_failed", note="nothing was claimed; nothing moved"
+    ),
+    Transition(E.AGENT_PREPARED, S.MIGRATING, S.MIGRATING, note="task handing_over: the source is told to hand over"),
+    Transition(E.AGENT_HANDED_OVER, S.MIGRATING, S.MIGRATING, note="task finishing: the target is told to take it"),
+    Transition(
+        E.TARGET_RUNNING,
+        S.MIGRATING,
+        S.RUNNING,
+        Capacity.RELEASE,
+        emits="vm.migrated",
+        note="on the target now: the source's share given back, the source told to clean up",
+    ),
+    Transition(
+        E.MIGRATION_FAILED,
+        S.MIGRATING,
+        S.RUNNING,
+        Capacity.RELEASE_TARGET,
+        emits="vm.migration_failed",
+        note="rolled back: on its source; the target told to abort and, once it was told to hand over, the "
+        "source to keep (or resume) it (task rolling_back)",
+    ),
+    Transition(
+        E.MIGRATION_TIMED_OUT,
+        S.MIGRATING,
+        S.RUNNING,
+        Capacity.RELEASE_TARGET,
+        Condition.TARGET_HELD,
+        emits="vm.migration_failed",
+        note="rolled back as a failure after VMSCHED_MIGRATION_TIMEOUT",
+    ),
+    Transition(
+        E.MIGRATION_TIMED_OUT,
+        S.MIGRATING,
+        S.RUNNING,
+        when=Condition.NO_TARGET_YET,
+        emits="vm.migration_failed",
+        note="no scheduler answered within VMSCHED_MIGRATION_TIMEOUT",
+    ),
+    Transition(
+        E.STOP_REQUESTED, S.RUNNING, S.STOPPED, note="task stopping: its agent is told; its host keeps the room"
+    ),
+    Transition(E.AGENT_STOPPED, S.STOPPED, S.STOPPED, note="the stop is done"),
+    Transition(E.AGENT_STOP_FAILED, S.STOPPED, S.RUNNING, note="it still runs; status_reason says why"),
+    Transition(E.START_REQUESTED, S.STOPPED, S.RUNNING, note="task starting: its agent is told"),
+    Transition(E.AGENT_STARTED, S.RUNNING, S.RUNNING, note="the start is done"),
+    Transition(E.AGENT_START_FAILED, S.RUNNING, S.STOPPED, note="still stopped; status_reason says why"),
+    Transition(E.DELETE_REQUESTED, S.STOPPED, S.DELETING, note="its agent is told to delete it"),
+    Transition(E.AGENT_ROLLED_BACK, S.RUNNING, S.RUNNING, note="the source runs it again: the migration is over"),
 )
 del S, E
 
+# The status a VM has while each task is in flight: a task found with another status is over (the VM
+# failed, was deleted, ...), and nothing is sent again for it.
+TASK_STATUS: dict[Task, VmStatus] = {
+    Task.STOPPING: VmStatus.STOPPED,
+    Task.STARTING: VmStatus.RUNNING,
+    Task.CHOOSING_TARGET: VmStatus.MIGRATING,
+    Task.PREPARING: VmStatus.MIGRATING,
+    Task.HANDING_OVER: VmStatus.MIGRATING,
+    Task.FINISHING: VmStatus.MIGRATING,
+    Task.ROLLING_BACK: VmStatus.RUNNING,
+}
+
+# The statuses whose VM holds a share of its host (hypervisor_id).
 HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(
-    {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.UNKNOWN, VmStatus.DELETING}
+    {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.UNKNOWN, VmStatus.DELETING, VmStatus.STOPPED, VmStatus.MIGRATING}
 )
 # The statuses that imply a message until the broker confirms it (vmsched_common.outbox): vm.create
 # for pending; the delete command for deleting and for preempted.
@@ -173,8 +276,13 @@ IMPLIES_DELETE: frozenset[VmStatus] = frozenset({VmStatus.DELETING, VmStatus.PRE
 # What counts against its project's quota: every VM but those that ended deleted, unschedulable or
 # failed (a failed VM that restarts counts again from its restart on).
 USES_QUOTA: frozenset[VmStatus] = frozenset(set(VmStatus) - {VmStatus.DELETED, VmStatus.UNSCHEDULABLE, VmStatus.FAILED})
+# The statuses whose VM also holds a share of its migration target, once one is claimed
+# (migration_target is set then).
+HOLDS_TARGET: frozenset[VmStatus] = frozenset({VmStatus.MIGRATING})
 # Where a VM rests until something happens to it: nothing of vmsched's own is in flight for it.
-SETTLED: frozenset[VmStatus] = frozenset({VmStatus.RUNNING, VmStatus.UNSCHEDULABLE, VmStatus.FAILED, VmStatus.DELETED})
+SETTLED: frozenset[VmStatus] = frozenset(
+    {VmStatus.RUNNING, VmStatus.UNSCHEDULABLE, VmStatus.FAILED, VmStatus.DELETED, VmStatus.STOPPED}
+)
 # No transition leaves these.
 TERMINAL: frozenset[VmStatus] = frozenset(
     status for status in VmStatus if not any(t.source is status for t in TRANSITIONS)

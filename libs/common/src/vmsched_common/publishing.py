@@ -35,6 +35,10 @@ from vmsched_common.messages import (
     VmAssigned,
     VmCreate,
     VmDeleted,
+    VmMigrate,
+    VmMigrated,
+    VmMigrating,
+    VmMigrationFailed,
     VmOrphaned,
     VmPreempted,
     VmToPlace,
@@ -123,6 +127,24 @@ class Publisher:
             event, message_id=f"{event.host_id}:conflict:{event.instance_id}"
         )
 
+    async def vm_migrate(self, request: VmMigrate) -> None:
+        await self._publisher(events.vm_migrate).publish(
+            request, message_id=f"{request.vm.vm_id}:migrate:{request.migration}"
+        )
+
+    async def vm_migrating(self, event: VmMigrating) -> None:
+        await self._publisher(events.vm_migrating).publish(
+            event, message_id=f"{event.vm_id}:migrating:{event.migration}"
+        )
+
+    async def vm_migrated(self, event: VmMigrated) -> None:
+        await self._publisher(events.vm_migrated).publish(event, message_id=f"{event.vm_id}:migrated:{event.migration}")
+
+    async def vm_migration_failed(self, event: VmMigrationFailed) -> None:
+        await self._publisher(events.vm_migration_failed).publish(
+            event, message_id=f"{event.vm_id}:migration_failed:{event.migration}"
+        )
+
     async def command(self, host_id: str, command: AgentCommand) -> None:
         """A command on ``agent.<host_id>`` (through the ``vmsched.agents`` exchange), returned once
         the broker has confirmed it (in the host's queue, not on disk: see above)."""
@@ -136,7 +158,7 @@ class Publisher:
                 command.model_dump_json().encode(),
                 content_type=JSON,
                 delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
-                message_id=command_message_id(command.vm_id, command.action, command.attempt),
+                message_id=command_message_id(command),
                 headers=headers,  # type: ignore[arg-type]
             )
             await exchange.publish(message, routing_key=host_id)

@@ -6,6 +6,7 @@ with one line naming the variable and the reason (see :func:`load_settings`).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
@@ -15,10 +16,13 @@ from urllib.parse import parse_qsl
 
 from pydantic import (
     AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
     Field,
     PostgresDsn,
     RedisDsn,
     SecretStr,
+    StringConstraints,
     UrlConstraints,
     ValidationError,
     field_validator,
@@ -62,6 +66,25 @@ Weight = Annotated[float, Field(ge=0, le=1)]
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # A bootstrap token must be as hard to guess as the ones vmsched makes (secrets.token_urlsafe(32)).
 MIN_BOOTSTRAP_TOKEN = 32
+
+
+CellName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+
+
+class CellEndpoint(BaseModel):
+    """One row of the cell router's table (``VMSCHED_ROUTER_CELLS``): a cell's name, the base URL of
+    its API, and the token the router reads the cell's summary with (scope ``hosts:read``; callers'
+    own requests go with the caller's token, docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: CellName
+    url: AnyHttpUrl
+    token: SecretStr
+
+    @property
+    def base_url(self) -> str:
+        return str(self.url).rstrip("/")
 
 
 class Settings(BaseSettings):
@@ -140,6 +163,23 @@ class Settings(BaseSettings):
     # message may have been dead-lettered by the delivery limit after broker restarts. A repeat is
     # harmless (every consumer is idempotent), so this only needs to exceed a normal queue wait.
     resend_stale_after: PositiveSeconds = 120.0
+    # A migration in flight longer than this (from its request) is rolled back: the VM stays on its
+    # source, the target's share is given back. Longer than RESEND_STALE_AFTER, so that a step's
+    # command lost on the way is sent again before the migration is given up.
+    migration_timeout: PositiveSeconds = 600.0
+    # The cell router (vmsched-router, docs/scaling.md "Cells"): the cells it routes to, as JSON
+    # ([{"name": "a", "url": "http://cell-a-api:8000", "token": "..."}, ...]), the database of its own
+    # that maps each VM to its cell, where it listens, how often it reads each cell's summary, how long
+    # it waits for a cell's decision on a new VM before answering (to try the next cell when the first
+    # answers unschedulable; 0: answer at once, never retry) and how long a request to a cell may take.
+    router_cells: list[CellEndpoint] = []  # pydantic copies a default per instance
+    router_database_url: PostgresDsn = PostgresDsn("postgresql+asyncpg://postgres@127.0.0.1:5432/vmsched_router")
+    router_host: str = "127.0.0.1"
+    router_port: Annotated[int, Field(ge=1, le=65535)] = 8100
+    router_refresh_interval: PositiveSeconds = 3.0
+    router_decision_wait: Annotated[float, Field(ge=0, le=60)] = 2.0
+    router_cell_timeout: PositiveSeconds = 10.0
+
     # Scheduler: messages in flight per replica, and how often the Redis snapshot is fully re-read
     # (in the background; rounds read only what changed).
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
@@ -178,13 +218,37 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("database_url")
+    @field_validator("router_cells", mode="before")
+    @classmethod
+    def _cells_from_json(cls, value: object) -> object:
+        # The environment gives JSON text; from_environment passes it on as text.
+        return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("router_cells")
+    @classmethod
+    def _distinct_cells(cls, cells: list[CellEndpoint]) -> list[CellEndpoint]:
+        names = [cell.name for cell in cells]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a cell is named twice: {', '.join(sorted(names))}")
+        return cells
+
+    @field_validator("database_url", "router_database_url")
     @classmethod
     def _known_sslmode(cls, value: PostgresDsn) -> PostgresDsn:
         for key, mode in parse_qsl(value.query or ""):
             if key in ("sslmode", "ssl") and mode not in SSL_MODES:
                 raise ValueError(f"unknown {key} {mode!r}; valid: {', '.join(SSL_MODES)}")
         return value
+
+    @model_validator(mode="after")
+    def _migrations_outlast_a_resend(self) -> Settings:
+        if self.migration_timeout <= self.resend_stale_after:
+            raise ValueError(
+                f"{ENV_PREFIX}MIGRATION_TIMEOUT ({self.migration_timeout:g}) must be longer than "
+                f"{ENV_PREFIX}RESEND_STALE_AFTER ({self.resend_stale_after:g}): a step's lost command is sent "
+                "again before the migration is given up"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -13,6 +13,9 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
   what was allocated when it was folded in (``u_a_cpu``, ``u_a_memory_mb``);
 - ``p:host:<id>:vms``: ids of VMs holding a claim on the host;
 - ``p:claim:<vm id>``: the host and resources one VM holds (its named extras, if any, in ``extra``);
+  ``p:claim:<vm id>:target``: what a
+  migrating VM holds on its migration target (its *target claim*; the host's set lists it by the
+  same id), which becomes ``p:claim:<vm id>`` once the migration is done (``move_claim.lua``);
 - ``p:hosts``: every host id; ``p:seq`` and ``p:changed`` (host id scored by the change number
   that last touched it): a reader remembers the last number it saw and re-reads only what changed;
 - ``p:rr``: the shared round-robin cursor;
@@ -42,6 +45,15 @@ from vmsched_common.db.inventory import labels_json, taints_json, taints_of
 from vmsched_common.fit import RESOURCES, lua_shortfall_function
 from vmsched_common.groups import LUA_GROUP_RULE, GroupRule
 from vmsched_common.messages import HostStatus, Overcommit, Resources, Taint, Usage
+
+# A migrating VM's claim on its target is keyed by ``<vm id>`` and this.
+TARGET_CLAIM_SUFFIX = ":target"
+
+
+def target_claim_id(vm_id: UUID | str) -> str:
+    """The id of a migrating VM's claim on its target (its claim on its own host is its id)."""
+    return f"{vm_id}{TARGET_CLAIM_SUFFIX}"
+
 
 ClaimOutcome = Literal[
     "claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang", "victim_moved"
@@ -146,6 +158,7 @@ class SnapshotHost:
     synced: bool
     usage: MeasuredUsage | None = None
     taints: tuple[Taint, ...] = ()
+    capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,12 +214,18 @@ _NO_GROUP_ARGS = ["", "", "0", "", "", "0", "0", "0"]
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """Reserve ``resources`` on ``host_id`` for ``vm_id`` (a member of ``group``, if not None)."""
+    """Reserve ``resources`` on ``host_id`` for ``vm_id`` (a member of ``group``, if not None): its
+    claim, or with ``target`` its target claim (the host it migrates to)."""
 
     vm_id: UUID
     host_id: str
     resources: Resources
     group: GroupClaim | None = None
+    target: bool = False
+
+    @property
+    def claim_id(self) -> str:
+        return target_claim_id(self.vm_id) if self.target else str(self.vm_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,12 +246,14 @@ class HostWrite:
     vm_count: int
     usage: Usage | None = None  # the agent's measurement, if it sent one
     taints: Sequence[Taint] = ()
+    capabilities: Sequence[str] = ()
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
         values = {rule.field: str(getattr(self.capacity, rule.field)) for rule in RESOURCES}
         values[EXTRA_FIELD] = extra_json(self.capacity.extra)
         values["status"] = self.status
+        values["capabilities"] = capabilities_json(self.capabilities)
         values.update(inventory_fields(self.labels, self.taints, self.overcommit, self.reserved, self.paused))
         return [values[name] for name in STATE_FIELDS]
 
@@ -253,7 +274,11 @@ def _state_fields() -> list[str]:
         names += [rule.field, reserved_field(rule.field)]
         if rule.ratio_field is not None:
             names.append(rule.ratio_field)
-    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused"]
+    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused", "capabilities"]
+
+
+def capabilities_json(capabilities: Sequence[str]) -> str:
+    return json.dumps(sorted(set(capabilities)))
 
 
 def inventory_fields(
@@ -282,7 +307,10 @@ ALLOCATION_FIELDS: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class CommittedVm:
-    vm_id: UUID
+    """A share of a host PostgreSQL counts: a VM's (``claim_id`` its id) or a migrating VM's on its
+    target (its target claim id)."""
+
+    claim_id: UUID | str
     resources: Resources
 
 
@@ -307,7 +335,7 @@ def render_script(name: str) -> str:
 
 def _claim_args(claim: Claim) -> list[str]:
     """A claim's arguments for the claim script (its ARGV layout, per claim)."""
-    args = [str(claim.vm_id), claim.host_id, *_amounts(claim.resources), *_extra_args(claim.resources)]
+    args = [claim.claim_id, claim.host_id, *_amounts(claim.resources), *_extra_args(claim.resources)]
     return args + (_NO_GROUP_ARGS if claim.group is None else claim.group.args())
 
 
@@ -377,6 +405,7 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         synced=raw.get("synced") == "1",
         usage=parse_usage(raw),
         taints=taints_of(json.loads(raw.get("taints") or "[]")) or (),
+        capabilities=tuple(json.loads(raw.get("capabilities") or "[]")),
     )
 
 
@@ -393,6 +422,7 @@ class Snapshot:
         self._reconcile: AsyncScript = redis.register_script(render_script("reconcile_host"))
         self._forget: AsyncScript = redis.register_script(render_script("forget_host"))
         self._reconcile_group: AsyncScript = redis.register_script(render_script("reconcile_group"))
+        self._move_claim: AsyncScript = redis.register_script(render_script("move_claim"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -491,14 +521,19 @@ class Snapshot:
             for group_id, raw in zip(group_ids, raws, strict=True)
         }
 
-    async def claim_of(self, vm_id: UUID) -> str | None:
-        host: str | None = await self.redis.hget(self.claim_key(vm_id), "host")  # type: ignore[assignment]
+    async def claim_of(self, claim_id: UUID | str) -> str | None:
+        """The host a claim (a VM id, or a target claim id) is on, if it exists."""
+        host: str | None = await self.redis.hget(self.claim_key(claim_id), "host")  # type: ignore[assignment]
         return host
 
     async def next_round_robin(self, count: int = 1) -> int:
         """A cursor shared by every scheduler replica, so the rotation holds across them: the first
         of ``count`` consecutive values reserved for the caller."""
         return int(await self.redis.incrby(self.round_robin_key, count)) - count + 1
+
+    async def peek_round_robin(self) -> int:
+        """The cursor :meth:`next_round_robin` would hand out next, without taking it (what-if)."""
+        return int(await self.redis.get(self.round_robin_key) or 0) + 1
 
     # -- atomic updates -------------------------------------------------------------------------
     async def claim_many(self, claims: Sequence[Claim], now: float, *, all_or_nothing: bool = False) -> Claimed:
@@ -525,26 +560,37 @@ class Snapshot:
     def _claim_keys(self, claim: Claim) -> list[str]:
         """A claim's keys for the claim script: host, claim, host's claimed VMs, group, group's VMs."""
         group = "-" if claim.group is None else str(claim.group.rule.id)  # "-": a key never written
-        keys = [self.host_key(claim.host_id), self.claim_key(claim.vm_id), self.host_vms_key(claim.host_id)]
+        keys = [self.host_key(claim.host_id), self.claim_key(claim.claim_id), self.host_vms_key(claim.host_id)]
         return [*keys, self.group_key(group), self.group_vms_key(group)]
 
     async def claim(self, vm_id: UUID, host_id: str, resources: Resources, now: float) -> ClaimResult:
         (result,) = (await self.claim_many([Claim(vm_id, host_id, resources)], now)).results
         return result
 
-    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]:
-        """Free each VM's claim; per VM the host it was on, or None when it held none."""
-        if not vm_ids:
+    async def release_many(self, claim_ids: Sequence[UUID | str]) -> list[str | None]:
+        """Free each claim (a VM's id, or a target claim id); per claim the host it was on, or None
+        when there was none."""
+        if not claim_ids:
             return []
         hosts: list[str | None] = await self._release(
-            keys=[self.changed_key, self.seq_key, *(self.claim_key(vm_id) for vm_id in vm_ids)],
-            args=[self.prefix, *(str(vm_id) for vm_id in vm_ids)],
+            keys=[self.changed_key, self.seq_key, *(self.claim_key(claim_id) for claim_id in claim_ids)],
+            args=[self.prefix, *(str(claim_id) for claim_id in claim_ids)],
         )
         return [host or None for host in hosts]
 
-    async def release(self, vm_id: UUID) -> str | None:
-        (host,) = await self.release_many([vm_id])
+    async def release(self, claim_id: UUID | str) -> str | None:
+        (host,) = await self.release_many([claim_id])
         return host
+
+    async def move_claim(self, vm_id: UUID) -> tuple[str | None, str | None]:
+        """A migration is done: the VM's claim on its source is given back and its target claim
+        becomes its claim. Returns (the source it was released on, the host it holds now), None for
+        what was not there; without a target claim (moved already) nothing changes: (None, None)."""
+        source, target = await self._move_claim(
+            keys=[self.changed_key, self.seq_key, self.claim_key(vm_id), self.claim_key(target_claim_id(vm_id))],
+            args=[self.prefix, str(vm_id), target_claim_id(vm_id)],
+        )
+        return source or None, target or None
 
     async def record_heartbeats(self, writes: Sequence[HostWrite], bump_interval: float) -> None:
         """Fold heartbeats into the hosts' hashes, in one script run. A host is announced on the
@@ -587,7 +633,7 @@ class Snapshot:
         args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), *_amounts(allocated)]
         args += [extra_json(allocated.extra), str(vm_count)]
         for vm in committed:
-            args += [str(vm.vm_id), *_amounts(vm.resources), extra_json(vm.resources.extra)]
+            args += [str(vm.claim_id), *_amounts(vm.resources), extra_json(vm.resources.extra)]
         restored, dropped, in_flight = await self._reconcile(
             keys=[self.host_key(host_id), self.host_vms_key(host_id), self.changed_key, self.seq_key],
             args=args,
@@ -595,9 +641,9 @@ class Snapshot:
         return int(restored), int(dropped), int(in_flight)
 
     async def reconcile_group(
-        self, group_id: UUID, members: Sequence[tuple[UUID, str]], now: float, grace: float
+        self, group_id: UUID, members: Sequence[tuple[UUID | str, str]], now: float, grace: float
     ) -> tuple[int, int, int]:
-        """Set a group's counts to PostgreSQL's ``members`` (VM id, domain) plus its claims younger
+        """Set a group's counts to PostgreSQL's ``members`` (claim id, domain) plus its claims younger
         than ``grace`` that PostgreSQL does not count yet; returns (members, in flight, dropped)."""
         args: list[str] = [self.prefix, str(group_id), repr(now), repr(grace)]
         for vm_id, domain in members:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from faststream.rabbit import ExchangeType, QueueType, RabbitExchange, RabbitQueue
 
 if TYPE_CHECKING:
-    from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs
+    from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs, StreamQueueArgs
 
 EXCHANGE = RabbitExchange("vmsched", type=ExchangeType.TOPIC, durable=True)
 AGENTS_EXCHANGE = RabbitExchange("vmsched.agents", type=ExchangeType.DIRECT, durable=True)
@@ -24,6 +24,10 @@ VM_STATUS = "vm.status"
 VM_DELETED = "vm.deleted"
 VM_ORPHANED = "vm.orphaned"
 VM_PREEMPTED = "vm.preempted"
+VM_MIGRATE = "vm.migrate"
+VM_MIGRATING = "vm.migrating"
+VM_MIGRATED = "vm.migrated"
+VM_MIGRATION_FAILED = "vm.migration_failed"
 AGENT_HEARTBEAT = "agent.heartbeat"
 AGENT_CONFLICT = "agent.conflict"
 
@@ -72,11 +76,36 @@ SCHEDULER_QUEUE = consumer_queue("scheduler.vm-create", VM_CREATE)
 GATEWAY_HEARTBEAT_QUEUE = disposable_queue("gateway.heartbeats", AGENT_HEARTBEAT, max_length=100_000)
 GATEWAY_ASSIGNED_QUEUE = consumer_queue("gateway.vm-assigned", VM_ASSIGNED)
 GATEWAY_STATUS_QUEUE = consumer_queue("gateway.vm-status", VM_STATUS)
+SCHEDULER_MIGRATE_QUEUE = consumer_queue("scheduler.vm-migrate", VM_MIGRATE)
+GATEWAY_MIGRATING_QUEUE = consumer_queue("gateway.vm-migrating", VM_MIGRATING)
 # Quorum for the same reason as the heartbeats' queue. Before, it was classic; RabbitMQ cannot change
 # a queue's type, so an old classic one is kept until an operator moves it (dead_letters.py).
 DEAD_LETTER_QUEUE = RabbitQueue("vmsched.dead-letters", queue_type=QueueType.QUORUM, durable=True, routing_key="#")
+# Every VM event, kept for GET /v1/events (server-sent events, docs/events.md): a stream, which a
+# consumer reads from any offset without taking messages from anyone, so that every API replica
+# serves the same history with the same ids (the offsets) and a client resumes on any of them with
+# Last-Event-ID. Kept 7 days or 2 GB, whichever ends first (segments of 100 MB are dropped whole).
+# Declared by the API alone (its only reader): once declared it records events while every API
+# replica is down, and the other services never fail to start over it.
+EVENTS_STREAM = RabbitQueue(
+    "vmsched.events",
+    queue_type=QueueType.STREAM,
+    durable=True,
+    routing_key="vm.*",
+    arguments=cast(
+        "StreamQueueArgs",
+        {"x-max-age": "7D", "x-max-length-bytes": 2_000_000_000, "x-stream-max-segment-size-bytes": 100_000_000},
+    ),
+)
 # Every queue a vmsched service consumes from the ``vmsched`` exchange, each bound by its routing key.
-CONSUMER_QUEUES = (SCHEDULER_QUEUE, GATEWAY_HEARTBEAT_QUEUE, GATEWAY_ASSIGNED_QUEUE, GATEWAY_STATUS_QUEUE)
+CONSUMER_QUEUES = (
+    SCHEDULER_QUEUE,
+    GATEWAY_HEARTBEAT_QUEUE,
+    GATEWAY_ASSIGNED_QUEUE,
+    GATEWAY_STATUS_QUEUE,
+    SCHEDULER_MIGRATE_QUEUE,
+    GATEWAY_MIGRATING_QUEUE,
+)
 # Queues whose messages may be thrown away: one an older version declared with other arguments is
 # deleted and declared again (gateway.heartbeats was quorum, then classic, now quorum again).
 DISPOSABLE_QUEUES = (GATEWAY_HEARTBEAT_QUEUE,)

@@ -15,7 +15,8 @@ from typing import Any
 from uuid import UUID
 
 from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import Capacity, Condition, Event, Transition, VmStatus, choose
+from vmsched_common.lifecycle import Capacity, Condition, Event, Task, Transition, VmStatus, choose
+from vmsched_common.messages import CommandAction, ReportedStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +29,13 @@ class Change:
 
     @property
     def released_from(self) -> str | None:
-        """The host whose capacity this change gives back, if it does."""
-        return self.before.hypervisor_id if self.transition.capacity is Capacity.RELEASE else None
+        """The host whose capacity this change gives back, if it does: the VM's host, or the target
+        of its migration when the migration is rolled back."""
+        if self.transition.capacity is Capacity.RELEASE:
+            return self.before.hypervisor_id
+        if self.transition.capacity is Capacity.RELEASE_TARGET:
+            return self.before.migration_target
+        return None
 
 
 def _iso(now: float) -> str:
@@ -230,3 +236,67 @@ def restart(vm: VmRecord) -> Change | None:
         failed_at=None,
     )
     return Change(vm, after, transition)
+
+
+# -- power ----------------------------------------------------------------------------------------
+
+
+def stop_requested(vm: VmRecord, now: float) -> Change | None:
+    """``POST /v1/vms/{id}/stop``: a running VM is stopped; its host keeps its room."""
+    transition = choose(Event.STOP_REQUESTED, vm.status)
+    if transition is None or vm.task not in (None, Task.STARTING):
+        return None
+    after = replace(
+        vm,
+        status=transition.target,
+        status_reason=f"stopping: its agent ({vm.hypervisor_id}) was told",
+        task=Task.STOPPING,
+        task_since=datetime.fromtimestamp(now, UTC),
+    )
+    return Change(vm, after, transition)
+
+
+def start_requested(vm: VmRecord, now: float) -> Change | None:
+    """``POST /v1/vms/{id}/start``: a stopped VM is started on its host."""
+    transition = choose(Event.START_REQUESTED, vm.status)
+    if transition is None or vm.task not in (None, Task.STOPPING):
+        return None
+    after = replace(
+        vm,
+        status=transition.target,
+        status_reason=f"starting: its agent ({vm.hypervisor_id}) was told",
+        task=Task.STARTING,
+        task_since=datetime.fromtimestamp(now, UTC),
+    )
+    return Change(vm, after, transition)
+
+
+# The power command each power task waits on, and what its agent reports when it is done.
+POWER_TASKS: dict[Task, tuple[CommandAction, ReportedStatus, Event, Event]] = {
+    Task.STOPPING: (CommandAction.STOP, ReportedStatus.STOPPED, Event.AGENT_STOPPED, Event.AGENT_STOP_FAILED),
+    Task.STARTING: (CommandAction.START, ReportedStatus.RUNNING, Event.AGENT_STARTED, Event.AGENT_START_FAILED),
+}
+
+
+def power_reported(
+    vm: VmRecord, agent_id: str, action: CommandAction, status: ReportedStatus, message: str
+) -> Change | None:
+    """The agent answers the stop or start the VM's task waits on: done, or failed (the VM stays as
+    it was, with the reason). A report of another command, a late one or a repeat is None."""
+    if vm.hypervisor_id != agent_id or vm.task not in POWER_TASKS:
+        return None
+    awaited, success, done, failed = POWER_TASKS[vm.task]
+    if action is not awaited or status not in (success, ReportedStatus.FAILED):
+        return None
+    event = done if status is success else failed
+    transition = choose(event, vm.status)
+    if transition is None:
+        return None
+    reason = None if status is success else f"{action.value} failed on {agent_id}: {message or 'no reason given'}"
+    after = replace(vm, status=transition.target, status_reason=reason, task=None, task_since=None)
+    return Change(vm, after, transition)
+
+
+def power_command(vm: VmRecord) -> CommandAction | None:
+    """The power command the VM's task waits on (to send, or send again), if any."""
+    return POWER_TASKS[vm.task][0] if vm.task in POWER_TASKS else None

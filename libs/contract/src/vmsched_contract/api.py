@@ -26,6 +26,7 @@ from vmsched_contract.messages import (
     MAX_LABELS,
     AllocationRatio,
     ExtraName,
+    HostId,
     HostSelector,
     HostSelectorTerm,
     HostStatus,
@@ -44,7 +45,7 @@ from vmsched_contract.messages import (
     keys_by_pattern,
 )
 from vmsched_contract.scopes import Scope
-from vmsched_contract.status import ReservationStatus, VmStatus
+from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
 
 # What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
@@ -218,7 +219,29 @@ class Vm(BaseModel):
     priority: int = Field(default=0, description="0..1000: it may preempt VMs of lower priority")
     preempted_by: UUID | None = Field(default=None, description="the VM of higher priority that took its room")
     project: str = Field(description="the project that owns it (the requesting token's)")
+    task: Task | None = Field(
+        default=None,
+        description="what its agent was asked and has not answered: stopping, starting, or a migration's step "
+        "(choosing_target, preparing, handing_over, finishing); null: nothing",
+    )
+    migrations: int = Field(default=0, description="migrations asked for; while migrating, the current one's number")
+    migration_target: str | None = Field(
+        default=None, description="while migrating: the target a scheduler claimed (it holds the VM's share too)"
+    )
     reservation: UUID | None = Field(default=None, description="the reservation whose held room it takes")
+
+
+class MigrateRequest(BaseModel):
+    """Where to move a running VM."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_host: HostId | None = Field(
+        default=None,
+        description="the host to move it to (needs the scope hosts:admin; every rule of the VM is checked on "
+        "it); null: the scheduler "
+        "chooses one by every rule of the VM, its host excluded",
+    )
 
 
 class ReservationRequest(BaseModel):
@@ -347,6 +370,10 @@ class Host(BaseModel):
     vm_count: int
     last_heartbeat: datetime | None
     scheduling_paused: bool
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
+    )
     usage: HostUsage | None = Field(
         default=None,
         description="measured by its agent, as of its last heartbeat; null when it reports none "
@@ -383,6 +410,50 @@ class ReservedPatch(BaseModel):
         if value is None:
             raise ValueError("may not be null (0 holds nothing back)")
         return value
+
+
+class DrainRequest(BaseModel):
+    """How to empty a host (CloudStack's maintenance mode, ``kubectl drain``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    evacuate: bool = Field(
+        default=True,
+        description="move every VM away by live migration; false: only pause the host and wait for its VMs to leave",
+    )
+    deadline_s: Whole = Field(
+        default=600, ge=1, le=86_400, description="seconds to try; the VMs left then stay where they are, running"
+    )
+    max_parallel: Whole = Field(default=4, ge=1, le=64, description="migrations in flight at once")
+
+
+class DrainedVm(BaseModel):
+    vm_id: UUID
+    to: str = Field(description="the host it runs on now")
+
+
+class StuckVm(BaseModel):
+    vm_id: UUID
+    reason: str = Field(description="why the drain cannot move it now (it tries again while the deadline allows)")
+
+
+class Drain(BaseModel):
+    """A host's drain and where it stands."""
+
+    host_id: str
+    state: DrainState = Field(
+        description="draining (VMs left), drained (nothing on the host: patch it, then DELETE the drain), "
+        "timed_out (the deadline passed; the VMs left are listed in stuck, still running)"
+    )
+    evacuate: bool
+    max_parallel: int
+    deadline_at: datetime
+    created_at: datetime
+    ended_at: datetime | None
+    moved: list[DrainedVm] = Field(description="the VMs this drain migrated away")
+    in_flight: list[UUID] = Field(description="the VMs migrating away now")
+    stuck: list[StuckVm] = Field(description="the VMs it cannot move now, each with the reason")
+    queued: list[UUID] = Field(description="the VMs waiting for one of the max_parallel migration slots")
 
 
 class HostPatch(BaseModel):

@@ -385,8 +385,9 @@ class VmWaiting(Message):
 
 class HostStatus(StrEnum):
     ONLINE = "online"
-    DRAINING = "draining"
+    DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_common.drain)
     OFFLINE = "offline"
+    DRAINED = "drained"  # an operator's drain emptied it; it stays paused until the drain is ended
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
@@ -414,6 +415,16 @@ class Usage(BaseModel):
     memory_used_mb: Annotated[int, Field(ge=0, le=1 << 40, description="memory in use, MiB")]
 
 
+class Capability(StrEnum):
+    """What an agent can do beyond creating and deleting VMs; it declares so in its heartbeats."""
+
+    MIGRATE = "migrate"  # prepare_migration, migrate, finish_migration, abort, rollback, cleanup
+    POWER = "power"  # stop and start
+
+
+MAX_CAPABILITIES = 32
+
+
 class AgentHeartbeat(Message):
     """``agent.heartbeat``: an agent says it is alive and what it offers."""
 
@@ -432,7 +443,7 @@ class AgentHeartbeat(Message):
         default=None, description="measured load, for the least_utilized strategy; absent: ranked by allocation"
     )
     sent_at: datetime = Field(default_factory=utc_now)
-    # Added in schema version 1 without a new version: an older agent sends neither.
+    # Added in schema version 1 without a new version: an older agent sends none of these three.
     instance_id: InstanceId | None = Field(
         default=None,
         description="this run of the agent process (new at each start): while one instance of a host is online, "
@@ -441,15 +452,53 @@ class AgentHeartbeat(Message):
     leaving: bool = Field(
         default=False, description="the last heartbeat of a stopping agent: it gives up the host id at once"
     )
+    capabilities: Annotated[
+        list[Annotated[str, StringConstraints(max_length=63)]], Field(max_length=MAX_CAPABILITIES)
+    ] = Field(
+        default_factory=list,
+        description="what the agent can do beyond create and delete: 'migrate' (a host without it is never a "
+        "migration's source or target), 'power' (stop and start); absent: neither",
+    )
+
+    def can(self, capability: Capability) -> bool:
+        return capability.value in self.capabilities
 
 
 class CommandAction(StrEnum):
     CREATE = "create"
     DELETE = "delete"
+    # A migration (Nova's live migration; libvirt's prepare, perform, finish, confirm):
+    PREPARE_MIGRATION = "prepare_migration"  # target: get ready to receive the VM from the source
+    MIGRATE = "migrate"  # source: hand the VM over to the target
+    FINISH_MIGRATION = "finish_migration"  # target: take the VM; it runs here from now on
+    CLEANUP_MIGRATION = "cleanup_migration"  # source: the target runs it; remove what is left here
+    ABORT_MIGRATION = "abort_migration"  # target: the migration is rolled back; drop what it prepared or took
+    ROLLBACK_MIGRATION = "rollback_migration"  # source: the migration is rolled back; keep (or resume) the VM here
+    STOP = "stop"  # power the VM off; it stays on the host
+    START = "start"  # power a stopped VM on
+
+
+# The migration's commands that a source carries out, and those a target carries out.
+SOURCE_ACTIONS = frozenset({CommandAction.MIGRATE, CommandAction.CLEANUP_MIGRATION, CommandAction.ROLLBACK_MIGRATION})
+TARGET_ACTIONS = frozenset(
+    {CommandAction.PREPARE_MIGRATION, CommandAction.FINISH_MIGRATION, CommandAction.ABORT_MIGRATION}
+)
+MIGRATION_ACTIONS = SOURCE_ACTIONS | TARGET_ACTIONS
+POWER_ACTIONS = frozenset({CommandAction.STOP, CommandAction.START})
+
+
+class MigrationOrder(BaseModel):
+    """Which migration a command belongs to: the VM's ``number``-th, from ``source`` to ``target``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    number: Annotated[int, Field(ge=1)]
+    source: HostId
+    target: HostId
 
 
 class AgentCommand(Message):
-    """What the gateway (or the API, for deletes) puts on ``agent.<host id>``."""
+    """What the gateway (or the API, for deletes, stops and starts) puts on ``agent.<host id>``."""
 
     schema_version: Literal[1] = 1
     action: CommandAction
@@ -457,12 +506,18 @@ class AgentCommand(Message):
     name: str
     resources: Resources
     attempt: int = 1
+    migration: MigrationOrder | None = Field(default=None, description="set on a migration's commands")
 
 
 class ReportedStatus(StrEnum):
-    RUNNING = "running"
-    FAILED = "failed"
-    DELETED = "deleted"
+    RUNNING = "running"  # create, finish_migration (on the target), rollback_migration (on the source), start
+    FAILED = "failed"  # any command the agent could not carry out
+    DELETED = "deleted"  # delete
+    PREPARED = "prepared"  # prepare_migration
+    HANDED_OVER = "handed_over"  # migrate
+    CLEANED_UP = "cleaned_up"  # cleanup_migration
+    ABORTED = "aborted"  # abort_migration
+    STOPPED = "stopped"  # stop
 
 
 class VmStatusReport(Message):
@@ -474,6 +529,10 @@ class VmStatusReport(Message):
     status: ReportedStatus
     message: str = ""
     attempt: int | None = None
+    action: CommandAction | None = Field(
+        default=None, description="the command this answers (absent from agents older than migrations: create/delete)"
+    )
+    migration: int | None = Field(default=None, description="the migration's number, for a migration's command")
 
 
 class VmDeleted(Message):
@@ -513,6 +572,63 @@ class AgentConflict(Message):
     at: datetime = Field(default_factory=utc_now)
 
 
+class VmMigrate(Message):
+    """``vm.migrate``: move a running VM off its host (``POST /v1/vms/{id}/migrate``): a scheduler
+    chooses the target by every rule of the VM, its ``source`` excluded (only ``target_host``, when
+    one is named), claims it and commits it."""
+
+    schema_version: Literal[1] = 1
+    vm: VmToPlace
+    migration: Annotated[int, Field(ge=1)] = Field(description="the VM's migration number; a stale one is ignored")
+    source: HostId
+    target_host: HostId | None = Field(default=None, description="the host asked for; null: the engine chooses")
+
+
+class _FromTo(Message):
+    """Events with a ``from`` and a ``to`` host (Python names ``source`` and ``target``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, validate_by_name=True, serialize_by_alias=True)
+
+
+class VmMigrating(_FromTo):
+    """``vm.migrating``: a scheduler claimed a migration target; the VM holds capacity on both hosts
+    until it runs on the target (``vm.migrated``) or the migration is rolled back (``vm.migration_failed``)."""
+
+    schema_version: Literal[1] = 1
+    vm_id: UUID
+    name: str
+    resources: Resources
+    migration: int
+    source: HostId = Field(alias="from")
+    target: HostId = Field(alias="to")
+
+
+class VmMigrated(_FromTo):
+    """``vm.migrated``: the VM runs on its new host; the old one's capacity is free again."""
+
+    schema_version: Literal[1] = 1
+    vm_id: UUID
+    migration: int
+    source: HostId = Field(alias="from")
+    target: HostId = Field(alias="to")
+
+
+class VmMigrationFailed(_FromTo):
+    """``vm.migration_failed``: the migration was rolled back: the VM runs on its source still; a
+    target claimed for it is free again."""
+
+    schema_version: Literal[1] = 1
+    vm_id: UUID
+    migration: int
+    source: HostId = Field(alias="from")
+    target: HostId | None = Field(default=None, alias="to", description="null when no target was claimed")
+    reason: str = Field(
+        description="the rule no host passed (cpu, server_group, migration, ...) or what failed: "
+        "prepare_migration, migrate, finish_migration, timeout"
+    )
+    detail: str
+
+
 class OrphanKind(StrEnum):
     MOVED = "moved"  # vmsched holds the VM on another host now (or is placing it again)
     GONE = "gone"  # vmsched holds it nowhere: deleted, failed or unschedulable
@@ -539,5 +655,8 @@ def batch_message_id(kind: str, vms: Sequence[tuple[UUID, int]]) -> str:
     return f"{first}:{kind}:{attempt}" + (f"+{more}" if more else "")
 
 
-def command_message_id(vm_id: UUID, action: CommandAction, attempt: int) -> str:
-    return f"{vm_id}:{action.value}-command:{attempt}"
+def command_message_id(command: AgentCommand) -> str:
+    """``<vm_id>:<action>-command:<attempt>``, and ``m<number>`` instead of the attempt for a
+    migration's command (a VM migrates many times at one attempt)."""
+    which = f"m{command.migration.number}" if command.migration is not None else str(command.attempt)
+    return f"{command.vm_id}:{command.action.value}-command:{which}"

@@ -12,15 +12,17 @@ from vmsched_common.agent_identity import vhost_of
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
+from vmsched_common.db.drains import DrainStore
 from vmsched_common.db.engine import create_engine
 from vmsched_common.lean_consumer import LeanConsumer
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmStatusReport
+from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
 from vmsched_common.metrics_server import GATEWAY_METRICS_PORT
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import AgentAuth, Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.drains import DrainSweep
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
@@ -31,6 +33,8 @@ from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
 from vmsched_gateway.sweep_store import SweepStore
+from vmsched_gateway.task_store import TaskStore
+from vmsched_gateway.tasks import Tasks
 
 log = get_logger(__name__)
 
@@ -51,11 +55,14 @@ def build_app(settings: Settings) -> FastStream:
     orphans = Orphans(publisher, settings.orphan_vms)
     preemptors = Preemptors(engine)
     fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
+    tasks = Tasks(TaskStore(engine), snapshot, publisher, queues)
+    drains = DrainSweep(DrainStore(engine), publisher)
     reports = StatusReports(
         ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
         snapshot,
         publisher,
         orphans,
+        tasks,
         preemptors,
     )
     relay = AssignmentRelay(publisher, queues, preemptors)
@@ -105,10 +112,24 @@ def build_app(settings: Settings) -> FastStream:
     async def on_assigned(event: VmAssigned) -> None:
         await relay.on_assigned(event)
 
+    @broker.subscriber(
+        topology.GATEWAY_MIGRATING_QUEUE,
+        topology.EXCHANGE,
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        title="gateway.vm-migrating",
+        description="A migration's target is claimed: send prepare_migration to the target's queue agent.<host id>.",
+    )
+    async def on_migrating(event: VmMigrating) -> None:
+        await tasks.on_migrating(event)
+
     async def on_ready(background: BackgroundTasks) -> None:
         await heartbeat_consumer.start()
         await status_consumer.start()
         background.start(health.forever())
+        background.start(
+            tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
+        )
+        background.start(drains.forever())
         if settings.agent_auth is AgentAuth.OFF:
             log.warning("VMSCHED_AGENT_AUTH=off: any broker user may send any host's heartbeats and VM reports")
         log.info("gateway ready", agent_auth=settings.agent_auth.value)

@@ -121,4 +121,5 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         allocated=host.allocated,
         vm_count=host.vm_count,
         usage=beat.usage,
+        capabilities=beat.capabilities,
     )

@@ -21,8 +21,9 @@ from vmsched_common.db.extra import extra_json
 from vmsched_common.db.inventory import labels_json, overlay, taints_json, taints_of
 from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns, trusted
 from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import HOLDS_CAPACITY, Event, VmStatus, sources, sql_in
+from vmsched_common.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, Event, VmStatus, sources, sql_in
 from vmsched_common.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
+from vmsched_common.snapshot import capabilities_json
 from vmsched_common.vm_changes import Change, host_lost, host_returned
 from vmsched_gateway.instances import Holder, Refused, settle
 
@@ -43,23 +44,26 @@ _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
-                       agent_instance, last_heartbeat)
+                       agent_instance, capabilities, last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
            CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
-           t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance, now()
+           t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance,
+           CAST(t.capabilities AS jsonb), now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
-                  CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]))
+                  CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]),
+                  CAST(:capabilities AS text[]))
            AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
-                instance)
+                instance, capabilities)
     ON CONFLICT (id) DO UPDATE
        SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
            extra = excluded.extra, agent_cpu_ratio = excluded.agent_cpu_ratio,
            agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
            {overlay(agent="excluded", operator="hosts")},
-           agent_instance = excluded.agent_instance, last_heartbeat = excluded.last_heartbeat
+           agent_instance = excluded.agent_instance, capabilities = excluded.capabilities,
+           last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
               memory_ratio, disk_ratio, (xmax = 0) AS inserted
@@ -108,14 +112,16 @@ _ON_LOST_HOSTS = text(
      ORDER BY v.id LIMIT :limit FOR UPDATE OF v SKIP LOCKED
     """
 )
-# VMs an agent says it runs that PostgreSQL does not hold on that host. VMs PostgreSQL has never
-# heard of are left alone: the hypervisor may run VMs vmsched does not manage.
+# VMs an agent says it runs that PostgreSQL does not hold on that host (a VM migrating to it is held
+# there too). VMs PostgreSQL has never heard of are left alone: the hypervisor may run VMs vmsched
+# does not manage.
 _ORPHANS = text(
     f"""
     SELECT r.host_id AS reported_by, {columns(VM_FIELDS, "v")}
       FROM unnest(CAST(:hosts AS text[]), CAST(:vm_ids AS uuid[])) AS r(host_id, vm_id)
       JOIN vms v ON v.id = r.vm_id
-     WHERE v.hypervisor_id IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_CAPACITY)}
+     WHERE (v.hypervisor_id IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_CAPACITY)})
+       AND (v.migration_target IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_TARGET)})
     """
 )
 
@@ -166,6 +172,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat], holders: Mapping[str, Hold
         "memory_ratios": [b.overcommit.memory for b in beats],
         "disk_ratios": [b.overcommit.disk for b in beats],
         "instances": [holders[b.agent_id].instance_id for b in beats],
+        "capabilities": [capabilities_json(b.capabilities) for b in beats],
     }
 
 

@@ -1,6 +1,7 @@
 """What agents report about VMs (``vm.status``), applied through the lifecycle; the capacity it
 frees given back in Redis; the retry or the ``vm.deleted`` it implies published. A report about a
-VM vmsched never placed on the reporting host is refused (vmsched_gateway.identity)."""
+VM vmsched never placed on the reporting host is refused (vmsched_gateway.identity). Reports on a
+migration's commands, a stop or a start go to :mod:`vmsched_gateway.tasks`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from vmsched_common.batching import Batcher
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import CommandAction, ReportedStatus, VmDeleted, VmStatusReport
+from vmsched_common.messages import (
+    MIGRATION_ACTIONS,
+    POWER_ACTIONS,
+    CommandAction,
+    ReportedStatus,
+    VmDeleted,
+    VmStatusReport,
+)
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot
@@ -19,6 +27,7 @@ from vmsched_gateway.identity import MessageKind, Refusal, placed_on, refuse
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.report_store import ReportStore, RunningReport
+from vmsched_gateway.tasks import Tasks
 
 log = get_logger("vmsched_gateway")
 
@@ -29,6 +38,7 @@ class StatusReports:
     snapshot: Snapshot
     publisher: Publisher
     orphans: Orphans
+    tasks: Tasks
     preemptors: Preemptors | None = None
     running: Batcher[tuple[UUID, str], RunningReport] = field(init=False)
 
@@ -42,6 +52,12 @@ class StatusReports:
         """Apply ``report``; raises :class:`~vmsched_gateway.identity.AgentRefused` (the consumer
         dead-letters it) when the VM was never placed on the reporting host."""
         with bound(vm_id=str(report.vm_id), host=report.agent_id, reported=report.status.value):
+            if report.action in POWER_ACTIONS:
+                await self.tasks.on_power_report(report)
+                return
+            if report.action in MIGRATION_ACTIONS:
+                await self.tasks.on_migration_report(report)
+                return
             if report.status is ReportedStatus.RUNNING:
                 await self._running(report)
                 return

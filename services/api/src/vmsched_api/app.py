@@ -25,11 +25,24 @@ from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.quota import QuotaExceeded
 from vmsched_api.repository import Repository
-from vmsched_api.routes import audit, hosts, projects, reservations, server_groups, system, tokens, vms
+from vmsched_api.routes import (
+    audit,
+    drains,
+    event_stream,
+    hosts,
+    projects,
+    reservations,
+    server_groups,
+    summary,
+    system,
+    tokens,
+    vms,
+    whatif,
+)
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.schemas import ErrorDetail
 from vmsched_common import events, topology
-from vmsched_common.amqp import declare_topology, make_broker, ready_messages
+from vmsched_common.amqp import declare_event_stream, declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
@@ -75,7 +88,20 @@ async def refuse_past_quota(_: Request, exceeded: Exception) -> JSONResponse:
 def v1_router() -> APIRouter:
     """Every /v1 route: authenticated by the router itself, each naming its scope."""
     v1 = APIRouter(prefix=V1, dependencies=[Depends(authenticate)], responses=V1_RESPONSES)
-    for feature in (vms, hosts, server_groups, settings_routes, projects, tokens, audit, reservations):
+    for feature in (
+        vms,
+        hosts,
+        drains,
+        summary,
+        server_groups,
+        settings_routes,
+        projects,
+        tokens,
+        audit,
+        reservations,
+        whatif,
+        event_stream,
+    ):
         v1.include_router(feature.router)
     return v1
 
@@ -173,6 +199,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
     async def connect(connected: Any) -> None:
         await connected.start()
         await declare_topology(connected)
+        await declare_event_stream(connected)
 
     streams = FastStreamAPI(
         broker,

@@ -21,15 +21,17 @@ from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.reservation_store import check_reservations_fit
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
-from vmsched_common.db import vm_writes
+from vmsched_common.db import moves, vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.inventory import RATIOS, overlay
 from vmsched_common.db.models import SchedulerSettingRow, VmRow
+from vmsched_common.db.moves import PowerAction
 from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.db.shares import HOLDINGS
+from vmsched_common.drain import DrainState
 from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus, sql_in
+from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
-from vmsched_common.reservations import SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
@@ -54,18 +56,10 @@ _PATCH_HOST = text(
     RETURNING {", ".join(f"h.{name}" for name in HOST_FIELDS)}
     """
 )
-# VMs that occupy a host: those holding its capacity. Failed and unschedulable VMs hold none (a
-# restart is placed anew, and a placement on a deleted host is refused). A reservation's held slot
-# occupies it too (its id is the slot's: end the reservation first).
-_OCCUPANTS = text(
-    f"""
-    SELECT id FROM (
-        SELECT id FROM vms WHERE hypervisor_id = :id AND status IN {sql_in(HOLDS_CAPACITY)}
-        UNION ALL
-        SELECT id FROM reservation_slots WHERE hypervisor_id = :id AND status = '{SlotStatus.HELD.value}'
-    ) occupying ORDER BY id LIMIT 10
-    """
-)
+# What occupies a host: the VMs holding its capacity (a VM migrating to it too), and a reservation's
+# held slot (its id is the slot's: end the reservation first). Failed and unschedulable VMs hold none
+# (a restart is placed anew, and a placement on a deleted host is refused).
+_OCCUPANTS = text(f"SELECT DISTINCT vm_id FROM ({HOLDINGS}) holdings WHERE host_id = :id ORDER BY vm_id LIMIT 10")
 
 
 class HostRemoval(StrEnum):
@@ -118,14 +112,17 @@ def to_vm(vm: VmRecord) -> Vm:
         priority=vm.priority,
         preempted_by=vm.preempted_by,
         project=vm.project,
+        task=vm.task,
+        migrations=vm.migrations,
+        migration_target=vm.migration_target,
         reservation=vm.reservation,
     )
 
 
-def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
+def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainState | None = None) -> Host:
     return Host(
         id=host.id,
-        status=HostStatus(host.status),
+        status=host_status(HostStatus(host.status), drain),
         labels=dict(host.labels),
         operator_labels=dict(host.operator_labels),
         taints=list(host.taints),
@@ -140,6 +137,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
         vm_count=host.vm_count,
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
+        capabilities=list(host.capabilities),
         usage=None
         if usage is None
         else HostUsage(
@@ -149,6 +147,14 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None) -> Host:
             allocated_memory_mb=usage.allocated_memory_mb,
         ),
     )
+
+
+def host_status(reported: HostStatus, drain: DrainState | None) -> HostStatus:
+    """What a host's agent says, unless an operator's drain empties it: ``draining`` until nothing is
+    on it, then ``drained`` (a silent host stays ``offline`` whatever its drain)."""
+    if drain is None or reported is HostStatus.OFFLINE:
+        return reported
+    return HostStatus.DRAINED if drain is DrainState.DRAINED else HostStatus.DRAINING
 
 
 def encode_cursor(created_at: datetime, vm_id: UUID) -> str:
@@ -302,10 +308,33 @@ class Repository:
         return change.after, change
 
     @retry_on_dead_connection
+    async def request_migration(
+        self, vm_id: UUID, target_host: str | None, project: str | None = None
+    ) -> VmRecord | None:
+        """:func:`vmsched_common.db.moves.start_migration`."""
+        return await moves.start_migration(self.engine, vm_id, target_host, project)
+
+    @retry_on_dead_connection
+    async def request_power(self, vm_id: UUID, action: PowerAction, project: str | None = None) -> VmRecord | None:
+        """:func:`vmsched_common.db.moves.request_power`."""
+        return await moves.request_power(self.engine, vm_id, action, project)
+
+    @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
         return [HostRecord.from_row(row) for row in rows]
+
+    @retry_on_dead_connection
+    async def count_waiting(self) -> int:
+        """How many VMs wait for room (a partial index holds exactly them)."""
+        async with self.engine.connect() as connection:
+            count = (
+                await connection.execute(
+                    text("SELECT count(*) FROM vms WHERE status = :waiting"), {"waiting": "waiting"}
+                )
+            ).scalar_one()
+        return int(count)
 
     @retry_on_dead_connection
     async def get_host(self, host_id: str) -> HostRecord | None:
@@ -335,7 +364,7 @@ class Repository:
         async with self.engine.begin() as connection:
             if (await connection.execute(_LOCK_HOST, {"id": host_id})).first() is None:
                 return HostRemoval.UNKNOWN, []
-            occupants = [row.id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
+            occupants = [row.vm_id for row in await connection.execute(_OCCUPANTS, {"id": host_id})]
             if occupants:
                 return HostRemoval.OCCUPIED, occupants
             await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})

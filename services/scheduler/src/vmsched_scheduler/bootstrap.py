@@ -19,20 +19,21 @@ from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmCreate
+from vmsched_common.messages import VmCreate, VmMigrate
 from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
 from vmsched_common.snapshot import Snapshot
+from vmsched_placement import Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
-from vmsched_scheduler.intake import PlacementIntake
+from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.placement import Weights
+from vmsched_scheduler.moves import MigrationRound
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
-from vmsched_scheduler.round import RoundSettings, SchedulingRound
+from vmsched_scheduler.round import RoundSettings
 from vmsched_scheduler.waiting.waker import Waker
 
 log = get_logger("vmsched_scheduler")
@@ -47,9 +48,9 @@ class SchedulerApp:
     broker: RabbitBroker
 
 
-def subscribe(broker: RabbitBroker, intake: PlacementIntake) -> None:
-    """The scheduler's one consumer: ``vm.create`` into the intake; the message is acked once every
-    VM it carries is settled and announced."""
+def subscribe(broker: RabbitBroker, intake: PlacementIntake, migrations: MigrationIntake) -> None:
+    """The scheduler's consumers: ``vm.create`` into the placement intake, ``vm.migrate`` into the
+    migration intake; a message is acked once every VM it carries is settled and announced."""
 
     @broker.subscriber(
         topology.SCHEDULER_QUEUE,
@@ -62,6 +63,17 @@ def subscribe(broker: RabbitBroker, intake: PlacementIntake) -> None:
     async def on_vm_create(message: VmCreate) -> None:
         await intake.place(message)
 
+    @broker.subscriber(
+        topology.SCHEDULER_MIGRATE_QUEUE,
+        topology.EXCHANGE,
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        title="scheduler.vm-migrate",
+        description="Choose a migration's target by every rule of the VM (its source excluded), claim it, commit "
+        "it, emit vm.migrating (or vm.migration_failed when no host takes it).",
+    )
+    async def on_vm_migrate(message: VmMigrate) -> None:
+        await migrations.migrate(message)
+
 
 def build_app(settings: Settings) -> SchedulerApp:
     broker = make_broker(settings, prefetch=settings.scheduler_prefetch)
@@ -71,7 +83,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     fleet = FleetCache(snapshot, min_refresh_interval=0.02)
     weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
     groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
-    scheduling_round = SchedulingRound(
+    scheduling_round = MigrationRound(
         fleet,
         snapshot,
         PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
@@ -86,7 +98,8 @@ def build_app(settings: Settings) -> SchedulerApp:
         max_vms=ROUND_SIZE,
         send_deletes=lambda records: publish_rows(publisher, engine, records),
     )
-    subscribe(broker, intake)
+    migrations = MigrationIntake(scheduling_round, publisher, max_moves=ROUND_SIZE)
+    subscribe(broker, intake, migrations)
     waker = Waker(
         engine, snapshot, publisher, offline_timeout=settings.agent_offline_timeout, weights=weights, groups=groups
     )
@@ -104,7 +117,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     app = consumer_app(
         broker,
         on_ready=on_ready,
-        closers=[intake.drain, redis.aclose, engine.dispose],
+        closers=[intake.drain, migrations.drain, redis.aclose, engine.dispose],
         logger=log,
         settings=settings,
         metrics_port=SCHEDULER_METRICS_PORT,

@@ -15,71 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
-from vmsched_common import messages
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Resources
-from vmsched_common.snapshot import MeasuredUsage, OwnChange, Snapshot, SnapshotHost
-from vmsched_scheduler.placement import Demand, Fleet, HostState, HostUsage
-from vmsched_scheduler.placement.model import SelectorTerm, extras_of
-from vmsched_scheduler.placement.taint_rules import Taint, Toleration
+from vmsched_common.snapshot import OwnChange, Snapshot
+from vmsched_placement import Fleet
+from vmsched_placement.inputs import to_host_state
 
 log = get_logger(__name__)
-
-
-def to_host_state(record: SnapshotHost) -> HostState:
-    return HostState(
-        id=record.id,
-        # A hash without allocations (a flush, then a heartbeat before reconciliation) cannot be
-        # claimed on: not "online" to the engine either, so it is not chosen in vain.
-        status=record.status if record.synced else "unsynced",
-        labels=dict(record.labels),
-        capacity=demand_of(record.capacity),
-        allocated=demand_of(record.allocated),
-        reserved=demand_of(record.reserved),
-        vm_count=record.vm_count,
-        scheduling_paused=record.scheduling_paused,
-        last_heartbeat=record.last_heartbeat,
-        cpu_ratio=record.overcommit.cpu,
-        memory_ratio=record.overcommit.memory,
-        disk_ratio=record.overcommit.disk,
-        usage=usage_of(record.usage),
-        taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
-    )
-
-
-def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
-    if measured is None:
-        return None
-    return HostUsage(
-        cpu_used=measured.cpu_used,
-        memory_used_mb=float(measured.memory_used_mb),
-        allocated_cpu=measured.allocated_cpu,
-        allocated_memory_mb=measured.allocated_memory_mb,
-    )
-
-
-def host_selector_of(terms: Sequence[messages.HostSelectorTerm]) -> tuple[SelectorTerm, ...]:
-    """A VM's host selector as the engine reads it."""
-    return tuple(SelectorTerm(term.key, term.operator, tuple(term.values)) for term in terms)
-
-
-def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Toleration, ...]:
-    """A VM's tolerations as the engine reads them."""
-    return tuple(
-        Toleration(t.key, t.operator.value, t.value, None if t.effect is None else t.effect.value) for t in tolerations
-    )
-
-
-def demand_of(resources: Resources) -> Demand:
-    return Demand(
-        cpu=resources.cpu,
-        memory_mb=resources.memory_mb,
-        disk_gb=resources.disk_gb,
-        gpu=resources.gpu,
-        extra=extras_of(resources.extra) if resources.extra else (),
-    )
 
 
 class FleetCache:

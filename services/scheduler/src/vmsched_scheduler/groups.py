@@ -17,9 +17,9 @@ from vmsched_common.groups import GroupPolicy, GroupRule, domain_of
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmToPlace
 from vmsched_common.snapshot import GroupClaim, Snapshot
-from vmsched_scheduler.placement import DecisionContext, Fleet, PlacementRequest, RequestVector
-from vmsched_scheduler.placement.filters import SPREAD_FILTER
-from vmsched_scheduler.placement.model import PlacementGroup
+from vmsched_placement import DecisionContext, Fleet, PlacementRequest, RequestVector
+from vmsched_placement.filters import SPREAD_FILTER
+from vmsched_placement.model import PlacementGroup
 
 log = get_logger(__name__)
 

@@ -22,10 +22,11 @@ from vmsched_common.amqp import TransientError
 from vmsched_common.batching import Batcher
 from vmsched_common.db.records import VmRecord
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import VmCreate, VmPreempted
+from vmsched_common.messages import VmCreate, VmMigrate, VmPreempted
 from vmsched_common.outbox import publish_implied
 from vmsched_common.publishing import Publisher
 from vmsched_scheduler.metrics import ROUND_VMS
+from vmsched_scheduler.moves import MigrationItem, MigrationOutcome, MigrationRound, NoTargetFound, TargetChosen
 from vmsched_scheduler.round import (
     Assigned,
     Ignored,
@@ -168,6 +169,74 @@ def _kind(outcome: Outcome) -> str:
         return "not_placed"
     if isinstance(outcome, Waiting):
         return "waiting"
+    if isinstance(outcome, Ignored):
+        return "ignored"
+    return "later"
+
+
+class MigrationIntake:
+    """``vm.migrate`` messages into migration rounds (batched as placements are), and the outcome
+    announced: ``vm.migrating`` for a target claimed, ``vm.migration_failed`` for none; the message is
+    acked once this returns."""
+
+    def __init__(
+        self,
+        migration_round: MigrationRound,
+        publisher: Publisher,
+        *,
+        max_moves: int,
+        max_delay: float = 0.003,
+        later_limit: float = 60.0,
+    ) -> None:
+        self.round = migration_round
+        self.publisher = publisher
+        self.later_limit = later_limit
+        self._batcher: Batcher[MigrationItem, MigrationOutcome] = Batcher(
+            self._run_round, name="migrations", max_size=max_moves, max_delay=max_delay
+        )
+
+    async def migrate(self, message: VmMigrate) -> MigrationOutcome:
+        """Choose, claim and commit the target of one migration, and announce it."""
+        item = MigrationItem(message, otel_context.get_current())
+        started = time.monotonic()
+        delay = FIRST_RETRY_DELAY
+        while True:
+            outcome = await self._batcher.submit(item)
+            if not isinstance(outcome, Later):
+                break
+            if time.monotonic() - started > self.later_limit:
+                raise TransientError(f"VM {message.vm.vm_id}'s migration not settled: {outcome.why}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LAST_RETRY_DELAY)
+        with bound(vm_id=str(message.vm.vm_id), migration=message.migration, source=message.source):
+            if isinstance(outcome, TargetChosen):
+                await self.publisher.vm_migrating(outcome.event)
+                if outcome.fresh:
+                    log.info(
+                        f"Selected agent '{outcome.event.target}' as the migration target of VM '{message.vm.name}'"
+                    )
+            elif isinstance(outcome, NoTargetFound):
+                await self.publisher.vm_migration_failed(outcome.event)
+                log.warning(f"No migration target for VM '{message.vm.name}': {outcome.event.detail}")
+            else:
+                log.info("vm.migrate ignored", why=outcome.why)
+        return outcome
+
+    async def _run_round(self, items: list[MigrationItem]) -> Sequence[MigrationOutcome]:
+        outcomes = await self.round.run_migrations(items)
+        for outcome in outcomes:
+            ROUND_VMS.labels(_migration_kind(outcome)).inc()
+        return outcomes
+
+    async def drain(self) -> None:
+        await self._batcher.drain()
+
+
+def _migration_kind(outcome: MigrationOutcome) -> str:
+    if isinstance(outcome, TargetChosen):
+        return "migration_target"
+    if isinstance(outcome, NoTargetFound):
+        return "no_migration_target"
     if isinstance(outcome, Ignored):
         return "ignored"
     return "later"

@@ -35,11 +35,22 @@ from vmsched_common.messages import HostStatus
 from vmsched_common.reservations import ReservationStatus, SlotStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.vm_changes import preempted
+from vmsched_placement import Demand
+from vmsched_placement.model import extras_of
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
-from vmsched_scheduler.placement import Demand
-from vmsched_scheduler.placement.model import extras_of
-from vmsched_scheduler.placement.preemption import Resident
-from vmsched_scheduler.ports import Committed, NoHost, Placement, PlacementResult, Settlement, SlotTaken
+from vmsched_scheduler.migration_ledger import settle_migrations
+from vmsched_scheduler.ports import (
+    Committed,
+    MigrationSettlement,
+    NoHost,
+    NoTarget,
+    Placement,
+    PlacementResult,
+    Settlement,
+    SlotTaken,
+    TargetClaim,
+)
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
@@ -340,6 +351,12 @@ class PostgresLedger:
                     else PlacementResult(Committed.HOST_REFUSED)
                 )
         return placed
+
+    async def settle_migrations(
+        self, targets: Sequence[TargetClaim], no_targets: Sequence[NoTarget]
+    ) -> MigrationSettlement:
+        """Migration targets and "no target" records (see :mod:`vmsched_scheduler.migration_ledger`)."""
+        return await settle_migrations(self.engine, targets, no_targets)
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
         if not vm_ids:

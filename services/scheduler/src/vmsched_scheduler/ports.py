@@ -20,8 +20,8 @@ from vmsched_common.decision import PlacementRecord
 from vmsched_common.messages import Resources
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, GroupClaim, OwnChange
-from vmsched_scheduler.placement import Fleet
-from vmsched_scheduler.placement.preemption import Resident
+from vmsched_placement import Fleet
+from vmsched_placement.preemption import Resident
 
 
 class FleetView(Protocol):
@@ -50,7 +50,9 @@ class ClaimStore(Protocol):
         ``all_or_nothing``, nothing is reserved unless every claim fits (the others: ``gang``)."""
         ...
 
-    async def release_many(self, vm_ids: Sequence[UUID]) -> list[str | None]: ...
+    async def release_many(self, claim_ids: Sequence[UUID | str]) -> list[str | None]:
+        """Free each claim (a VM's id, or a migrating VM's target claim id)."""
+        ...
 
     async def preempt(self, claim: Claim, victims: Sequence[UUID], now: float) -> Claimed:
         """Claim as if ``victims`` (claimed on ``claim.host_id``) were gone; if it fits, release their
@@ -114,6 +116,36 @@ class Settlement:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetClaim:
+    """Commit ``host_id`` as the target of ``vm_id``'s migration number ``migration`` (task
+    choosing_target -> preparing), its share added under the host's guard and its group's."""
+
+    vm_id: UUID
+    migration: int
+    host_id: str
+    resources: Resources
+    record: PlacementRecord
+    group: GroupClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NoTarget:
+    """Record that no host takes ``vm_id``'s migration ``migration``: it stays running on its source."""
+
+    vm_id: UUID
+    migration: int
+    reason: str  # the rule, or "migration"
+    detail: str
+    record: PlacementRecord
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSettlement:
+    targets: list[Committed]  # per TargetClaim: PLACED, HOST_REFUSED, GROUP_REFUSED or NOT_PENDING (no longer choosing)
+    no_targets: list[Committed]  # per NoTarget: PLACED (back to running) or NOT_PENDING
+
+
+@dataclass(frozen=True, slots=True)
 class SlotTaken:
     """What came of a VM taking a held slot of its reservation."""
 
@@ -157,6 +189,14 @@ class Ledger(Protocol):
         """In one transaction: the victims (still on the placement's host, below ``priority``) become
         ``preempted`` and give their room back, and the placement is made under the host's guard; or
         nothing changes. The result, and the victims as now recorded (empty unless PLACED)."""
+        ...
+
+    async def settle_migrations(
+        self, targets: Sequence[TargetClaim], no_targets: Sequence[NoTarget]
+    ) -> MigrationSettlement:
+        """Commit every migration target (each VM still choosing its target at that migration, each
+        host under the fit rule, online, unpaused and able to migrate, each group under its rule)
+        and every "no target" in one transaction."""
         ...
 
     async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:

@@ -1,11 +1,12 @@
 """Rebuild and check the Redis snapshot from PostgreSQL, the truth (the seed's "restore VM-to-agent
 mappings on startup", done on start and then periodically by one replica at a time).
 
-For every host: the claims of its committed VMs (and of the reservation slots it holds) are
-restored, claims of VMs PostgreSQL does not count are dropped once older than the grace period, and
-the allocations are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*``
-columns are checked against the sum of the VMs (and held slots) too; a difference would be a bug,
-so it is logged loudly and repaired under the host's row lock.
+For every host: the claims of its committed VMs, of the VMs migrating to it (their target claims)
+and of the reservation slots it holds (:data:`vmsched_common.db.shares.HOLDINGS`) are restored,
+claims PostgreSQL does not count are dropped once older than the grace period, and the allocations
+are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*`` columns are
+checked against the same sums too; a difference would be a bug, so it is logged loudly and repaired
+under the host's row lock.
 Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
 """
 
@@ -22,8 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db.records import trusted
-from vmsched_common.db.reservation_store import HELD_SLOTS
-from vmsched_common.lifecycle import HOLDS_CAPACITY, sql_in
+from vmsched_common.db.shares import HOLDINGS, SHARES
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import add_counts
 from vmsched_common.snapshot import CommittedVm, Snapshot
@@ -37,38 +37,30 @@ _HOSTS = text(
     "SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count FROM hosts"
     ' ORDER BY id COLLATE "C"'
 )
-# The VMs that hold capacity, and the reservations' held slots (each claimed in Redis by its own id,
-# as a VM is): both are what a host's allocations add up to.
+# The VMs' shares of hosts (a migrating VM's on both) and the reservations' held slots, each claimed
+# in Redis by its own id: what a host's allocations add up to.
 _COMMITTED = text(
     f"""
-    SELECT * FROM (
-        SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu, extra FROM vms
-         WHERE status IN {sql_in(HOLDS_CAPACITY)} AND hypervisor_id IS NOT NULL
-        UNION ALL {HELD_SLOTS}
-    ) holding
-     ORDER BY hypervisor_id COLLATE "C"
+    SELECT claim_id, host_id, cpu, memory_mb, disk_gb, gpu, extra FROM ({HOLDINGS}) holdings
+     ORDER BY host_id COLLATE "C"
     """
 )
 # Every group with each committed member and its domain (vmsched_common.groups.domain_of, in SQL); a
 # group without members comes once, with NULLs: its counts are emptied.
 _GROUP_MEMBERS = text(
     f"""
-    SELECT g.id AS group_id, v.id AS vm_id,
+    SELECT g.id AS group_id, s.claim_id,
            CASE WHEN g.topology_key = 'host' THEN h.id ELSE h.labels ->> g.topology_key END AS domain
       FROM server_groups g
-      LEFT JOIN vms v ON v.server_group = g.id AND v.status IN {sql_in(HOLDS_CAPACITY)}
-      LEFT JOIN hosts h ON h.id = v.hypervisor_id
+      LEFT JOIN ({SHARES}) s ON s.server_group = g.id
+      LEFT JOIN hosts h ON h.id = s.host_id
      ORDER BY g.id
     """
 )
 _REPAIR_HOST = text(
     f"""
     WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
-         holding AS (
-            SELECT cpu, memory_mb, disk_gb, gpu, extra FROM vms
-             WHERE hypervisor_id = :host_id AND status IN {sql_in(HOLDS_CAPACITY)}
-            UNION ALL
-            SELECT cpu, memory_mb, disk_gb, gpu, extra FROM ({HELD_SLOTS}) slots WHERE hypervisor_id = :host_id),
+         holding AS (SELECT * FROM ({HOLDINGS}) holdings WHERE host_id = :host_id),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n
@@ -124,11 +116,11 @@ async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = C
 
 async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float, grace: float) -> None:
     """After the hosts (whose claims it names): each group's counts from its members' rows."""
-    members: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    members: dict[uuid.UUID, list[tuple[uuid.UUID | str, str]]] = {}
     for row in rows:
         found = members.setdefault(row.group_id, [])
-        if row.vm_id is not None and row.domain is not None:  # a host without the label: in no domain
-            found.append((row.vm_id, row.domain))
+        if row.claim_id is not None and row.domain is not None:  # a host without the label: in no domain
+            found.append((row.claim_id, row.domain))
     dropped = 0
     for group_id, committed in members.items():
         dropped += (await snapshot.reconcile_group(group_id, committed, now, grace))[2]
@@ -137,15 +129,15 @@ async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float,
 
 
 async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, list[CommittedVm]]]:
-    """(host id, its committed VMs) from rows ordered by host id."""
+    """(host id, the shares PostgreSQL counts on it) from rows ordered by host id."""
     current: str | None = None
     group: list[CommittedVm] = []
     async for row in rows:
-        if row.hypervisor_id != current:
+        if row.host_id != current:
             if current is not None:
                 yield current, group
-            current, group = row.hypervisor_id, []
-        group.append(CommittedVm(row.id, trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra)))
+            current, group = row.host_id, []
+        group.append(CommittedVm(row.claim_id, trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra)))
     if current is not None:
         yield current, group
 

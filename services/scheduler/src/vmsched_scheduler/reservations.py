@@ -32,15 +32,18 @@ from vmsched_common.messages import HostStatus, VmToPlace
 from vmsched_common.reservations import ReservationStatus, SlotStatus, slot_id
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Snapshot
-from vmsched_scheduler.placement.preemption import Resident
+from vmsched_placement.preemption import Resident
 from vmsched_scheduler.ports import (
     Committed,
     Ledger,
+    MigrationSettlement,
     NoHost,
+    NoTarget,
     Placement,
     PlacementResult,
     Settlement,
     SlotTaken,
+    TargetClaim,
 )
 from vmsched_scheduler.round import Assigned, Later, NotPlaced, RoundItem, SchedulingRound
 
@@ -109,7 +112,7 @@ class _Refused(Exception):
 class SlotLedger:
     """The round's ledger for the slots of one reservation: "VMs" that are slots, placed all or
     nothing under each host's fit rule. What the round asks of VMs alone (loading rows, preemption,
-    reservations) finds nothing here: slots preempt nothing and are never preempted."""
+    reservations, migration targets) finds nothing here: slots preempt nothing and are never preempted."""
 
     def __init__(self, engine: AsyncEngine, vms: Ledger, reservation: UUID) -> None:
         self.engine = engine
@@ -189,6 +192,12 @@ class SlotLedger:
 
     async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:
         return SlotTaken(Committed.NO_SLOT, why="a slot takes no slot")
+
+    async def settle_migrations(
+        self, targets: Sequence[TargetClaim], no_targets: Sequence[NoTarget]
+    ) -> MigrationSettlement:
+        # A slot never migrates (a VM that took one migrates as any VM: the room is its own).
+        return MigrationSettlement([Committed.NOT_PENDING] * len(targets), [Committed.NOT_PENDING] * len(no_targets))
 
 
 def slot_requests(row: Any) -> list[RoundItem]:

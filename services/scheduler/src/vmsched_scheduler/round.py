@@ -34,13 +34,10 @@ from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import Assignment, Unplaced, VmToPlace, WaitingVm
+from vmsched_common.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, GroupClaim
-from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
-from vmsched_scheduler.groups import GroupSource, RoundGroups
-from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
-from vmsched_scheduler.placement import (
+from vmsched_placement import (
     NO_AVAILABLE_AGENTS,
     Decision,
     DecisionContext,
@@ -51,8 +48,12 @@ from vmsched_scheduler.placement import (
     scheduling_line,
     selected_line,
 )
-from vmsched_scheduler.placement.model import PlacementGroup
-from vmsched_scheduler.placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.inputs import demand_of, placement_request
+from vmsched_placement.model import Migration, PlacementGroup
+from vmsched_placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.whatif import unplaced_detail
+from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
 
@@ -130,6 +131,12 @@ class _Open:
     strategy: Strategy
     avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
     refused: list[RefusedClaim] = field(default_factory=list)
+    move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.moves)
+
+    def always_out(self) -> frozenset[str]:
+        """Hosts never tried for it, even when its exclusions are set aside: those that refused its
+        claim in this round and, for a migration, its source."""
+        return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
 
 @dataclass(slots=True)
@@ -244,14 +251,14 @@ class SchedulingRound:
             # Hosts that failed this VM lately are left out only while another host fits.
             alone = traced_decide(
                 self.fleet.fleet,
-                replace(request, exclude_hosts=frozenset(work.avoid)),
+                replace(request, exclude_hosts=work.always_out()),
                 context,
                 work.item.trace,
                 fallbacks=self.settings.fallbacks,
             )
             if alone.host_id is not None:
                 decision, ignored = alone, True
-                request = replace(request, exclude_hosts=frozenset(work.avoid))
+                request = replace(request, exclude_hosts=work.always_out())
         seconds = time.perf_counter() - started
         DECISION_SECONDS.observe(seconds)
         group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
@@ -264,7 +271,14 @@ class SchedulingRound:
         if not placing:
             return []
         claims = [
-            Claim(c.work.item.vm.vm_id, str(c.decision.host_id), c.work.item.vm.resources, c.group) for c in placing
+            Claim(
+                c.work.item.vm.vm_id,
+                str(c.decision.host_id),
+                c.work.item.vm.resources,
+                c.group,
+                target=c.work.move is not None,
+            )
+            for c in placing
         ]
         with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
             claimed = await self.claims.claim_many(claims, self.clock())
@@ -435,7 +449,7 @@ class SchedulingRound:
     # -- preemption ----------------------------------------------------------------------------
     async def _preempt(self, choice: _Choice, groups: RoundGroups, outcomes: list[Outcome]) -> bool:
         """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host (see
-        :mod:`~vmsched_scheduler.placement.preemption`); False when no removal would make room. True
+        :mod:`~vmsched_placement.preemption`); False when no removal would make room. True
         when its outcome is set: placed, or :class:`Later` when other schedulers kept taking the
         victims it chose first.
 
@@ -543,7 +557,7 @@ class SchedulingRound:
             reason = first.decision.reason or NO_AVAILABLE_AGENTS
             why = (
                 f"{len(nowhere)} of {len(choices)} VMs of the batch fit nowhere "
-                f"({first.work.item.vm.name}: {reason}: {_detail(first.decision)})"
+                f"({first.work.item.vm.name}: {reason}: {unplaced_detail(first.decision)})"
             )
             for choice in choices:
                 if choice.decision.host_id is not None:
@@ -634,7 +648,7 @@ class SchedulingRound:
     def _no_host(self, choice: _Choice) -> NoHost:
         vm = choice.work.item.vm
         decision = choice.decision
-        detail = choice.gang_failure or _detail(decision)
+        detail = choice.gang_failure or unplaced_detail(decision)
         reason = ALL_OR_NOTHING if choice.gang_failure else decision.reason or NO_AVAILABLE_AGENTS
         examples = {}
         if decision.considered and not choice.gang_failure:
@@ -683,27 +697,16 @@ def _record(
     )
 
 
-def _detail(decision: Decision) -> str:
-    if decision.reason == NO_AVAILABLE_AGENTS:
-        return f"no online host among {decision.considered} known"
-    counts = ", ".join(f"{rule}: {count}" for rule, count in decision.rejections.items())
-    return f"none of {decision.considered} hosts fits ({counts})"
-
-
 def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRequest:
     """What the engine is asked for one open VM: the VM as its message carries it, less the hosts
-    this round or its earlier deliveries left out for it."""
-    vm = work.item.vm
-    return PlacementRequest(
-        vm_id=str(vm.vm_id),
-        name=vm.name,
-        demand=demand_of(vm.resources),
-        labels=vm.labels,
-        strategy=work.strategy,
-        exclude_hosts=frozenset(vm.exclude_hosts) | work.avoid,
-        host_selector=host_selector_of(vm.host_selector),
-        tolerations=tolerations_of(vm.tolerations),
+    this round or its earlier deliveries left out for it (and, for a migration, its source)."""
+    move = work.move
+    return placement_request(
+        work.item.vm,
+        work.strategy,
+        exclude_hosts=work.always_out(),
         group=group,
+        migration=None if move is None else Migration(move.source, move.target_host),
     )
 
 

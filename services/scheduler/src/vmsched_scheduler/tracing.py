@@ -17,7 +17,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from vmsched_scheduler.placement import Decision, DecisionContext, Fleet, PlacementRequest, decide
+from vmsched_placement import Decision, DecisionContext, Fleet, PlacementRequest, decide
 
 tracer = trace.get_tracer("vmsched_scheduler")
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.tests.placement.support import NOW, TIMEOUT, host
+from libs.placement.tests.placement.support import NOW, TIMEOUT, host
 from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.messages import (
     HostSelectorTerm,
@@ -20,9 +20,9 @@ from vmsched_common.messages import (
     TolerationOperator,
     VmToPlace,
 )
+from vmsched_placement import DecisionContext, Fleet, Weights
+from vmsched_placement.taint_rules import Taint
 from vmsched_scheduler.groups import RoundGroups
-from vmsched_scheduler.placement import DecisionContext, Fleet, Weights
-from vmsched_scheduler.placement.taint_rules import Taint
 from vmsched_scheduler.waiting.index import WaitingEntry, WaitingIndex, room_grew, shape_of, whom_to_wake
 
 CONTEXT = DecisionContext(now=NOW, offline_timeout=TIMEOUT, weights=Weights(), rng=random.Random(0))

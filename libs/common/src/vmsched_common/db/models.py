@@ -1,12 +1,14 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
-``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations`` and ``reservation_slots`` tables.
+``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations``, ``reservation_slots`` and
+``host_drains`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
-(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name) and of its reservation slots
-still ``held`` (``vm_count`` counts those slots too: each is one VM's room). They are changed only in the
-same transaction as the VM row that causes the change, under the row lock of the host, and a
-placement only adds to them when the result stays within capacity times the overcommit ratio: that
-conditional update is what makes overcommit impossible whatever the Redis snapshot says.
+(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
+(``migration_target``) and of its reservation slots still ``held`` (``vm_count`` counts those slots
+too: each is one VM's room); :mod:`vmsched_common.db.shares` says it once, as SQL. They are changed
+only in the same transaction as the VM row that causes the change, under the row lock of the host,
+and a placement only adds to them when the result stays within capacity times the overcommit ratio:
+that conditional update is what makes overcommit impossible whatever the Redis snapshot says.
 """
 
 from __future__ import annotations
@@ -99,7 +101,17 @@ class VmRow(Base):
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # The project that owns it (the token's that asked for it): only that project's tokens see it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
-    # The reservation whose held room it takes (vmsched_common.reservations); NULL for none.
+    # What vmsched asked of an agent for the VM and awaits (vmsched_common.lifecycle.Task), and since
+    # when (a migration: since it was asked for; VMSCHED_MIGRATION_TIMEOUT counts from there).
+    task: Mapped[str | None] = mapped_column(String(32))
+    task_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Migrations asked for; while migrating, the current one's number (messages carry it).
+    migrations: Mapped[int] = mapped_column(Integer, server_default="0")
+    # While migrating: the host a migration request named (NULL: the engine chooses), and the target
+    # a scheduler claimed (NULL until then). A claimed target holds the VM's share as well.
+    target_host: Mapped[str | None] = mapped_column(String(128))
+    migration_target: Mapped[str | None] = mapped_column(String(128))
+    # The reservation whose held room it took (vmsched_common.reservations); NULL for none.
     reservation: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
@@ -118,6 +130,8 @@ class VmRow(Base):
         Index("ix_vms_preempting", "preempted_by", postgresql_where=text("status = 'preempted'")),
         Index("ix_vms_project_created", "project", "created_at", "id"),
         Index("ux_vms_project_idempotency_key", "project", "idempotency_key", unique=True),
+        Index("ix_vms_task", "updated_at", postgresql_where=text("task IS NOT NULL")),
+        Index("ix_vms_migration_target", "migration_target", postgresql_where=text("migration_target IS NOT NULL")),
     )
 
 
@@ -171,6 +185,9 @@ class HostRow(Base):
     # The agent process (its heartbeats' instance_id) that holds this host id; NULL: none does (a new
     # host, an agent that left, or one too old to name itself). See vmsched_gateway.instances.
     agent_instance: Mapped[str | None] = mapped_column(String(64))
+    # What its agent declares it can do beyond create and delete (messages.Capability): "migrate",
+    # "power"; from its last heartbeat.
+    capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -214,6 +231,24 @@ class ProjectRow(Base):
     quota_gpu: Mapped[int | None] = mapped_column(BigInteger)
     quota_max_priority: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class HostDrainRow(Base):
+    """A host being emptied (POST /v1/hosts/{id}/drain; vmsched_common.drain): what was asked, where
+    it stands, the migrations it started (``{vm_id: migration number}``) and the last failure of each
+    VM it could not move (``{vm_id: {reason, at}}``, ``at`` in epoch seconds)."""
+
+    __tablename__ = "host_drains"
+
+    host_id: Mapped[str] = mapped_column(String(128), ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    evacuate: Mapped[bool] = mapped_column(Boolean)
+    max_parallel: Mapped[int] = mapped_column(Integer)
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    state: Mapped[str] = mapped_column(String(16))
+    started: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    failures: Mapped[dict[str, dict[str, object]]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class TokenRow(Base):

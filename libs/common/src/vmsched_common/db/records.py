@@ -14,12 +14,14 @@ from uuid import UUID
 
 from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
 from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.lifecycle import VmStatus
+from vmsched_common.lifecycle import Task, VmStatus
 from vmsched_common.messages import (
     DEFAULT_PROJECT,
     AgentCommand,
+    Capability,
     CommandAction,
     HostSelectorTerm,
+    MigrationOrder,
     Overcommit,
     Resources,
     RestartPolicy,
@@ -63,6 +65,11 @@ VM_FIELDS = (
     "priority",
     "preempted_by",
     "project",
+    "task",
+    "task_since",
+    "migrations",
+    "target_host",
+    "migration_target",
     "reservation",
 )
 VM_COLUMNS = ", ".join(VM_FIELDS)
@@ -97,6 +104,7 @@ HOST_FIELDS = (
     "operator_cpu_ratio",
     "operator_memory_ratio",
     "operator_disk_ratio",
+    "capabilities",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -156,6 +164,11 @@ class VmRecord:
     priority: int = 0  # 0..1000: it may preempt VMs of lower priority
     preempted_by: UUID | None = None  # the VM that preempted it
     project: str = DEFAULT_PROJECT  # the project that owns it
+    task: Task | None = None  # what an agent was asked for it and has not answered
+    task_since: datetime | None = None
+    migrations: int = 0  # migrations asked for; while migrating, the current one's number
+    target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
+    migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
 
     @classmethod
@@ -189,6 +202,11 @@ class VmRecord:
             priority=row.priority,
             preempted_by=row.preempted_by,
             project=row.project,
+            task=Task(row.task) if row.task else None,
+            task_since=row.task_since,
+            migrations=row.migrations,
+            target_host=row.target_host,
+            migration_target=row.migration_target,
             reservation=row.reservation,
         )
 
@@ -220,6 +238,13 @@ class VmRecord:
             action=action, vm_id=self.id, name=self.name, resources=self.resources, attempt=self.attempt
         )
 
+    def migration_command(self, action: CommandAction) -> AgentCommand:
+        """A command of its current migration (its source is ``hypervisor_id``, its target the claimed one)."""
+        if self.hypervisor_id is None or self.migration_target is None:
+            raise ValueError(f"VM {self.id} has no migration with a target in flight")
+        order = MigrationOrder(number=self.migrations, source=self.hypervisor_id, target=self.migration_target)
+        return self.command(action).model_copy(update={"migration": order})
+
 
 @dataclass(frozen=True, slots=True)
 class HostRecord:
@@ -238,6 +263,10 @@ class HostRecord:
     operator_labels: Mapping[str, str] = field(default_factory=dict)
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
+    capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+
+    def can(self, capability: Capability) -> bool:
+        return capability.value in self.capabilities
 
     @classmethod
     def from_row(cls, row: Any) -> HostRecord:
@@ -256,6 +285,7 @@ class HostRecord:
             operator_labels=dict(row.operator_labels or {}),
             operator_taints=taints_of(row.operator_taints),
             operator_overcommit=RatioOverrides.of_row(row),
+            capabilities=tuple(row.capabilities or ()),
         )
 
 

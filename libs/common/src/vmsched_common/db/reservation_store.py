@@ -48,12 +48,6 @@ SELECT_RESERVATIONS = f"""
       FROM reservations r
 """
 
-# The held slots, as committed VMs are read by the reconcile (same columns).
-HELD_SLOTS = f"""
-    SELECT id, hypervisor_id, cpu, memory_mb, disk_gb, gpu, CAST('{{}}' AS jsonb) AS extra
-      FROM reservation_slots WHERE status = '{SlotStatus.HELD.value}'
-"""
-
 _END = text(
     f"""
     UPDATE reservations SET status = :status, status_reason = :reason, updated_at = now()

@@ -1,5 +1,6 @@
 """Writing lifecycle changes (:mod:`vmsched_common.vm_changes`) to PostgreSQL: the VM's row, and the
-host's allocations when the change gives its capacity back, in the caller's transaction.
+host's allocations when the change gives its capacity back (its host's, or its migration target's),
+in the caller's transaction.
 
 The caller has locked the rows it changes (``SELECT ... FOR UPDATE``, in id order when there are
 several); each update is still guarded by the status it expects, so a change computed from a
@@ -32,7 +33,9 @@ _APPLY = text(
        SET status = :status, status_reason = :status_reason, hypervisor_id = :hypervisor_id, attempt = :attempt,
            failures = :failures, exclusions = CAST(:exclusions AS jsonb), attempts = CAST(:attempts AS jsonb),
            restart_count = :restart_count, scheduled_at = :scheduled_at, started_at = :started_at,
-           failed_at = :failed_at, preempted_by = :preempted_by, updated_at = now(),
+           failed_at = :failed_at, preempted_by = :preempted_by, task = :task, task_since = :task_since,
+           migrations = :migrations, target_host = :target_host, migration_target = :migration_target,
+           updated_at = now(),
            published_at = CASE WHEN CAST(:unsent AS boolean) THEN NULL ELSE published_at END
      WHERE id = :id AND status = :expected
     RETURNING id
@@ -74,6 +77,11 @@ async def apply(connection: AsyncConnection, changes: Sequence[Change]) -> list[
                     "started_at": after.started_at,
                     "failed_at": after.failed_at,
                     "preempted_by": after.preempted_by,
+                    "task": None if after.task is None else after.task.value,
+                    "task_since": after.task_since,
+                    "migrations": after.migrations,
+                    "target_host": after.target_host,
+                    "migration_target": after.migration_target,
                     "unsent": after.status in IMPLIES_MESSAGE and after.status is not change.before.status,
                 },
             )

@@ -1,5 +1,6 @@
 -- Make one host's Redis allocations agree with PostgreSQL, the truth.
--- Committed VMs (from PostgreSQL) get their claim restored; claims of VMs PostgreSQL does not count
+-- Committed VMs (from PostgreSQL) get their claim restored (a migrating VM's share on its target is
+-- committed under its target claim id); claims of VMs PostgreSQL does not count
 -- are kept while younger than the grace period (a scheduler may be between claim and commit) and
 -- dropped after it. Allocations become PostgreSQL's plus the kept in-flight claims, named extra
 -- resources ('a_extra', a JSON map) as the others.
@@ -23,7 +24,10 @@ for i = first_vm, #ARGV, R + 2 do
   local vm = ARGV[i]
   committed[vm] = true
   local ck = prefix .. ':claim:' .. vm
-  if redis.call('EXISTS', ck) == 0 then
+  -- No claim, or one naming another host (a migration's move of claims cut short): PostgreSQL's
+  -- word is restored (the group fields are written back by reconcile_group).
+  if redis.call('HGET', ck, 'host') ~= host then
+    redis.call('DEL', ck)
     local record = {'host', host, 'at', ARGV[3]}
     for r = 1, R do
       record[#record + 1] = RESOURCE_FIELDS[r]

@@ -29,6 +29,9 @@ log = get_logger("vmsched_api")
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 AUDITED_PREFIX = "/v1/"
+# POSTs that change nothing (a what-if takes its VMs as a body): not on the trail, which records
+# changes; auditing them would also make a what-if write to PostgreSQL.
+READ_ONLY_POSTS = frozenset({"/v1/placement/simulate"})
 # The request state's key for the principal a request acted as (set by identity.auth).
 PRINCIPAL = "principal"
 
@@ -118,7 +121,12 @@ class AuditMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in MUTATING or not scope["path"].startswith(AUDITED_PREFIX):
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in MUTATING
+            or not scope["path"].startswith(AUDITED_PREFIX)
+            or scope["path"] in READ_ONLY_POSTS
+        ):
             await self.app(scope, receive, send)
             return
 

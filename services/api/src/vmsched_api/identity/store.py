@@ -77,10 +77,17 @@ class TokenStore:
 
     @retry_on_dead_connection
     async def create(
-        self, *, name: str, project: str, scopes: Iterable[Scope], expires_at: datetime | None
+        self,
+        *,
+        name: str,
+        project: str,
+        scopes: Iterable[Scope],
+        expires_at: datetime | None,
+        secret: str | None = None,
     ) -> tuple[TokenRecord, str]:
-        """A new token and its secret (which nothing keeps: show it once). Raises UnknownProject."""
-        secret = new_secret()
+        """A new token and its secret (which nothing keeps: show it once). Raises UnknownProject.
+        ``secret``: one made elsewhere (the same token in every cell behind a router), else a new one."""
+        secret = secret or new_secret()
         params = {
             "id": uuid.uuid4(),
             "name": name,

@@ -14,6 +14,7 @@ from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.identity.auth import HostsAdmin, HostsReader
 from vmsched_api.repository import HostRemoval, to_host
 from vmsched_api.schemas import Host, HostPatch, refusals
+from vmsched_common.db.drains import DrainStore
 from vmsched_common.logs import get_logger
 from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
 from vmsched_common.snapshot import MeasuredUsage, inventory_fields
@@ -38,7 +39,8 @@ async def _usage(services: Services, host_ids: list[str]) -> dict[str, MeasuredU
 async def list_hosts(services: ServicesDep, _: HostsReader) -> list[Host]:
     hosts = await services.repository.list_hosts()
     usage = await _usage(services, [host.id for host in hosts])
-    return [to_host(host, usage.get(host.id)) for host in hosts]
+    drains = await DrainStore(services.engine).states()
+    return [to_host(host, usage.get(host.id), drains.get(host.id)) for host in hosts]
 
 
 @router.get("/{host_id}", response_model=Host, responses=refusals(404))
@@ -46,7 +48,8 @@ async def get_host(host_id: str, services: ServicesDep, _: HostsReader) -> Host:
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    return to_host(host, (await _usage(services, [host_id])).get(host_id))
+    drains = await DrainStore(services.engine).states()
+    return to_host(host, (await _usage(services, [host_id])).get(host_id), drains.get(host_id))
 
 
 @router.patch("/{host_id}", response_model=Host, responses=refusals(404))

@@ -1,20 +1,22 @@
-"""/v1/vms: ask for VMs, watch them, delete them."""
+"""/v1/vms: ask for VMs, watch them, move them, stop and start them, delete them."""
 
 from __future__ import annotations
 
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Body, Header, HTTPException, Query, Response, status
 from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.auth import VmsReader, VmsWriter
+from vmsched_api.identity.scopes import Scope
 from vmsched_api.repository import IdempotencyConflict, to_vm
 from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.schemas import (
     QUOTA_REFUSAL,
+    MigrateRequest,
     Placement,
     Vm,
     VmBatch,
@@ -24,6 +26,7 @@ from vmsched_api.schemas import (
     VmRequest,
     refusals,
 )
+from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import PlacementRecord
 from vmsched_common.lifecycle import VmStatus
@@ -164,12 +167,14 @@ async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
-@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404))
+@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
 async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
     found = await services.repository.request_delete(vm_id, principal.project_filter(None))
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     vm, change = found
+    if change is None and vm.status is VmStatus.MIGRATING:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"VM {vm_id} is migrating; delete it once the migration ends")
     if change is not None and vm.status is VmStatus.DELETING:
         await _publish(services, [vm])
     elif change is not None and vm.status is VmStatus.DELETED:
@@ -177,4 +182,71 @@ async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) ->
             await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project))
         except Exception as error:  # the VM is deleted; only subscribers miss the event
             log.warning("vm.deleted not published", error=repr(error))
+    return to_vm(vm)
+
+
+@router.post(
+    "/{vm_id}/migrate",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses=refusals(404, 409),
+)
+async def migrate_vm(
+    vm_id: UUID, services: ServicesDep, principal: VmsWriter, body: Annotated[MigrateRequest | None, Body()] = None
+) -> Vm:
+    """Move a running VM to another host, live (Nova's live migration): a scheduler chooses the
+    target by every rule of the VM, its host excluded (or checks them on ``target_host``), claims it,
+    and the target prepares, the source hands over, the target takes it. The VM is ``migrating``
+    meanwhile, holding capacity on both hosts; it ends ``running`` on the target (``vm.migrated``) or,
+    when no host takes it or a step fails, ``running`` on its source with the reason in
+    ``status_reason`` (``vm.migration_failed``). 409: not running, something else in flight, or a
+    host whose agent cannot migrate. 403: ``target_host`` named by a token without ``hosts:admin``
+    (which hosts exist is the operators' to know). 422: ``target_host`` unknown or the VM's own."""
+    target = None if body is None else body.target_host
+    if target is not None and not principal.may(Scope.HOSTS_ADMIN):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "naming target_host needs the scope hosts:admin")
+    try:
+        vm = await services.repository.request_migration(vm_id, target, principal.project_filter(None))
+    except Refused as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except BadTarget as error:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["body", "target_host"], "msg": str(error), "type": "value_error"}],
+        ) from None
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    try:
+        await announce_migration(services.publisher, vm)
+    except Exception as error:  # the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed
+        log.warning("vm.migrate not published; it will be sent again", error=repr(error))
+    return to_vm(vm)
+
+
+@router.post("/{vm_id}/stop", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
+async def stop_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
+    """Power a running VM off (``stopped`` at once, task ``stopping`` until its agent confirms). Its
+    host keeps its room, as Nova does: ``POST .../start`` brings it back on the same host. 409: not
+    running, or a host whose agent cannot stop VMs."""
+    return await _power(vm_id, PowerAction.STOP, services, principal.project_filter(None))
+
+
+@router.post("/{vm_id}/start", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
+async def start_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
+    """Power a stopped VM on again on its host (``running`` at once, task ``starting`` until its agent
+    confirms). 409: not stopped, or a host whose agent cannot start VMs."""
+    return await _power(vm_id, PowerAction.START, services, principal.project_filter(None))
+
+
+async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep, project: str | None) -> Vm:
+    try:
+        vm = await services.repository.request_power(vm_id, action, project)
+    except Refused as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    try:
+        await announce_power(services.publisher, vm)
+    except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
+        log.warning(f"{action.value} command not published; it will be sent again", error=repr(error))
     return to_vm(vm)

@@ -27,12 +27,12 @@ import numpy as np
 
 from vmsched_common.messages import VmToPlace
 from vmsched_common.settings import Strategy
-from vmsched_scheduler.fleet_cache import demand_of, host_selector_of, tolerations_of
+from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
+from vmsched_placement.fleet import FloatArray
+from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of
+from vmsched_placement.model import ONLINE, SelectorTerm
+from vmsched_placement.taint_rules import Toleration
 from vmsched_scheduler.groups import RoundGroups
-from vmsched_scheduler.placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
-from vmsched_scheduler.placement.fleet import FloatArray
-from vmsched_scheduler.placement.model import ONLINE, SelectorTerm
-from vmsched_scheduler.placement.taint_rules import Toleration
 
 
 @dataclass(frozen=True, slots=True)

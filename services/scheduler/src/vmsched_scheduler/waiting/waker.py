@@ -41,9 +41,9 @@ from vmsched_common.logs import get_logger
 from vmsched_common.outbox import publish_rows
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot
-from vmsched_scheduler.fleet_cache import to_host_state
+from vmsched_placement import DecisionContext, Fleet, HostState, Weights
+from vmsched_placement.inputs import to_host_state
 from vmsched_scheduler.groups import GroupSource, RoundGroups
-from vmsched_scheduler.placement import DecisionContext, Fleet, HostState, Weights
 from vmsched_scheduler.waiting.index import (
     Shape,
     WaitingEntry,

@@ -1,0 +1,48 @@
+"""The placement strategies, keyed by the ``Strategy`` value a request names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from vmsched_common.settings import Strategy
+from vmsched_placement.strategies.base import PlacementStrategy, Ranking
+from vmsched_placement.strategies.best_fit import BestFit
+from vmsched_placement.strategies.least_loaded import LeastLoaded
+from vmsched_placement.strategies.least_utilized import LeastUtilized
+from vmsched_placement.strategies.random_choice import RandomChoice
+from vmsched_placement.strategies.round_robin import RoundRobin
+
+STRATEGIES: Mapping[Strategy, PlacementStrategy] = MappingProxyType(
+    {s.NAME: s for s in (LeastLoaded(), BestFit(), RoundRobin(), RandomChoice(), LeastUtilized())}
+)
+VALID_STRATEGIES: frozenset[str] = frozenset(strategy.value for strategy in STRATEGIES)
+DEFAULT_STRATEGY = Strategy.LEAST_LOADED
+
+
+class UnknownStrategyError(ValueError):
+    """A request named a strategy no plugin implements (the seed's ``invalidStrategy``)."""
+
+
+def strategy_for(name: Strategy | str) -> PlacementStrategy:
+    """The plugin for a strategy name; raises ``UnknownStrategyError`` for anything else."""
+    try:
+        return STRATEGIES[Strategy(name)]
+    except (KeyError, ValueError):
+        raise UnknownStrategyError(f"unknown strategy {name!r}; valid: {', '.join(sorted(VALID_STRATEGIES))}") from None
+
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "STRATEGIES",
+    "VALID_STRATEGIES",
+    "BestFit",
+    "LeastLoaded",
+    "LeastUtilized",
+    "PlacementStrategy",
+    "RandomChoice",
+    "Ranking",
+    "RoundRobin",
+    "UnknownStrategyError",
+    "strategy_for",
+]

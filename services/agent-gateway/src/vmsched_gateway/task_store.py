@@ -1,0 +1,98 @@
+"""The gateway's writes of what agents report about a VM's task (a migration's step, a stop, a
+start), through :mod:`vmsched_common.migration` and the lifecycle, and its sweeps of tasks: those
+unanswered for a while (their command is sent again) and migrations in flight too long (rolled back).
+
+One VM at a time: the row locked, the change computed by the pure functions, written with
+:func:`vmsched_common.db.vm_writes.apply` (which gives a host's share back in the same transaction).
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common import migration
+from vmsched_common.db import vm_writes
+from vmsched_common.db.records import VM_COLUMNS, VmRecord
+from vmsched_common.lifecycle import TASK_STATUS, VmStatus
+from vmsched_common.messages import VmStatusReport
+from vmsched_common.migration import Step
+from vmsched_common.vm_changes import Change, power_reported
+
+# Migrations asked for longer ago than the timeout; found through the index of VMs with a task.
+_TIMED_OUT = text(
+    f"""
+    SELECT {VM_COLUMNS} FROM vms
+     WHERE task IS NOT NULL AND status = '{VmStatus.MIGRATING.value}'
+       AND task_since < now() - make_interval(secs => :timeout)
+     ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
+    """
+)
+# A task is in flight only while its VM has the task's status (lifecycle.TASK_STATUS); one left on a
+# VM that failed or was deleted meanwhile is over.
+_TASK_IN_FLIGHT = " OR ".join(
+    f"(task = '{task.value}' AND status = '{status.value}')" for task, status in TASK_STATUS.items()
+)
+# VMs whose task has waited on an agent (or a scheduler) for a while: updated_at is bumped so each is
+# sent again once per period.
+_TOUCH_STALE_TASKS = text(
+    f"""
+    UPDATE vms SET updated_at = now()
+     WHERE id IN (SELECT id FROM vms
+                   WHERE task IS NOT NULL AND updated_at < now() - make_interval(secs => :stale)
+                     AND ({_TASK_IN_FLIGHT})
+                   ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+    RETURNING {VM_COLUMNS}
+    """
+)
+
+
+class TaskStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def migration_report(self, report: VmStatusReport) -> Step | None:
+        """A report on a migration's command: the step it makes (committed), or None when it changes
+        nothing (late, repeated, another migration's, from the wrong host)."""
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [report.vm_id]})).first()
+            if row is None:
+                return None
+            step = migration.on_report(VmRecord.from_row(row), report, time.time())
+            if step is None or not await vm_writes.apply(connection, [step.change]):
+                return None
+        return step
+
+    async def power_report(self, report: VmStatusReport) -> Change | None:
+        """A report on a stop or a start: the change it makes (committed), or None."""
+        if report.action is None:
+            return None
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [report.vm_id]})).first()
+            if row is None:
+                return None
+            change = power_reported(
+                VmRecord.from_row(row), report.agent_id, report.action, report.status, report.message
+            )
+            if change is None or not await vm_writes.apply(connection, [change]):
+                return None
+        return change
+
+    async def time_out_migrations(self, timeout: float, limit: int = 500) -> list[Step]:
+        """Migrations in flight for ``timeout`` seconds or more, rolled back (committed)."""
+        now = time.time()
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_TIMED_OUT, {"timeout": timeout, "limit": limit})).all()
+            steps = [
+                step for row in rows if (step := migration.timed_out(VmRecord.from_row(row), now, timeout)) is not None
+            ]
+            landed = {change.after.id for change in await vm_writes.apply(connection, [s.change for s in steps])}
+        return [step for step in steps if step.change.after.id in landed]
+
+    async def touch_stale_tasks(self, stale_after: float, limit: int = 500) -> list[VmRecord]:
+        """VMs whose task has waited ``stale_after`` seconds, marked so the next call skips them."""
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_TOUCH_STALE_TASKS, {"stale": stale_after, "limit": limit})).all()
+        return [VmRecord.from_row(row) for row in rows]

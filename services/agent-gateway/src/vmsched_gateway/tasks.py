@@ -1,0 +1,131 @@
+"""What follows a VM's task, once PostgreSQL says so: a migration's next command, its end (the claims
+moved or given back in Redis, ``vm.migrated`` or ``vm.migration_failed``), a stop or start done; and
+the sweeps that send a task's command again or roll back a migration in flight too long."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from vmsched_common import migration
+from vmsched_common.lifecycle import Capacity, Task
+from vmsched_common.logs import bound, get_logger
+from vmsched_common.messages import (
+    CommandAction,
+    MigrationOrder,
+    VmMigrated,
+    VmMigrating,
+    VmMigrationFailed,
+    VmStatusReport,
+)
+from vmsched_common.migration import Step
+from vmsched_common.publishing import Publisher
+from vmsched_common.snapshot import Snapshot, target_claim_id
+from vmsched_common.vm_changes import power_command
+from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.task_store import TaskStore
+
+log = get_logger("vmsched_gateway")
+
+# Answers to commands sent after a migration ended: nothing waits on them.
+_AFTERMATH = frozenset({CommandAction.CLEANUP_MIGRATION, CommandAction.ABORT_MIGRATION})
+
+
+@dataclass
+class Tasks:
+    store: TaskStore
+    snapshot: Snapshot
+    publisher: Publisher
+    queues: AgentQueues
+
+    async def on_migrating(self, event: VmMigrating) -> None:
+        """A scheduler claimed the target: tell it to prepare."""
+        await self.queues.ensure(event.target)
+        order = MigrationOrder(number=event.migration, source=event.source, target=event.target)
+        command = migration.prepare_command(event.vm_id, event.name, event.resources, order)
+        await self.publisher.command(event.target, command)
+        log.info("migration: target told to prepare", vm_id=str(event.vm_id), source=event.source, target=event.target)
+
+    async def on_migration_report(self, report: VmStatusReport) -> None:
+        """A report on a migration's command: the step it makes, carried out."""
+        if report.action in _AFTERMATH:
+            log.info("migration aftermath reported", status=report.status.value, reason=report.message)
+            return
+        step = await self.store.migration_report(report)
+        if step is None:
+            log.info("migration report changed nothing")
+            return
+        await self.carry_out(step)
+
+    async def on_power_report(self, report: VmStatusReport) -> None:
+        change = await self.store.power_report(report)
+        if change is None:
+            log.info("power report changed nothing")
+        else:
+            log.info("VM power changed", status=change.after.status.value, reason=change.after.status_reason)
+
+    async def carry_out(self, step: Step) -> None:
+        """What a committed step implies: Redis's claims, the next commands, the events."""
+        vm = step.change.after
+        with bound(vm_id=str(vm.id), migration=step.change.before.migrations):
+            capacity = step.change.transition.capacity
+            if step.migrated:  # the source's claim given back, the target's is the VM's now
+                await self.snapshot.move_claim(vm.id)
+            elif capacity is Capacity.RELEASE:  # the source could not keep it after a rollback: failed
+                await self.snapshot.release(vm.id)
+                log.warning("VM failed", status=vm.status.value, reason=vm.status_reason)
+            elif capacity is Capacity.RELEASE_TARGET:
+                await self.snapshot.release(target_claim_id(vm.id))
+            for order in step.orders:
+                await self.queues.ensure(order.host)
+                await self.publisher.command(order.host, order.command)
+            number = step.change.before.migrations
+            if step.migrated:
+                await self.publisher.vm_migrated(
+                    VmMigrated(vm_id=vm.id, migration=number, source=step.source, target=str(vm.hypervisor_id))
+                )
+                log.info("VM migrated", source=step.source, target=vm.hypervisor_id)
+            elif step.failed is not None:
+                reason, detail = step.failed
+                await self.publisher.vm_migration_failed(
+                    VmMigrationFailed(
+                        vm_id=vm.id,
+                        migration=number,
+                        source=step.source,
+                        target=step.target,
+                        reason=reason,
+                        detail=detail,
+                    )
+                )
+                log.warning("migration rolled back", source=step.source, target=step.target, reason=detail)
+            elif capacity is Capacity.KEEP:
+                log.info("migration step", task=vm.task.value if vm.task else None)
+
+    async def sweep(self, *, migration_timeout: float, resend_after: float) -> None:
+        """Roll back migrations in flight too long; send again what tasks have waited on too long."""
+        for step in await self.store.time_out_migrations(migration_timeout):
+            await self.carry_out(step)
+        now = time.time()
+        for vm in await self.store.touch_stale_tasks(resend_after):
+            with bound(vm_id=str(vm.id), task=vm.task.value if vm.task else None):
+                if vm.task is Task.CHOOSING_TARGET:
+                    log.warning("no scheduler chose the migration's target yet; asking again")
+                    await self.publisher.vm_migrate(migration.request_of(vm, now))
+                elif (order := migration.awaited(vm)) is not None:
+                    log.warning("migration step unanswered; sending its command again", host=order.host)
+                    await self.queues.ensure(order.host)
+                    await self.publisher.command(order.host, order.command)
+                elif (action := power_command(vm)) is not None and vm.hypervisor_id is not None:
+                    log.warning(f"{action.value} unanswered; sending it again", host=vm.hypervisor_id)
+                    await self.publisher.command(vm.hypervisor_id, vm.command(action))
+
+    async def sweep_forever(self, *, migration_timeout: float, resend_after: float, interval: float = 1.0) -> None:
+        while True:
+            try:
+                await self.sweep(migration_timeout=migration_timeout, resend_after=resend_after)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a server hiccup must not end the duty; the next round retries
+                log.warning("task sweep failed", error=repr(error))
+            await asyncio.sleep(interval)

@@ -1,0 +1,213 @@
+"""What-if on live state (docs/whatif.md): where VMs would land, how many more of a shape fit.
+
+Read-only by construction: the capacity snapshot is read as a scheduler reads it (every host, then the
+round-robin cursor without taking it), the fleet built from it is this request's own copy, and the
+decisions are the placement engine's (``vmsched_placement``), the one the schedulers run. Nothing is
+claimed, published or written, in Redis or PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from typing import Annotated
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+
+from vmsched_api.deps import Services
+from vmsched_api.schemas import VmDefaults, VmRequest
+from vmsched_common.decision import RejectedHost
+from vmsched_common.messages import HostId, VmToPlace
+from vmsched_common.settings import Strategy
+from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
+from vmsched_placement.inputs import placement_request, to_host_state
+from vmsched_placement.whatif import capacity, simulate, unplaced_detail
+
+MAX_SIMULATED_VMS = 1000
+
+
+class UnknownHosts(Exception):
+    """``without_hosts`` named hosts the capacity snapshot does not know."""
+
+    def __init__(self, host_ids: list[str]) -> None:
+        super().__init__(f"no host {', '.join(host_ids)} in the capacity snapshot")
+        self.host_ids = host_ids
+
+
+class SimulationRequest(BaseModel):
+    """VMs to place in imagination, in order, on the fleet as it is now (less ``without_hosts``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vms: Annotated[list[VmRequest], Field(min_length=1, max_length=MAX_SIMULATED_VMS)]
+    without_hosts: Annotated[list[HostId], Field(max_length=100_000)] = Field(
+        default_factory=list, description="leave these hosts out, as if they were gone (a decommission, a failure)"
+    )
+    strategy: Strategy | None = Field(
+        default=None, description="in place of the cluster's default strategy (a VM's own strategy still wins)"
+    )
+    seed: int | None = Field(
+        default=None, description="seed of the randomness strategy 'random' draws from (omitted: a fresh one)"
+    )
+
+
+class SimulatedVm(BaseModel):
+    """Where one VM would land, or why it would not, in the words of a decision record."""
+
+    index: int = Field(description="its position in the request's vms")
+    name: str
+    strategy: Strategy
+    host: str | None = Field(description="the host it would land on; null when no host would take it")
+    score: float | None = Field(description="the chosen host's score (lower is better); null for unscored strategies")
+    reason: str | None = Field(
+        description="when it would not fit: no_available_agents, or the rule that stopped the hosts that came closest"
+    )
+    detail: str | None
+    considered: int = Field(description="hosts in the fleet")
+    eligible: int = Field(description="hosts that passed every filter")
+    rejections: dict[str, int] = Field(description="rule -> hosts that rule rejected first")
+    examples: dict[str, list[RejectedHost]] = Field(description="when it would not fit: a few hosts per rule, why")
+
+
+class Simulation(BaseModel):
+    placements: list[SimulatedVm]
+    placed: int
+    unplaced: int
+    without_hosts: list[str]
+
+
+class HostCapacity(BaseModel):
+    host: str
+    zone: str | None = Field(description="the host's 'zone' label")
+    fits: int = Field(description="more VMs of the shape it takes")
+    refused_by: str | None = Field(description="when it takes none: the first rule that refuses it")
+
+
+class ZoneCapacity(BaseModel):
+    zone: str | None = Field(description="null: the hosts without a 'zone' label")
+    fits: int
+    hosts: int = Field(description="hosts of the zone that take at least one")
+
+
+class Shape(BaseModel):
+    cpu: int
+    memory_mb: int
+    disk_gb: int
+    gpu: int
+
+
+class Capacity(BaseModel):
+    shape: Shape
+    total: int = Field(description="more VMs of the shape the fleet takes")
+    zones: list[ZoneCapacity]
+    hosts: list[HostCapacity]
+
+
+class SnapshotUnavailable(Exception):
+    """Redis did not answer: there is no live state to ask about."""
+
+
+async def _fleet(services: Services) -> Fleet:
+    try:
+        _, records = await services.snapshot.read_all()
+    except (RedisError, OSError) as error:
+        raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
+    return Fleet.from_hosts(to_host_state(record) for record in records.values())
+
+
+def _context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
+    settings = services.settings
+    return DecisionContext(
+        now=time.time(),
+        offline_timeout=settings.agent_offline_timeout,
+        weights=Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk),
+        rng=random.Random(seed),
+        round_robin_cursor=cursor,
+    )
+
+
+async def default_strategy(services: Services) -> Strategy:
+    """The cluster's default strategy as the schedulers see it: the runtime setting, else the environment's."""
+    return await services.repository.default_strategy() or services.settings.scheduling_strategy
+
+
+def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults) -> PlacementRequest:
+    """What a scheduler would be asked for ``vm``: the VM as its vm.create would carry it, through the
+    scheduler's own mapping."""
+    to_place = VmToPlace(
+        vm_id=UUID(int=index),
+        name=vm.name,
+        resources=vm.resources(defaults),
+        labels=vm.labels,
+        host_selector=vm.host_selector,
+        tolerations=vm.tolerations,
+        strategy=vm.strategy,
+    )
+    return placement_request(to_place, vm.strategy or strategy)
+
+
+async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:
+    """Each VM of ``body`` decided in order on a copy of the live fleet, each booked before the next."""
+    fleet = await _fleet(services)
+    unknown = sorted({host_id for host_id in body.without_hosts if host_id not in fleet})
+    if unknown:
+        raise UnknownHosts(unknown)
+    for host_id in body.without_hosts:
+        fleet.remove(host_id)
+    strategy = body.strategy or await default_strategy(services)
+    defaults = VmDefaults.of(services.settings)
+    requests = [_request(index, vm, strategy, defaults) for index, vm in enumerate(body.vms)]
+    try:
+        cursor = await services.snapshot.peek_round_robin()
+    except (RedisError, OSError) as error:
+        raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
+    outcomes = simulate(fleet, requests, _context(services, cursor=cursor, seed=body.seed))
+    placements = [
+        SimulatedVm(
+            index=index,
+            name=request.name,
+            strategy=request.strategy,
+            host=outcome.decision.host_id,
+            score=outcome.decision.score,
+            reason=outcome.decision.reason,
+            detail=None if outcome.decision.host_id else unplaced_detail(outcome.decision),
+            considered=outcome.decision.considered,
+            eligible=outcome.decision.eligible,
+            rejections=dict(outcome.decision.rejections),
+            examples={
+                rule: [RejectedHost(host=host, reason=why) for host, why in found]
+                for rule, found in outcome.examples.items()
+            },
+        )
+        for index, (request, outcome) in enumerate(zip(requests, outcomes, strict=True))
+    ]
+    placed = sum(1 for p in placements if p.host is not None)
+    return Simulation(
+        placements=placements,
+        placed=placed,
+        unplaced=len(placements) - placed,
+        without_hosts=sorted(body.without_hosts),
+    )
+
+
+async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
+    """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
+    fleet = await _fleet(services)
+    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), _context(services))
+    zones: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
+    for room in rooms:
+        zone = zones[room.zone]
+        zone[0] += room.fits
+        zone[1] += 1 if room.fits else 0
+    return Capacity(
+        shape=shape,
+        total=sum(room.fits for room in rooms),
+        zones=[
+            ZoneCapacity(zone=zone, fits=fits, hosts=hosts)
+            for zone, (fits, hosts) in sorted(zones.items(), key=lambda item: (item[0] is None, item[0] or ""))
+        ],
+        hosts=[HostCapacity(host=r.host_id, zone=r.zone, fits=r.fits, refused_by=r.refused_by) for r in rooms],
+    )

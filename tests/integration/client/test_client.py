@@ -19,6 +19,7 @@ from vmsched_client import PLACED, AsyncClient, Client, Conflict, Forbidden, Inv
 from vmsched_client.calls import Call, create_vm
 from vmsched_client.sse import Event
 from vmsched_contract.api import (
+    DrainRequest,
     HostPatch,
     ProjectRequest,
     Quota,
@@ -33,7 +34,7 @@ from vmsched_contract.api import (
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator, VmAssigned
 from vmsched_contract.scopes import Scope
-from vmsched_contract.status import ReservationStatus, VmStatus
+from vmsched_contract.status import DrainState, ReservationStatus, VmStatus
 
 pytestmark = pytest.mark.integration
 
@@ -346,3 +347,35 @@ async def test_watch_receives_a_vms_assignment_from_the_real_event_stream(stack:
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
         await client.delete_vm(vm.id)
+
+
+def test_a_vm_is_stopped_started_migrated_and_its_host_drained(client: Client, fleet: Fleet) -> None:
+    vm = client.create_vm(small(f"{fleet.suite}-mover", fleet))
+    placed = client.wait_for_vm(vm.id, until=lambda v: v.status is VmStatus.RUNNING, timeout=60)
+    source = placed.hypervisor_id
+    (other,) = set(fleet.hosts) - {source}
+
+    client.stop_vm(vm.id)
+    stopped = client.wait_for_vm(vm.id, until=lambda v: v.status is VmStatus.STOPPED and v.task is None, timeout=60)
+    assert stopped.hypervisor_id == source  # a stopped VM keeps its room
+    client.start_vm(vm.id)
+    client.wait_for_vm(vm.id, until=lambda v: v.status is VmStatus.RUNNING and v.task is None, timeout=60)
+
+    asked = client.migrate_vm(vm.id, target_host=other)
+    assert asked.migrations == 1
+    moved = client.wait_for_vm(
+        vm.id, until=lambda v: v.status is VmStatus.RUNNING and v.hypervisor_id == other, timeout=60
+    )
+    assert moved.migrations == 1
+
+    drain = client.drain_host(other, DrainRequest(deadline_s=60))
+    assert drain.host_id == other
+    try:
+        wait_for(lambda: client.get_drain(other).state is DrainState.DRAINED, 60, f"{other} drained", interval=0.5)
+        drained = client.get_drain(other)
+        assert vm.id in {m.vm_id for m in drained.moved}
+        assert client.get_vm(vm.id).hypervisor_id == source
+    finally:
+        client.end_drain(other)
+    assert not client.get_host(other).scheduling_paused  # the drain's end: it takes VMs again
+    client.delete_vm(vm.id)

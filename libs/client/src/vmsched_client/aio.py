@@ -28,6 +28,8 @@ from vmsched_client.retry import RetryPolicy
 from vmsched_client.sse import Event, SseParser
 from vmsched_contract.api import (
     AuditRecord,
+    Drain,
+    DrainRequest,
     Host,
     HostPatch,
     Placement,
@@ -134,6 +136,17 @@ class AsyncClient:
     async def delete_vm(self, vm_id: UUID | str) -> Vm:
         return await self.send(calls.delete_vm(vm_id))
 
+    async def migrate_vm(self, vm_id: UUID | str, target_host: str | None = None) -> Vm:
+        """Move a running VM to another host, live; ``target_host`` None: the scheduler chooses."""
+        return await self.send(calls.migrate_vm(vm_id, target_host))
+
+    async def stop_vm(self, vm_id: UUID | str) -> Vm:
+        """Power the VM off; it keeps its room on its host."""
+        return await self.send(calls.stop_vm(vm_id))
+
+    async def start_vm(self, vm_id: UUID | str) -> Vm:
+        return await self.send(calls.start_vm(vm_id))
+
     async def wait_for_vm(
         self,
         vm_id: UUID | str,
@@ -177,6 +190,17 @@ class AsyncClient:
 
     async def delete_host(self, host_id: str) -> None:
         await self.send(calls.delete_host(host_id))
+
+    async def drain_host(self, host_id: str, request: DrainRequest | None = None) -> Drain:
+        """Empty the host: paused, and (``evacuate``) every VM migrated away; GET it with get_drain."""
+        return await self.send(calls.drain_host(host_id, request))
+
+    async def get_drain(self, host_id: str) -> Drain:
+        return await self.send(calls.get_drain(host_id))
+
+    async def end_drain(self, host_id: str) -> None:
+        """End the host's drain: it takes new VMs again."""
+        await self.send(calls.end_drain(host_id))
 
     async def scheduling_info(self, host_id: str) -> str:
         return await self.send(calls.scheduling_info(host_id))

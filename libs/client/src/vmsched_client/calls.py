@@ -15,8 +15,11 @@ from pydantic import BaseModel, TypeAdapter
 
 from vmsched_contract.api import (
     AuditPage,
+    Drain,
+    DrainRequest,
     Host,
     HostPatch,
+    MigrateRequest,
     Placement,
     Project,
     ProjectRequest,
@@ -120,6 +123,18 @@ def delete_vm(vm_id: UUID | str) -> Call[Vm]:
     return Call("DELETE", f"/v1/vms/{vm_id}", _model(Vm))
 
 
+def migrate_vm(vm_id: UUID | str, target_host: str | None = None) -> Call[Vm]:
+    return Call("POST", f"/v1/vms/{vm_id}/migrate", _model(Vm), body=_dump(MigrateRequest(target_host=target_host)))
+
+
+def stop_vm(vm_id: UUID | str) -> Call[Vm]:
+    return Call("POST", f"/v1/vms/{vm_id}/stop", _model(Vm))
+
+
+def start_vm(vm_id: UUID | str) -> Call[Vm]:
+    return Call("POST", f"/v1/vms/{vm_id}/start", _model(Vm))
+
+
 # Hosts
 
 
@@ -137,6 +152,18 @@ def update_host(host_id: str, patch: HostPatch) -> Call[Host]:
 
 def delete_host(host_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/hosts/{host_id}", _nothing)
+
+
+def drain_host(host_id: str, request: DrainRequest | None = None) -> Call[Drain]:
+    return Call("POST", f"/v1/hosts/{host_id}/drain", _model(Drain), body=_dump(request or DrainRequest()))
+
+
+def get_drain(host_id: str) -> Call[Drain]:
+    return Call("GET", f"/v1/hosts/{host_id}/drain", _model(Drain))
+
+
+def end_drain(host_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/hosts/{host_id}/drain", _nothing)
 
 
 def scheduling_info(host_id: str) -> Call[str]:

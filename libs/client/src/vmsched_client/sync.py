@@ -26,6 +26,8 @@ from vmsched_client.retry import RetryPolicy
 from vmsched_client.sse import Event, SseParser
 from vmsched_contract.api import (
     AuditRecord,
+    Drain,
+    DrainRequest,
     Host,
     HostPatch,
     Placement,
@@ -131,6 +133,17 @@ class Client:
     def delete_vm(self, vm_id: UUID | str) -> Vm:
         return self.send(calls.delete_vm(vm_id))
 
+    def migrate_vm(self, vm_id: UUID | str, target_host: str | None = None) -> Vm:
+        """Move a running VM to another host, live; ``target_host`` None: the scheduler chooses."""
+        return self.send(calls.migrate_vm(vm_id, target_host))
+
+    def stop_vm(self, vm_id: UUID | str) -> Vm:
+        """Power the VM off; it keeps its room on its host."""
+        return self.send(calls.stop_vm(vm_id))
+
+    def start_vm(self, vm_id: UUID | str) -> Vm:
+        return self.send(calls.start_vm(vm_id))
+
     def wait_for_vm(
         self,
         vm_id: UUID | str,
@@ -174,6 +187,17 @@ class Client:
 
     def delete_host(self, host_id: str) -> None:
         self.send(calls.delete_host(host_id))
+
+    def drain_host(self, host_id: str, request: DrainRequest | None = None) -> Drain:
+        """Empty the host: paused, and (``evacuate``) every VM migrated away; GET it with get_drain."""
+        return self.send(calls.drain_host(host_id, request))
+
+    def get_drain(self, host_id: str) -> Drain:
+        return self.send(calls.get_drain(host_id))
+
+    def end_drain(self, host_id: str) -> None:
+        """End the host's drain: it takes new VMs again."""
+        self.send(calls.end_drain(host_id))
 
     def scheduling_info(self, host_id: str) -> str:
         return self.send(calls.scheduling_info(host_id))

@@ -15,8 +15,10 @@ from typer.testing import CliRunner, Result
 
 from devtools.stack import BIN, Stack, wait_for
 from tests.integration.client.conftest import Fleet
+from vmsched_client import Client
 from vmsched_client.cli.app import app
 from vmsched_client.cli.exit_codes import ExitCode
+from vmsched_contract.status import VmStatus
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +210,28 @@ def test_a_real_vmsched_vms_list_in_a_terminal_like_process(stack: Stack, fleet:
     )
     assert as_json.returncode == 0, as_json.stderr
     assert len(json.loads(as_json.stdout)) <= 5
+
+
+def test_a_vm_is_stopped_started_migrated_and_its_host_drained(vmsched: Any, client: Client, fleet: Fleet) -> None:
+    (vm,) = json.loads(vmsched("-o", "json", "vms", "create", *vm_args(f"{fleet.suite}-m1", fleet)).stdout)
+    source = client.wait_for_vm(vm["id"], until=lambda v: v.status is VmStatus.RUNNING, timeout=60).hypervisor_id
+    (other,) = set(fleet.hosts) - {source}
+
+    stopped = json.loads(vmsched("-o", "json", "vms", "stop", vm["id"], "--wait").stdout)
+    assert (stopped["status"], stopped["hypervisor_id"]) == ("stopped", source)
+    vmsched("vms", "stop", vm["id"], code=ExitCode.CONFLICT)  # stopped already
+    assert json.loads(vmsched("-o", "json", "vms", "start", vm["id"], "--wait").stdout)["status"] == "running"
+
+    moved = json.loads(vmsched("-o", "json", "vms", "migrate", vm["id"], "--to", other, "--wait").stdout)
+    assert (moved["status"], moved["hypervisor_id"], moved["migrations"]) == ("running", other, 1)
+
+    try:
+        drained = json.loads(vmsched("-o", "json", "hosts", "drain", other, "--deadline", "60", "--wait").stdout)
+        assert drained["state"] == "drained"
+        assert vm["id"] in [m["vm_id"] for m in drained["moved"]]
+        assert json.loads(vmsched("-o", "json", "hosts", "drain-status", other).stdout)["state"] == "drained"
+    finally:
+        vmsched("hosts", "undrain", other)
+    assert client.get_vm(vm["id"]).hypervisor_id == source
+    assert not client.get_host(other).scheduling_paused
+    vmsched("vms", "delete", vm["id"])

@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,6 +27,8 @@ from vmsched_client.cli.output import Format, show_list, show_one, stderr, stdou
 from vmsched_client.cli.why import explain
 from vmsched_client.errors import ApiError
 from vmsched_contract.api import (
+    Drain,
+    DrainRequest,
     Host,
     Project,
     ProjectRequest,
@@ -43,7 +46,7 @@ from vmsched_contract.api import (
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
 from vmsched_contract.scopes import Scope
-from vmsched_contract.status import VmStatus
+from vmsched_contract.status import DrainState, VmStatus
 from vmsched_contract.strategy import Strategy
 
 P = ParamSpec("P")
@@ -314,6 +317,62 @@ def delete_vm(
     show_one(state().output, vm)
 
 
+def _settled(vm_id: UUID, what: str, done: Callable[[Vm], bool], timeout: float) -> Vm:
+    """Wait (a progress line on stderr) until the VM's agent has done what it was asked."""
+    with _progress() as progress:
+        task = progress.add_task(what, total=1)
+        vm = state().client().wait_for_vm(vm_id, until=lambda v: v.task is None and done(v), timeout=timeout)
+        progress.advance(task)
+    return vm
+
+
+@command(vms, "stop")
+def stop_vm(
+    vm_id: Annotated[UUID, typer.Argument(metavar="ID")],
+    wait: Annotated[bool, typer.Option(help="wait until its agent has stopped it")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 120.0,
+) -> None:
+    """Power a running VM off; it keeps its room on its host (exit 5 when it is not running)."""
+    vm = state().client().stop_vm(vm_id)
+    if wait:
+        vm = _settled(vm_id, f"stopping {vm.name}", lambda v: v.status is VmStatus.STOPPED, timeout)
+    show_one(state().output, vm)
+
+
+@command(vms, "start")
+def start_vm(
+    vm_id: Annotated[UUID, typer.Argument(metavar="ID")],
+    wait: Annotated[bool, typer.Option(help="wait until its agent has started it")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 120.0,
+) -> None:
+    """Power a stopped VM on (exit 5 when it is not stopped)."""
+    vm = state().client().start_vm(vm_id)
+    if wait:
+        vm = _settled(vm_id, f"starting {vm.name}", lambda v: v.status is VmStatus.RUNNING, timeout)
+    show_one(state().output, vm)
+
+
+@command(vms, "migrate")
+def migrate_vm(
+    vm_id: Annotated[UUID, typer.Argument(metavar="ID")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="target host (hosts:admin); default: the scheduler chooses")
+    ] = None,
+    wait: Annotated[bool, typer.Option(help="wait until the migration ended (moved or rolled back)")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 300.0,
+) -> None:
+    """Move a running VM to another host, live; it runs on its source until the target runs it.
+    With --wait, exit 7 when the migration was rolled back (the VM still runs on its source)."""
+    vm = state().client().migrate_vm(vm_id, target_host=to)
+    if wait:
+        source = vm.hypervisor_id
+        vm = _settled(vm_id, f"migrating {vm.name}", lambda v: v.status is not VmStatus.MIGRATING, timeout)
+        if vm.hypervisor_id == source:
+            show_one(state().output, vm)
+            raise fail(f"VM {vm.id} was not moved: it runs on {source} still (vmsched vms why)", ExitCode.NOT_PLACED)
+    show_one(state().output, vm)
+
+
 # Hosts
 
 
@@ -352,6 +411,50 @@ def delete_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Forget a host that holds no VM (its agent stopped); exit 5 while it holds some."""
     state().client().delete_host(host_id)
     stderr().print(f"host {host_id} deleted", markup=False)
+
+
+def _drain_left(drain: Drain) -> int:
+    return len(drain.in_flight) + len(drain.stuck) + len(drain.queued)
+
+
+@command(hosts, "drain")
+def drain_host(
+    host_id: Annotated[str, typer.Argument(metavar="ID")],
+    evacuate: Annotated[
+        bool, typer.Option(help="migrate every VM away; --no-evacuate: only pause and wait for them to leave")
+    ] = True,
+    deadline: Annotated[int, typer.Option(help="seconds the drain tries; the VMs left then stay, running")] = 600,
+    parallel: Annotated[int, typer.Option(help="migrations in flight at once")] = 4,
+    wait: Annotated[bool, typer.Option(help="follow it (a progress bar) until drained or timed out")] = False,
+) -> None:
+    """Empty a host for maintenance: paused, and every VM migrated away. End it with `hosts undrain`.
+    With --wait, exit 7 when the deadline passed with VMs left (listed as stuck, still running)."""
+    client = state().client()
+    drain = client.drain_host(host_id, DrainRequest(evacuate=evacuate, deadline_s=deadline, max_parallel=parallel))
+    if wait:
+        with _progress() as progress:
+            task = progress.add_task(f"draining {host_id}", total=len(drain.moved) + _drain_left(drain))
+            while drain.state is DrainState.DRAINING:
+                time.sleep(1.0)
+                drain = client.get_drain(host_id)
+                progress.update(task, completed=len(drain.moved), total=len(drain.moved) + _drain_left(drain))
+        if drain.state is DrainState.TIMED_OUT:
+            show_one(state().output, drain)
+            raise fail(f"host {host_id} not drained: {len(drain.stuck)} VM(s) left", ExitCode.NOT_PLACED)
+    show_one(state().output, drain)
+
+
+@command(hosts, "drain-status")
+def drain_status(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Where the host's drain stands: the VMs moved, in flight, stuck (and why), queued."""
+    show_one(state().output, state().client().get_drain(host_id))
+
+
+@command(hosts, "undrain")
+def undrain_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """End the host's drain, finished or not: it takes new VMs again."""
+    state().client().end_drain(host_id)
+    stderr().print(f"host {host_id}: drain ended", markup=False)
 
 
 # Server groups

@@ -43,7 +43,9 @@ def test_the_client_depends_on_httpx_and_pydantic_only() -> None:
 
 
 def test_the_contract_imports_pydantic_only() -> None:
-    loaded = loaded_after("import vmsched_contract.api, vmsched_contract.messages, vmsched_contract.decision")
+    loaded = loaded_after(
+        "import vmsched_contract.api, vmsched_contract.messages, vmsched_contract.decision, vmsched_contract.whatif"
+    )
     assert not loaded & (DATABASE_AND_CACHE | BROKER | {"vmsched_common", "pydantic_settings", "httpx"})
 
 

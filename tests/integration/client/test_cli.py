@@ -3,6 +3,7 @@ tables by default, JSON with -o json, one-line errors with their documented exit
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -235,3 +236,24 @@ def test_a_vm_is_stopped_started_migrated_and_its_host_drained(vmsched: Any, cli
     assert client.get_vm(vm["id"]).hypervisor_id == source
     assert not client.get_host(other).scheduling_paused
     vmsched("vms", "delete", vm["id"])
+
+
+def test_simulate_and_capacity(vmsched: Any, fleet: Fleet) -> None:
+    table = vmsched("simulate", *vm_args(f"{fleet.suite}-imagined", fleet, "--count", "2")).stdout
+    assert "HOST" in table
+    assert any(host in table for host in fleet.hosts)
+    nowhere = vmsched(
+        "-o",
+        "json",
+        "simulate",
+        *vm_args(f"{fleet.suite}-gone", fleet),
+        *itertools.chain.from_iterable(("--without", host) for host in fleet.hosts),
+        code=ExitCode.NOT_PLACED,
+    )
+    assert json.loads(nowhere.stdout)["unplaced"] == 1
+
+    room = json.loads(vmsched("-o", "json", "capacity", "--cpu", "1", "--memory-mb", "256").stdout)
+    assert set(fleet.hosts) <= {host["host"] for host in room["hosts"]}
+    table = vmsched("capacity", "--cpu", "1", "--memory-mb", "256").stdout
+    assert "FITS" in table
+    assert "total " in table

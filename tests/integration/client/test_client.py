@@ -35,6 +35,7 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator, VmAssigned
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, VmStatus
+from vmsched_contract.whatif import SimulationRequest
 
 pytestmark = pytest.mark.integration
 
@@ -379,3 +380,24 @@ def test_a_vm_is_stopped_started_migrated_and_its_host_drained(client: Client, f
         client.end_drain(other)
     assert not client.get_host(other).scheduling_paused  # the drain's end: it takes VMs again
     client.delete_vm(vm.id)
+
+
+def test_simulate_and_capacity_read_the_live_fleet_and_change_nothing(client: Client, fleet: Fleet) -> None:
+    shaped = [small(f"{fleet.suite}-imagined-{n}", fleet) for n in range(2)]
+    answer = client.simulate(SimulationRequest(vms=shaped))
+    assert (answer.placed, answer.unplaced) == (2, 0)
+    assert {p.host for p in answer.placements} <= set(fleet.hosts)
+    gone = client.simulate(SimulationRequest(vms=shaped[:1], without_hosts=fleet.hosts))
+    assert gone.unplaced == 1
+    assert gone.placements[0].host is None
+    assert gone.placements[0].reason is not None
+    assert not [vm for vm in client.list_vms() if vm.name.startswith(f"{fleet.suite}-imagined")]  # nothing made
+
+    room = client.capacity(cpu=1, memory_mb=256, disk_gb=1)
+    assert (room.shape.cpu, room.shape.memory_mb) == (1, 256)
+    mine = {host.host: host.fits for host in room.hosts if host.host in fleet.hosts}
+    assert set(mine) == set(fleet.hosts)
+    assert all(fits >= 1 for fits in mine.values())
+    assert room.total >= sum(mine.values())
+    with pytest.raises(Invalid):
+        client.capacity(cpu=0)

@@ -49,6 +49,7 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
 
 T = TypeVar("T")
 
@@ -279,6 +280,16 @@ class AsyncClient:
 
     async def set_default_strategy(self, strategy: Strategy) -> SchedulerSettingsView:
         return await self.send(calls.set_default_strategy(strategy))
+
+    async def simulate(self, request: SimulationRequest) -> Simulation:
+        """Where these VMs would land on the fleet as it is now, and why not; nothing changes."""
+        return await self.send(calls.simulate(request))
+
+    async def capacity(
+        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+    ) -> Capacity:
+        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
+        return await self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
 
     async def health(self) -> dict[str, Any]:
         return await self.send(calls.health())

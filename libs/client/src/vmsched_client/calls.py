@@ -40,6 +40,7 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -258,6 +259,18 @@ def get_scheduler_settings() -> Call[SchedulerSettingsView]:
 def set_default_strategy(strategy: Strategy) -> Call[SchedulerSettingsView]:
     body = _dump(SchedulerSettings(default_strategy=strategy))
     return Call("PUT", "/v1/settings/scheduler", _model(SchedulerSettingsView), body=body)
+
+
+# What-if
+
+
+def simulate(request: SimulationRequest) -> Call[Simulation]:
+    return Call("POST", "/v1/placement/simulate", _model(Simulation), body=_dump(request))
+
+
+def capacity(*, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0) -> Call[Capacity]:
+    query = _query(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb or None, gpu=gpu or None)
+    return Call("GET", "/v1/capacity", _model(Capacity), params=query)
 
 
 def health() -> Call[dict[str, Any]]:

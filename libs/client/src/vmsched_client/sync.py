@@ -47,6 +47,7 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
 
 T = TypeVar("T")
 
@@ -275,6 +276,16 @@ class Client:
 
     def set_default_strategy(self, strategy: Strategy) -> SchedulerSettingsView:
         return self.send(calls.set_default_strategy(strategy))
+
+    def simulate(self, request: SimulationRequest) -> Simulation:
+        """Where these VMs would land on the fleet as it is now, and why not; nothing changes."""
+        return self.send(calls.simulate(request))
+
+    def capacity(
+        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+    ) -> Capacity:
+        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
+        return self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
 
     def health(self) -> dict[str, Any]:
         return self.send(calls.health())

@@ -48,6 +48,7 @@ from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_contract.whatif import HostCapacity, SimulatedVm, SimulationRequest
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -629,6 +630,52 @@ def set_strategy(name: Strategy) -> None:
 
 
 # Events
+
+
+@command(app, "simulate")
+def simulate(
+    name: Annotated[str, typer.Argument(help="the imagined VMs' name (with --count: the names' prefix)")],
+    cpu: Annotated[int | None, typer.Option(help="vCPUs (default: the API's VMSCHED_DEFAULT_VM_CPU)")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DEFAULT_VM_MEMORY_MB)")] = None,
+    disk_gb: Annotated[int, typer.Option(help="GB of disk")] = 0,
+    gpu: Annotated[int, typer.Option(help="GPUs")] = 0,
+    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value the host must have")] = [],  # noqa: B006
+    count: Annotated[int, typer.Option(min=1, max=1000, help="this many (NAME-1..NAME-N), placed in order")] = 1,
+    without: Annotated[list[str], typer.Option("--without", help="leave this host out, as if gone")] = [],  # noqa: B006
+    strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="instead of the default")] = None,
+) -> None:
+    """Where VMs would land on the fleet as it is now, and why not (POST /v1/placement/simulate);
+    nothing is placed. Exit 7 when one would not fit."""
+    asked: dict[str, Any] = {"disk_gb": disk_gb, "gpu": gpu, "labels": _pairs(label, "--label")}
+    asked |= {key: value for key, value in {"cpu": cpu, "memory_mb": memory_mb}.items() if value is not None}
+    names = [name] if count == 1 else [f"{name}-{n}" for n in range(1, count + 1)]
+    request = SimulationRequest(
+        vms=[VmRequest(name=each, **asked) for each in names], without_hosts=without, strategy=strategy_name
+    )
+    answer = state().client().simulate(request)
+    if state().output is Format.JSON:
+        print(to_json(answer))
+    else:
+        show_list(state().output, SimulatedVm, answer.placements)
+    if answer.unplaced:
+        raise fail(f"{answer.unplaced} of {len(names)} would not fit", ExitCode.NOT_PLACED)
+
+
+@command(app, "capacity")
+def capacity(
+    cpu: Annotated[int | None, typer.Option(help="vCPUs (default: the API's VMSCHED_DEFAULT_VM_CPU)")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DEFAULT_VM_MEMORY_MB)")] = None,
+    disk_gb: Annotated[int, typer.Option(help="GB of disk")] = 0,
+    gpu: Annotated[int, typer.Option(help="GPUs")] = 0,
+) -> None:
+    """How many more VMs of this shape the fleet takes now: per host, then per zone and in total."""
+    answer = state().client().capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
+    if state().output is not Format.TABLE:
+        print(to_json(answer))
+        return
+    show_list(state().output, HostCapacity, answer.hosts)
+    zones = ", ".join(f"{zone.zone or '(no zone)'} {zone.fits}" for zone in answer.zones)
+    stdout().print(f"total {answer.total}" + (f" ({zones})" if zones else ""), markup=False)
 
 
 @command(app, "events")

@@ -13,7 +13,8 @@ class ExitCode(IntEnum):
     NOT_FOUND = 4  # no such VM, host, group, project or token (404)
     CONFLICT = 5  # the change is refused in the thing's present state (409)
     UNREACHABLE = 6  # the API cannot be reached, or the configuration cannot be read
-    NOT_PLACED = 7  # --wait: the VM ended without a host (unschedulable, failed), or the wait timed out
+    NOT_PLACED = 7  # --wait: a VM ended without a host (unschedulable, failed), a migration rolled back, a drain
+    # timed out with VMs left, or the wait timed out
 
 
 BY_STATUS = {

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
+from vmsched_contract.whatif import HostCapacity, SimulatedVm
 
 
 class Format(StrEnum):
@@ -115,6 +116,21 @@ RESERVATION_COLUMNS: list[Column] = [
     ("REASON", lambda reservation: reservation.status_reason or ""),
 ]
 
+SIMULATED_COLUMNS: list[Column] = [
+    ("#", lambda vm: vm.index),
+    ("NAME", lambda vm: vm.name),
+    ("HOST", lambda vm: vm.host or "-"),
+    ("SCORE", lambda vm: "-" if vm.score is None else f"{vm.score:.3f}"),
+    ("ELIGIBLE", lambda vm: f"{vm.eligible}/{vm.considered}"),
+    ("REASON", lambda vm: vm.reason or "-"),
+]
+CAPACITY_COLUMNS: list[Column] = [
+    ("HOST", lambda host: host.host),
+    ("ZONE", lambda host: host.zone or "-"),
+    ("FITS", lambda host: host.fits),
+    ("REFUSED BY", lambda host: host.refused_by or "-"),
+]
+
 COLUMNS: dict[type[BaseModel], list[Column]] = {
     Vm: VM_COLUMNS,
     Host: HOST_COLUMNS,
@@ -122,6 +138,8 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
     Project: PROJECT_COLUMNS,
     Token: TOKEN_COLUMNS,
     Reservation: RESERVATION_COLUMNS,
+    SimulatedVm: SIMULATED_COLUMNS,
+    HostCapacity: CAPACITY_COLUMNS,
 }
 
 

@@ -131,7 +131,8 @@ def main() -> int:
     for name, result in results.items():
         print(
             f"{name:<8}{result['median_s']:>10.2f}{result['max_s']:>8.2f}{result['moves']:>7}"
-            f"{result['score_before']:>10.4f}{result['score_after']:>10.4f}  {'ok' if result['within_budget'] else 'OVER'}"
+            f"{result['score_before']:>10.4f}{result['score_after']:>10.4f}"
+            f"  {'ok' if result['within_budget'] else 'OVER'}"
         )
 
     out = args.out or Path(__file__).parent / "results" / f"rebalance-{datetime.now(UTC):%Y-%m-%d}.json"

@@ -27,7 +27,16 @@ from vmsched_common.groups import GroupRule, domain_of
 from vmsched_common.settings import Strategy
 from vmsched_placement.engine import decide, verdict
 from vmsched_placement.fleet import Fleet, FloatArray
-from vmsched_placement.model import CPU, DISK, MEMORY, ONLINE, DecisionContext, Migration, PlacementGroup, PlacementRequest
+from vmsched_placement.model import (
+    CPU,
+    DISK,
+    MEMORY,
+    ONLINE,
+    DecisionContext,
+    Migration,
+    PlacementGroup,
+    PlacementRequest,
+)
 
 # Spread: the most utilised hosts tried as sources per move, and a source's largest VMs tried on each.
 SPREAD_SOURCES = 16
@@ -137,8 +146,13 @@ class _Groups:
 
 
 def migration_request(
-    vm: MovableVm, source: str, group: PlacementGroup | None, strategy: Strategy, *, target: str | None = None,
-    exclude: Collection[str] = ()
+    vm: MovableVm,
+    source: str,
+    group: PlacementGroup | None,
+    strategy: Strategy,
+    *,
+    target: str | None = None,
+    exclude: Collection[str] = (),
 ) -> PlacementRequest:
     """``vm``'s move off ``source`` as the engine is asked for it (``target`` when one is named)."""
     return replace(
@@ -282,7 +296,11 @@ class _Planner:
         divisor = self.fleet.columns.divisor[:, index]
         demand = vm.request.demand
         return float(
-            (cpu * demand.cpu / divisor[CPU] + memory * demand.memory_mb / divisor[MEMORY] + disk * demand.disk_gb / divisor[DISK])
+            (
+                cpu * demand.cpu / divisor[CPU]
+                + memory * demand.memory_mb / divisor[MEMORY]
+                + disk * demand.disk_gb / divisor[DISK]
+            )
             / (cpu + memory + disk)
         )
 

@@ -69,7 +69,8 @@ def test_spread_moves_vms_off_the_busiest_host_and_lowers_the_deviation() -> Non
     hosts = [capable(host(f"hv-0{i}", cpu=16, memory_mb=32768)) for i in range(1, 4)]
     vms = [movable(f"vm-{i}", "hv-01") for i in range(6)]
     plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=50)
-    assert plan.moves and all(move.source == "hv-01" for move in plan.moves)
+    assert plan.moves
+    assert all(move.source == "hv-01" for move in plan.moves)
     assert plan.score_after < plan.score_before
     assert sum(move.gain for move in plan.moves) == pytest.approx(plan.score_before - plan.score_after)
     assert {move.target for move in plan.moves} == {"hv-02", "hv-03"}
@@ -118,7 +119,8 @@ def test_max_moves_and_host_selection_bound_the_plan() -> None:
     plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=2)
     assert len(plan.moves) == 2
     plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=50, hosts={"hv-01", "hv-04"})
-    assert plan.moves and {move.target for move in plan.moves} == {"hv-04"}
+    assert plan.moves
+    assert {move.target for move in plan.moves} == {"hv-04"}
 
 
 @st.composite
@@ -126,8 +128,13 @@ def fleets(draw: st.DrawFn) -> tuple[list[HostState], list[MovableVm]]:
     count = draw(st.integers(2, 6))
     hosts = [
         replace(
-            host(f"hv-{i}", cpu=draw(st.sampled_from([8, 16, 32])), memory_mb=draw(st.sampled_from([16384, 65536])),
-                 labels={"zone": f"z{i % 2}"}, status=draw(st.sampled_from(["online"] * 4 + ["offline"]))),
+            host(
+                f"hv-{i}",
+                cpu=draw(st.sampled_from([8, 16, 32])),
+                memory_mb=draw(st.sampled_from([16384, 65536])),
+                labels={"zone": f"z{i % 2}"},
+                status=draw(st.sampled_from(["online"] * 4 + ["offline"])),
+            ),
             can_migrate=draw(st.booleans()) or i == 0,
         )
         for i in range(count)
@@ -146,7 +153,9 @@ def fleets(draw: st.DrawFn) -> tuple[list[HostState], list[MovableVm]]:
             continue  # start from a fleet that fits
         room[on][0] -= cpu
         room[on][1] -= memory
-        vms.append(movable(f"vm-{index}", on, cpu=cpu, memory_mb=memory, group=draw(st.sampled_from([None, None, *rules]))))
+        vms.append(
+            movable(f"vm-{index}", on, cpu=cpu, memory_mb=memory, group=draw(st.sampled_from([None, None, *rules])))
+        )
     return hosts, vms
 
 

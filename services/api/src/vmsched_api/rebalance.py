@@ -19,6 +19,7 @@ from vmsched_api.deps import Services
 from vmsched_api.whatif import decision_context, default_strategy, live_fleet
 from vmsched_common.db.rebalance import RebalanceStore, StoredMove, StoredPlan
 from vmsched_common.messages import HostSelector, HostSelectorTerm
+from vmsched_common.rebalance_apply import MoveProgress, MoveState, PlanState
 from vmsched_common.selectors import holds
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.rebalance import Goal, MovableVm, plan_rebalance
@@ -46,22 +47,45 @@ class PlannedMove(BaseModel):
     gain: float = Field(
         description="how much this move improves the score (spread: deviation lowered; pack: hosts emptied)"
     )
+    state: MoveState = Field(description="queued, in_flight, moved, or skipped (with the reason)")
+    reason: str | None = Field(default=None, description="why it was skipped")
 
 
 class RebalancePlan(BaseModel):
     id: UUID
     goal: Goal
-    state: str = Field(description="planned; applying; done")
+    state: PlanState = Field(description="planned; applying; done")
     max_moves: int
     host_selector: list[HostSelectorTerm]
     score: str = Field(description="what score_before and score_after measure")
     score_before: float
     score_after: float = Field(description="the score once every move is made")
     moves: list[PlannedMove]
+    max_parallel: int | None = Field(description="once applied: the migrations in flight at most")
+    progress: dict[MoveState, int] = Field(description="the moves in each state")
+
+
+class ApplyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_parallel: Annotated[int, Field(ge=1, le=100, description="migrations in flight at most")] = 4
 
 
 def to_plan(stored: StoredPlan) -> RebalancePlan:
     goal = Goal(stored.goal)
+    known = {vm_id: MoveProgress.of(p) for vm_id, p in stored.progress.items()}
+    queued = MoveProgress(MoveState.QUEUED)
+    moves = [
+        PlannedMove(
+            vm_id=m.vm_id,
+            source=m.source,
+            to=m.target,
+            gain=m.gain,
+            state=known.get(m.vm_id, queued).state,
+            reason=known.get(m.vm_id, queued).reason,
+        )
+        for m in stored.moves
+    ]
     return RebalancePlan(
         id=stored.id,
         goal=goal,
@@ -71,7 +95,9 @@ def to_plan(stored: StoredPlan) -> RebalancePlan:
         score=SCORES[goal],
         score_before=stored.score_before,
         score_after=stored.score_after,
-        moves=[PlannedMove(vm_id=m.vm_id, source=m.source, to=m.target, gain=m.gain) for m in stored.moves],
+        moves=moves,
+        max_parallel=stored.max_parallel,
+        progress={each: sum(1 for m in moves if m.state is each) for each in MoveState},
     )
 
 

@@ -13,11 +13,19 @@ from uuid import UUID, uuid4
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_common.db import moves as migrations
 from vmsched_common.db.records import SERVER_GROUP_COLUMNS, VM_COLUMNS, ServerGroupRecord, VmRecord
 from vmsched_common.groups import GroupRule
 from vmsched_common.lifecycle import VmStatus
-
-PLANNED = "planned"
+from vmsched_common.rebalance_apply import (
+    MoveProgress,
+    MoveState,
+    PlannedMove,
+    PlanState,
+    refused,
+    started,
+    step,
+)
 
 _COLUMNS = (
     "id, goal, max_moves, host_selector, moves, score_before, score_after, state, max_parallel, progress,"
@@ -34,6 +42,26 @@ _INSERT = text(
 _GET = text(f"SELECT {_COLUMNS} FROM rebalance_plans WHERE id = :id")
 # Only a running VM moves (a migrating one is moving already; any other is not running on a host).
 _RUNNING = text(f"SELECT {VM_COLUMNS} FROM vms WHERE status = :status AND hypervisor_id IS NOT NULL ORDER BY id")
+_APPLY = text(
+    f"""
+    UPDATE rebalance_plans SET state = :applying, max_parallel = :max_parallel, applied_at = now()
+     WHERE id = :id AND state = :planned
+    RETURNING {_COLUMNS}
+    """
+)
+_LOCK_APPLYING = text(
+    f"SELECT {_COLUMNS} FROM rebalance_plans WHERE state = :applying ORDER BY created_at LIMIT :limit"
+    " FOR UPDATE SKIP LOCKED"
+)
+_UPDATE = text(
+    """
+    UPDATE rebalance_plans
+       SET progress = CAST(:progress AS jsonb), state = CAST(:state AS text),
+           ended_at = CASE WHEN CAST(:state AS text) = 'done' THEN now() ELSE NULL END
+     WHERE id = :id
+    """
+)
+_PLAN_VMS = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))")
 _RULES = text(f"SELECT {SERVER_GROUP_COLUMNS} FROM server_groups WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -80,6 +108,14 @@ def _plan_of(row: Any) -> StoredPlan:
     )
 
 
+class NotPlanned(Exception):
+    """The plan is being applied or was applied already (a plan is applied once)."""
+
+
+def _planned(plan: StoredPlan) -> list[PlannedMove]:
+    return [PlannedMove(m.vm_id, m.source, m.target) for m in plan.moves]
+
+
 class RebalanceStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -115,7 +151,7 @@ class RebalanceStore:
             "moves": json.dumps([{"vm_id": m.vm_id, "from": m.source, "to": m.target, "gain": m.gain} for m in moves]),
             "score_before": score_before,
             "score_after": score_after,
-            "state": PLANNED,
+            "state": PlanState.PLANNED.value,
         }
         async with self.engine.begin() as connection:
             return _plan_of((await connection.execute(_INSERT, params)).one())
@@ -124,3 +160,56 @@ class RebalanceStore:
         async with self.engine.connect() as connection:
             row = (await connection.execute(_GET, {"id": plan_id})).first()
             return None if row is None else _plan_of(row)
+
+    async def apply(self, plan_id: UUID, max_parallel: int) -> StoredPlan | None:
+        """Mark the plan for application (the gateway's sweep carries it out). None for an unknown
+        plan; raises :class:`NotPlanned` for one applied already."""
+        params = {
+            "id": plan_id,
+            "max_parallel": max_parallel,
+            "applying": PlanState.APPLYING.value,
+            "planned": PlanState.PLANNED.value,
+        }
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(_APPLY, params)).first()
+            if row is not None:
+                return _plan_of(row)
+            if (await connection.execute(_GET, {"id": plan_id})).first() is None:
+                return None
+        raise NotPlanned(f"plan {plan_id} is applied already (compute a new plan)")
+
+    async def sweep(self, limit: int = 10) -> list[VmRecord]:
+        """One step of every plan being applied (those another replica sweeps now are skipped): the
+        migrations its step starts are committed (each in its own transaction, as the API's), its
+        progress recorded. Returns the VMs whose ``vm.migrate`` the caller publishes."""
+        announce: list[VmRecord] = []
+        async with self.engine.begin() as connection:
+            rows = await connection.execute(_LOCK_APPLYING, {"applying": PlanState.APPLYING.value, "limit": limit})
+            for row in rows.all():
+                plan = _plan_of(row)
+                planned = _planned(plan)
+                ids = [UUID(move.vm_id) for move in planned]
+                vms = {str(r.id): VmRecord.from_row(r) for r in await connection.execute(_PLAN_VMS, {"ids": ids})}
+                progress = {vm_id: MoveProgress.of(known) for vm_id, known in plan.progress.items()}
+                next_step = step(planned, progress, vms, plan.max_parallel or 1)
+                now = dict(next_step.progress)
+                for move in next_step.start:
+                    try:
+                        vm = await migrations.start_migration(self.engine, UUID(move.vm_id), move.target)
+                    except (migrations.Refused, migrations.BadTarget) as refusal:
+                        now[move.vm_id] = refused(str(refusal))
+                        continue
+                    if vm is None:
+                        now[move.vm_id] = refused("the VM is gone")
+                        continue
+                    now[move.vm_id] = started(move, vm)
+                    announce.append(vm)
+                busy = any(known.state in (MoveState.QUEUED, MoveState.IN_FLIGHT) for known in now.values())
+                state = PlanState.APPLYING if busy else PlanState.DONE
+                params = {
+                    "id": plan.id,
+                    "progress": json.dumps({vm_id: known.as_json() for vm_id, known in now.items()}),
+                    "state": state.value,
+                }
+                await connection.execute(_UPDATE, params)
+        return announce

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from uuid import UUID
 
 import numpy as np
 
@@ -109,11 +110,22 @@ def _weighted_utilisation(fleet: Fleet, context: DecisionContext) -> FloatArray:
 
 
 class _Groups:
-    """Each server group's members per domain as the plan has moved them so far."""
+    """Each server group's members per domain as the plan has moved them so far: from ``known`` (the
+    snapshot's count, every member whatever its status) when given, else counted from ``vms``."""
 
-    def __init__(self, fleet: Fleet, vms: Sequence[MovableVm], placed: Mapping[str, str]) -> None:
-        self.members: dict[object, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    def __init__(
+        self,
+        fleet: Fleet,
+        vms: Sequence[MovableVm],
+        placed: Mapping[str, str],
+        known: Mapping[UUID, Mapping[str, int]] | None,
+    ) -> None:
+        self.members: dict[UUID, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.fleet = fleet
+        if known is not None:
+            for group_id, members in known.items():
+                self.members[group_id].update(members)
+            return
         for vm in vms:
             if vm.group is not None:
                 domain = self._domain(vm.group, placed[vm.request.vm_id])
@@ -187,15 +199,19 @@ def plan_rebalance(
     *,
     max_moves: int,
     hosts: Collection[str] | None = None,
+    group_members: Mapping[UUID, Mapping[str, int]] | None = None,
 ) -> Plan:
     """Up to ``max_moves`` moves among ``hosts`` (None: every host) for ``goal``, each decided on
-    ``fleet`` as the moves before it left it (the fleet is changed: pass a copy)."""
+    ``fleet`` as the moves before it left it (the fleet is changed: pass a copy). ``group_members``:
+    each server group's members per domain as the snapshot counts them (every member, moving or not);
+    None: counted from ``vms``."""
     selected = None if hosts is None else frozenset(hosts)
     outside = frozenset() if selected is None else frozenset(fleet.host_ids) - selected
     placed = {vm.request.vm_id: vm.host_id for vm in vms}
     movable = [vm for vm in vms if selected is None or vm.host_id in selected]
     before = fleet_score(fleet, goal, context, selected)
-    planner = _Planner(fleet, movable, placed, goal, context, selected, outside)
+    groups = _Groups(fleet, vms, placed, group_members)
+    planner = _Planner(fleet, movable, placed, groups, goal, context, selected, outside)
     if goal is Goal.SPREAD:
         planner.spread(max_moves)
     else:
@@ -209,6 +225,7 @@ class _Planner:
         fleet: Fleet,
         vms: Sequence[MovableVm],
         placed: dict[str, str],
+        groups: _Groups,
         goal: Goal,
         context: DecisionContext,
         selected: frozenset[str] | None,
@@ -216,7 +233,7 @@ class _Planner:
     ) -> None:
         self.fleet, self.goal, self.context, self.selected, self.outside = fleet, goal, context, selected, outside
         self.placed = placed
-        self.groups = _Groups(fleet, vms, placed)
+        self.groups = groups
         self.on_host: dict[str, list[MovableVm]] = defaultdict(list)
         for vm in vms:
             self.on_host[vm.host_id].append(vm)

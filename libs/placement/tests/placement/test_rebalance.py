@@ -173,3 +173,15 @@ def test_a_plan_applied_move_by_move_keeps_every_hard_rule_and_reaches_its_promi
         assert plan.score_after <= plan.score_before + 1e-9
     else:
         assert plan.score_after >= plan.score_before
+
+
+def test_group_members_the_snapshot_counts_keep_a_host_off_limits_even_without_a_movable_member_there() -> None:
+    rule = GroupRule(UUID(int=1), GroupPolicy.ANTI_AFFINITY, HOST_TOPOLOGY)
+    hosts = [capable(host(f"hv-0{i}")) for i in range(1, 4)]
+    vms = [movable("a", "hv-01", cpu=8, group=rule)] + [movable(f"x-{i}", "hv-01") for i in range(3)]
+    # A stopped member (not movable, not in ``vms``) holds hv-02: "a" may only go to hv-03.
+    known = {rule.id: {"hv-01": 1, "hv-02": 1}}
+    plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=50, group_members=known)
+    moved_a = [move for move in plan.moves if move.vm_id == "a"]
+    assert moved_a
+    assert all(move.target == "hv-03" for move in moved_a)

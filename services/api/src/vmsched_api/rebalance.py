@@ -14,9 +14,10 @@ from typing import Annotated
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
-from vmsched_api.whatif import decision_context, default_strategy, live_fleet
+from vmsched_api.whatif import SnapshotUnavailable, decision_context, default_strategy, live_fleet
 from vmsched_common.db.rebalance import RebalanceStore, StoredMove, StoredPlan
 from vmsched_common.messages import HostSelector, HostSelectorTerm
 from vmsched_common.rebalance_apply import MoveProgress, MoveState, PlanState
@@ -121,7 +122,21 @@ async def create_plan(services: Services, body: PlanRequest) -> StoredPlan:
     hosts = None
     if body.host_selector:
         hosts = [host.id for host in fleet if all(holds(term, host.labels) for term in body.host_selector)]
-    plan = plan_rebalance(fleet, vms, body.goal, decision_context(services), max_moves=body.max_moves, hosts=hosts)
+    try:
+        # Every member of the groups, whatever its status (a stopped one holds its domain too), as
+        # the schedulers count them.
+        members = await services.snapshot.group_members(sorted(rules))
+    except (RedisError, OSError) as error:
+        raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
+    plan = plan_rebalance(
+        fleet,
+        vms,
+        body.goal,
+        decision_context(services),
+        max_moves=body.max_moves,
+        hosts=hosts,
+        group_members=members,
+    )
     return await store.create(
         goal=body.goal.value,
         max_moves=body.max_moves,

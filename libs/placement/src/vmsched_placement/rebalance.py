@@ -184,6 +184,8 @@ def move_refusal(
     source_host = fleet.host(source)
     if source_host is None or source_host.status != ONLINE:
         return f"source {source} is not online"
+    if not source_host.can_migrate:
+        return f"source {source} cannot migrate VMs (its agent does not declare the 'migrate' capability)"
     request = migration_request(vm, source, group, Strategy.BEST_FIT, target=target)
     found = verdict(fleet, request, context, target)
     if found is None:
@@ -242,8 +244,8 @@ class _Planner:
 
     def _target(self, vm: MovableVm, source: str, strategy: Strategy, exclude: Collection[str]) -> str | None:
         source_host = self.fleet.host(source)
-        if source_host is None or source_host.status != ONLINE:
-            return None
+        if source_host is None or source_host.status != ONLINE or not source_host.can_migrate:
+            return None  # only an online host whose agent can migrate hands a VM over
         request = migration_request(
             vm, source, self.groups.without(vm, source), strategy, exclude=self.outside | frozenset(exclude)
         )
@@ -332,7 +334,7 @@ class _Planner:
             host = fleet.host_at(int(row))
             if host.vm_count == 0:
                 empty.add(host.id)
-            elif host.status == ONLINE and len(self.on_host.get(host.id, ())) == host.vm_count:
+            elif host.status == ONLINE and host.can_migrate and len(self.on_host.get(host.id, ())) == host.vm_count:
                 sources.append((host.vm_count, host.id))
         sources.sort()
         tries = PACK_TRIES_PER_MOVE * max_moves

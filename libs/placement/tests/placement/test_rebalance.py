@@ -77,12 +77,15 @@ def test_spread_moves_vms_off_the_busiest_host_and_lowers_the_deviation() -> Non
     replay(hosts, vms, plan, Goal.SPREAD)
 
 
-def test_spread_never_moves_to_a_host_that_cannot_migrate() -> None:
+def test_spread_never_moves_to_or_from_a_host_that_cannot_migrate() -> None:
     hosts = [capable(host("hv-01")), host("hv-02")]
     vms = [movable(f"vm-{i}", "hv-01") for i in range(4)]
     plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=50)
     assert plan.moves == ()
     assert plan.score_after == plan.score_before
+    stuck = [host("hv-01"), capable(host("hv-02"))]
+    plan = plan_rebalance(fleet_with(stuck, vms), vms, Goal.SPREAD, context(), max_moves=50)
+    assert plan.moves == ()
 
 
 def test_spread_keeps_anti_affinity() -> None:

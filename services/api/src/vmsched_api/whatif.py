@@ -46,7 +46,7 @@ class SnapshotUnavailable(Exception):
     """Redis did not answer: there is no live state to ask about."""
 
 
-async def _fleet(services: Services) -> Fleet:
+async def live_fleet(services: Services) -> Fleet:
     try:
         _, records = await services.snapshot.read_all()
     except (RedisError, OSError) as error:
@@ -54,7 +54,7 @@ async def _fleet(services: Services) -> Fleet:
     return Fleet.from_hosts(to_host_state(record) for record in records.values())
 
 
-def _context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
+def decision_context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
     settings = services.settings
     return DecisionContext(
         now=time.time(),
@@ -87,7 +87,7 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
 
 async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:
     """Each VM of ``body`` decided in order on a copy of the live fleet, each booked before the next."""
-    fleet = await _fleet(services)
+    fleet = await live_fleet(services)
     unknown = sorted({host_id for host_id in body.without_hosts if host_id not in fleet})
     if unknown:
         raise UnknownHosts(unknown)
@@ -100,7 +100,7 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
         cursor = await services.snapshot.peek_round_robin()
     except (RedisError, OSError) as error:
         raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
-    outcomes = simulate(fleet, requests, _context(services, cursor=cursor, seed=body.seed))
+    outcomes = simulate(fleet, requests, decision_context(services, cursor=cursor, seed=body.seed))
     placements = [
         SimulatedVm(
             index=index,
@@ -131,8 +131,8 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
 
 async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
     """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
-    fleet = await _fleet(services)
-    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), _context(services))
+    fleet = await live_fleet(services)
+    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), decision_context(services))
     zones: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
     for room in rooms:
         zone = zones[room.zone]

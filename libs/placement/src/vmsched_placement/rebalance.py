@@ -338,8 +338,12 @@ class _Planner:
                 sources.append((host.vm_count, host.id))
         sources.sort()
         tries = PACK_TRIES_PER_MOVE * max_moves
-        for vm_count, source in sources:
-            if tries <= 0 or len(self.moves) + vm_count > max_moves:
+        # Hosts that took a VM in this plan: emptying one later would move that VM twice (and its
+        # count is no longer the one sorted on).
+        filled: set[str] = set()
+        for _, source in sources:
+            vm_count = len(self.on_host.get(source, ()))
+            if tries <= 0 or source in filled or len(self.moves) + vm_count > max_moves:
                 continue
             tries -= 1
             done: list[tuple[MovableVm, str]] = []
@@ -354,6 +358,7 @@ class _Planner:
                     self._move(vm, target, source)
                 continue
             empty.add(source)
+            filled.update(target for _, target in done)
             score = fleet_score(fleet, self.goal, self.context, self.selected)
             for position, (vm, target) in enumerate(done, start=1):
                 # The host is emptied by its last move: the gain is that move's.

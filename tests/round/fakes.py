@@ -17,8 +17,8 @@ from vmsched_common.migration import no_target, target_claimed
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
 from vmsched_common.vm_changes import preempted
-from vmsched_placement.inputs import demand_of, to_host_state
 from vmsched_placement import Fleet
+from vmsched_placement.inputs import demand_of, to_host_state
 from vmsched_placement.preemption import Resident
 from vmsched_scheduler.ports import (
     Committed,

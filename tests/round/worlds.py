@@ -23,10 +23,10 @@ from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot, target_claim_id
+from vmsched_placement import Fleet, Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
-from vmsched_placement import Fleet, Weights
 from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
 from vmsched_scheduler.round import RoundSettings
 

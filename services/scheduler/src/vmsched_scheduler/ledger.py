@@ -40,9 +40,6 @@ from vmsched_placement.model import extras_of
 from vmsched_placement.preemption import Resident
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.migration_ledger import settle_migrations
-from vmsched_placement import Demand
-from vmsched_placement.model import extras_of
-from vmsched_placement.preemption import Resident
 from vmsched_scheduler.ports import (
     Committed,
     MigrationSettlement,

@@ -27,10 +27,11 @@ from vmsched_common.lifecycle import Task
 from vmsched_common.messages import VmMigrate, VmMigrating, VmMigrationFailed
 from vmsched_common.migration import in_flight
 from vmsched_common.snapshot import target_claim_id
-from vmsched_scheduler.groups import RoundGroups
-from vmsched_scheduler.metrics import CLAIM_CONFLICTS
 from vmsched_placement import NO_AVAILABLE_AGENTS, DecisionContext, rejected_examples, verdict
 from vmsched_placement.filters import MigrationFilter
+from vmsched_placement.whatif import unplaced_detail
+from vmsched_scheduler.groups import RoundGroups
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS
 from vmsched_scheduler.ports import Committed, NoTarget, TargetClaim
 from vmsched_scheduler.round import (
     Ignored,
@@ -38,7 +39,6 @@ from vmsched_scheduler.round import (
     RoundItem,
     SchedulingRound,
     _Choice,
-    _detail,
     _Open,
     _placement_request,
     _record,
@@ -185,7 +185,7 @@ class MigrationRound(SchedulingRound):
         move = choice.work.move
         assert move is not None
         decision = choice.decision
-        reason, detail = decision.reason or NO_AVAILABLE_AGENTS, _detail(decision)
+        reason, detail = decision.reason or NO_AVAILABLE_AGENTS, unplaced_detail(decision)
         context = DecisionContext(
             now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
         )

@@ -66,7 +66,7 @@ def test_every_decision_rebuilt_from_its_checkpoint_decides_the_same(hosts: list
         if decision.host_id is not None:
             fleet.allocate(decision.host_id, request.demand)  # the round's booking, before the next decision
     entries = [entry for entry, _, _ in made]
-    for position, (entry, seen, decision) in enumerate(made):
+    for position, (_entry, seen, decision) in enumerate(made):
         start = max(i for i in range(position + 1) if entries[i].checkpoint)
         inputs = rebuild([e.body for e in entries[start : position + 1]], "vm", "vm")
         assert list(inputs.fleet) == seen

@@ -89,7 +89,18 @@ def v1_router() -> APIRouter:
     """Every /v1 route: authenticated by the router itself, each naming its scope."""
     v1 = APIRouter(prefix=V1, dependencies=[Depends(authenticate)], responses=V1_RESPONSES)
     for feature in (
-        vms, hosts, drains, summary, server_groups, settings_routes, projects, tokens, audit, reservations, whatif, event_stream
+        vms,
+        hosts,
+        drains,
+        summary,
+        server_groups,
+        settings_routes,
+        projects,
+        tokens,
+        audit,
+        reservations,
+        whatif,
+        event_stream,
     ):
         v1.include_router(feature.router)
     return v1

@@ -101,6 +101,7 @@ async def test_every_decision_of_four_replicas_replays_to_the_same_host_and_scor
         )
     finally:
         await conn.close()
+    assert row is not None
     per_decision = row["bytes"] / row["entries"]
     print(
         f"replay: {VMS} VMs, {len(replicas)} replicas, {row['entries']} journal entries ({row['cps']} checkpoints), "

@@ -19,8 +19,10 @@ from libs.placement.tests.placement.support import (
 )
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.settings import Strategy
-from vmsched_placement import Demand, Fleet, decide
+from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
 from vmsched_placement.journal import Journal, rebuild, seeded, unpack
+
+Step = tuple[list[tuple[str, object]], PlacementRequest, DecisionContext, bool]
 
 
 @st.composite
@@ -43,7 +45,9 @@ def steps(draw: st.DrawFn) -> list[tuple[str, object]]:
     st.lists(st.tuples(steps(), placement_requests(), contexts(), st.booleans()), min_size=1, max_size=12),
     st.integers(1, 5),
 )
-def test_every_decision_rebuilt_from_its_checkpoint_decides_the_same(hosts: list, decisions: list, every: int) -> None:
+def test_every_decision_rebuilt_from_its_checkpoint_decides_the_same(
+    hosts: list[HostState], decisions: list[Step], every: int
+) -> None:
     fleet = Fleet.from_hosts(hosts)
     first = decisions[0][2]
     journal = Journal(first.weights, TIMEOUT, checkpoint_every=every)
@@ -51,7 +55,8 @@ def test_every_decision_rebuilt_from_its_checkpoint_decides_the_same(hosts: list
     for number, (changes, request, context, grouped) in enumerate(decisions):
         for kind, what in changes:
             if kind == "upsert":
-                fleet.upsert(what)  # type: ignore[arg-type]
+                assert isinstance(what, HostState)
+                fleet.upsert(what)
             elif kind == "remove":
                 fleet.remove(str(what))
             elif str(what) in fleet:

@@ -4,11 +4,12 @@ A decision reads the fleet (every host's :class:`HostState`), the request and th
 instant, the settings, the round-robin cursor, the randomness). Storing the fleet with every decision
 would cost a host's row times the fleet's size; instead each scheduler replica writes a chain of
 entries: a *checkpoint* (every host whole, and the replica's settings) every
-:data:`CHECKPOINT_EVERY` entries, and between two, per decision, only the fields of the hosts that
-changed since the replica's previous decision (its own bookings, the other replicas' claims it has
-read, heartbeats), with the request, the instant, the cursor and the seed. A decision's inputs are
-its checkpoint with the entries after it applied in order (:func:`rebuild`), so a replay decides on
-the very fleet the replica decided on, the bookings of the round's earlier VMs included.
+:data:`CHECKPOINT_EVERY` entries or the fleet's size if larger, and between two, per decision, only
+the fields of the hosts that changed since the replica's previous decision (its own bookings, the
+other replicas' claims it has read, heartbeats), with the request, the instant, the cursor and the
+seed. A decision's inputs are its checkpoint with the entries after it applied in order
+(:func:`rebuild`), so a replay decides on the very fleet the replica decided on, the bookings of
+the round's earlier VMs included.
 
 Pure: the scheduler feeds :class:`Journal` and stores what it returns; the API rebuilds and decides.
 An entry is JSON compressed with zlib (:func:`pack`).
@@ -27,7 +28,7 @@ from uuid import UUID
 from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
-from vmsched_placement.fleet import Fleet
+from vmsched_placement.fleet import Fleet, FleetColumns
 from vmsched_placement.model import (
     DecisionContext,
     Demand,
@@ -41,8 +42,8 @@ from vmsched_placement.model import (
 )
 from vmsched_placement.taint_rules import Taint, Toleration
 
-# Entries between two checkpoints: a replay applies at most this many deltas; a checkpoint costs
-# the whole fleet once, shared by this many decisions.
+# Entries between two checkpoints, at least (and at least the fleet's size): a replay applies at most
+# that many deltas; a checkpoint costs the whole fleet once, shared by that many decisions.
 CHECKPOINT_EVERY = 512
 
 _HOST_FIELDS = tuple(f.name for f in fields(HostState))
@@ -149,41 +150,73 @@ class Entry:
 
 class Journal:
     """One replica's chain. :meth:`note` is called with the fleet as the engine is about to read it
-    (the round's earlier bookings on it); the fleet's hosts are immutable values replaced on every
-    change, so finding what changed since the last entry compares references, and only the changed
-    hosts are encoded."""
+    (the round's earlier bookings on it). The fleet's columns keep the ids of the hosts written since
+    the last entry (:attr:`FleetColumns.touched`), so an entry costs the hosts that changed, not the
+    fleet; only a new copy of the fleet (a full read) is compared host by host, by reference first
+    (host values are replaced on every change), then field by field for those replaced."""
 
-    def __init__(self, weights: Weights, offline_timeout: float, *, checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+    def __init__(
+        self,
+        weights: Weights,
+        offline_timeout: float,
+        *,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+        at_least_fleet: bool = True,
+    ) -> None:
         self._settings = [weights.cpu, weights.memory, weights.disk, offline_timeout]
         self._every = checkpoint_every
+        self._at_least_fleet = at_least_fleet  # tests turn it off to checkpoint often on small fleets
         self._seq = 0
-        self._since_checkpoint = checkpoint_every  # the first entry is a checkpoint
+        self._since_checkpoint = 0
+        self._must_checkpoint = True  # the first entry is a checkpoint
         self._seen: dict[str, tuple[HostState, list[Json]]] = {}
+        self._columns: FleetColumns | None = None  # the fleet's columns at the last entry
 
     def restart(self) -> None:
         """The chain's last entries were lost (their write failed): the next entry is a checkpoint."""
-        self._since_checkpoint = self._every
+        self._must_checkpoint = True
 
     def note(self, fleet: Fleet, request: PlacementRequest, context: DecisionContext, seed: int | None) -> Entry:
         self._seq += 1
-        checkpoint = self._since_checkpoint >= self._every
+        # At least one host's worth of decisions between checkpoints: a checkpoint then costs each
+        # decision about one host's row, whatever the fleet's size.
+        checkpoint = self._must_checkpoint or self._since_checkpoint >= max(
+            self._every, len(fleet) if self._at_least_fleet else 0
+        )
+        self._must_checkpoint = False
         self._since_checkpoint = 1 if checkpoint else self._since_checkpoint + 1
         hosts: dict[str, Json] = {}
         seen = self._seen
-        current = fleet.columns.hosts
-        for host in current:
-            known = seen.get(host.id)
-            if known is not None and known[0] is host and not checkpoint:
-                continue
-            row = encode_host(host)
-            if checkpoint or known is None:
-                hosts[host.id] = row
-            elif row != known[1]:
-                hosts[host.id] = {str(i): v for i, (v, old) in enumerate(zip(row, known[1], strict=True)) if v != old}
-            seen[host.id] = (host, row)
-        gone = [] if len(seen) == len(current) else sorted(set(seen) - set(fleet.columns.ids))
+        columns = fleet.columns
+        if checkpoint or columns is not self._columns:
+            # Another copy of the fleet (a full read replaced it): every host compared once.
+            candidates: list[str] = list(columns.ids)
+            gone = sorted(set(seen) - set(columns.ids))
+        else:
+            candidates = sorted(columns.touched)
+            gone = [host_id for host_id in candidates if host_id in seen and fleet.host(host_id) is None]
+        columns.touched = set()
+        self._columns = columns
         for host_id in gone:
             del seen[host_id]
+        for host_id in candidates:
+            host = fleet.host(host_id)
+            if host is None:
+                continue
+            known = seen.get(host_id)
+            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
+            if known is not None and (known[0] is host or known[0] == host):
+                if not checkpoint:
+                    seen[host_id] = (host, known[1])
+                    continue
+                row = known[1]
+            else:
+                row = encode_host(host)
+            if checkpoint or known is None:
+                hosts[host_id] = row
+            elif row != known[1]:
+                hosts[host_id] = {str(i): v for i, (v, old) in enumerate(zip(row, known[1], strict=True)) if v != old}
+            seen[host_id] = (host, row)
         entry: dict[str, Json] = {
             "h": hosts,
             "r": encode_request(request),

@@ -50,7 +50,7 @@ def test_every_decision_rebuilt_from_its_checkpoint_decides_the_same(
 ) -> None:
     fleet = Fleet.from_hosts(hosts)
     first = decisions[0][2]
-    journal = Journal(first.weights, TIMEOUT, checkpoint_every=every)
+    journal = Journal(first.weights, TIMEOUT, checkpoint_every=every, at_least_fleet=False)
     made = []
     for number, (changes, request, context, grouped) in enumerate(decisions):
         for kind, what in changes:

@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-cluster test-fast lint format bench bench-placement servers clean asyncapi docs
+.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement servers clean asyncapi docs
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -20,8 +20,11 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
-test: .venv/.synced servers ## the whole suite on the real servers (but the tests that run servers of their own)
-	$(PY) -m pytest -m "not own_servers"
+test: .venv/.synced servers ## the suite on the real servers, but the long multi-stack runs (test-faults) and the servers of their own (test-cluster)
+	$(PY) -m pytest -m "not own_servers and not slow"
+
+test-faults: .venv/.synced servers ## kill -9, SIGTERM, a Redis flush, a broker restart, four-scheduler races, two cells: whole stacks mid-run (CI runs it after make test)
+	$(PY) -m pytest -m "slow and not own_servers"
 
 test-cluster: .venv/.synced servers ## servers of their own: a three-node RabbitMQ cluster loses a node, Redis and PostgreSQL restart mid-run (CI runs it after make test)
 	$(PY) -m pytest -m own_servers -s -p no:logging tests/faults/test_cluster.py tests/faults/test_restarts.py
@@ -32,7 +35,7 @@ test-fast: .venv/.synced ## unit and property tests only (no servers)
 lint: .venv/.synced ## ruff + mypy --strict
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy libs/common/src libs/placement/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src services/router/src
+	.venv/bin/mypy libs/contract/src libs/client/src libs/common/src libs/placement/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src services/router/src
 	.venv/bin/mypy tests devtools bench libs/placement/tests services/scheduler/tests
 
 format: .venv/.synced

@@ -27,7 +27,8 @@ from tests.servers import Servers, drop_database, provide_servers
 from vmsched_agent.hosts import generate_hosts
 from vmsched_common.messages import Resources
 
-pytestmark = pytest.mark.integration
+# Two whole installations and a router: minutes, so with the fault runs (make test-faults).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOKEN = "cells-" + uuid.uuid4().hex + uuid.uuid4().hex  # valid in both cells: their bootstrap token
 

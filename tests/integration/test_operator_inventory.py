@@ -101,6 +101,14 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
                 timeout=30,
                 what="the restarted agent heard from",
             )
+            # PostgreSQL (what GET /v1/hosts shows) hears the new agent before the schedulers' Redis
+            # snapshot does: a VM asked in between would find the host still offline there.
+            await eventually(
+                lambda: api.get("/v1/capacity", params={"cpu": 6, "memory_mb": 1024, "disk_gb": 1}),
+                lambda r: any(h["host"] == host_id and h["fits"] >= 1 for h in r.json()["hosts"]),
+                timeout=30,
+                what="the restarted host taking the VM in the schedulers' snapshot",
+            )
             host = (await api.get(f"/v1/hosts/{host_id}")).json()
             assert host["labels"] == {"suite": suite, "tier": "gold"}
             assert host["overcommit"]["cpu"] == 2.0

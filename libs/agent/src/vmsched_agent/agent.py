@@ -29,7 +29,8 @@ from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, M
 from vmsched_common import topology
 from vmsched_common.amqp import poison_reason
 from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import (
+from vmsched_common.settings import default_settings
+from vmsched_contract.messages import (
     AgentCommand,
     AgentHeartbeat,
     Capability,
@@ -42,7 +43,6 @@ from vmsched_common.messages import (
     Usage,
     VmStatusReport,
 )
-from vmsched_common.settings import default_settings
 
 log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_agent")

@@ -17,9 +17,9 @@ from vmsched_agent.hosts import ALL_CAPABILITIES, HostSpec, Profile, generate_ho
 from vmsched_agent.simulator import FAILABLE_STEPS, SimulatedFleet
 from vmsched_common.agent_identity import AgentCredentials
 from vmsched_common.logs import configure_logging, get_logger
-from vmsched_common.messages import Overcommit, Resources
 from vmsched_common.settings import Settings, load_settings
 from vmsched_common.telemetry import setup_tracing
+from vmsched_contract.messages import Overcommit, Resources
 
 SERVICE = "vmsched-agent"
 log = get_logger("vmsched_agent.cli")

@@ -52,8 +52,8 @@ from vmsched_common import topology
 from vmsched_common.agent_identity import DEFAULT_VHOST, agent_username
 from vmsched_common.amqp import dead_letter, make_broker
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat, CommandAction, VmStatusReport
 from vmsched_common.settings import Settings
+from vmsched_contract.messages import AgentHeartbeat, CommandAction, VmStatusReport
 
 log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_agent")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat
+from vmsched_contract.messages import AgentHeartbeat
 
 log = get_logger(__name__)
 

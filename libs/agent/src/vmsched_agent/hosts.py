@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from vmsched_common.messages import Capability, HostId, Labels, Overcommit, Resources, Taint
+from vmsched_contract.messages import Capability, HostId, Labels, Overcommit, Resources, Taint
 
 # What a simulated host can do unless its spec says otherwise: everything.
 ALL_CAPABILITIES: tuple[str, ...] = tuple(c.value for c in Capability)

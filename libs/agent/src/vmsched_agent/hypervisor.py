@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from vmsched_common.messages import AgentCommand, Usage
+from vmsched_contract.messages import AgentCommand, Usage
 
 
 @runtime_checkable

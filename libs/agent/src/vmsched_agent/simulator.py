@@ -24,7 +24,8 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_common.amqp import make_broker
 from vmsched_common.fit import shortfalls
 from vmsched_common.logs import get_logger
-from vmsched_common.messages import (
+from vmsched_common.settings import Settings, default_settings
+from vmsched_contract.messages import (
     ZERO,
     AgentCommand,
     CommandAction,
@@ -33,7 +34,6 @@ from vmsched_common.messages import (
     Usage,
     VmStatusReport,
 )
-from vmsched_common.settings import Settings, default_settings
 
 log = get_logger(__name__)
 

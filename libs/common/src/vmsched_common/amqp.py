@@ -14,17 +14,16 @@ import asyncio
 import functools
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aio_pika
 import aiormq
-import redis.exceptions
 from faststream import BaseMiddleware
 from faststream.message import StreamMessage
 from faststream.rabbit import RabbitBroker, RabbitQueue
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from vmsched_common import topology
 from vmsched_common.amqp_channels import plain_channel
@@ -50,11 +49,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
     OSError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    OperationalError,
-    InterfaceError,
     aiormq.exceptions.AMQPConnectionError,
     aiormq.exceptions.ChannelInvalidStateError,
 )
@@ -67,13 +61,30 @@ RETRYABLE_SQLSTATES = frozenset({"40P01", "40001", "57P01", "57P02", "57P03"})
 
 
 def is_transient(error: BaseException) -> bool:
-    if isinstance(error, DBAPIError):
-        if error.connection_invalidated:
+    return isinstance(error, TRANSIENT_ERRORS) or _is_transient_database_or_redis(error)
+
+
+def _is_transient_database_or_redis(error: BaseException) -> bool:
+    # Asked only of a process that loaded SQLAlchemy or redis (no other can raise their errors): an
+    # agent, whose SDK shares this module, installs neither.
+    if "sqlalchemy" in sys.modules:
+        from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+        if isinstance(error, DBAPIError):
+            if error.connection_invalidated:
+                return True
+            sqlstate = getattr(error.orig, "sqlstate", None)
+            if isinstance(sqlstate, str) and (sqlstate in RETRYABLE_SQLSTATES or sqlstate.startswith("08")):
+                return True
+        if isinstance(error, OperationalError | InterfaceError):
             return True
-        sqlstate = getattr(error.orig, "sqlstate", None)
-        if isinstance(sqlstate, str) and (sqlstate in RETRYABLE_SQLSTATES or sqlstate.startswith("08")):
-            return True
-    return isinstance(error, TRANSIENT_ERRORS)
+    if "redis" in sys.modules:
+        import redis.exceptions
+
+        return isinstance(
+            error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | redis.exceptions.BusyLoadingError
+        )
+    return False
 
 
 def poison_reason(error: BaseException) -> str | None:

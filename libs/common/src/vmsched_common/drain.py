@@ -14,21 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from uuid import UUID
 
 from vmsched_common import migration
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import VmStatus
+from vmsched_contract.status import DrainState as DrainState
 
 # A VM whose migration failed is tried again after this many seconds (the fleet may have made room).
 RETRY_AFTER = 15.0
-
-
-class DrainState(StrEnum):
-    DRAINING = "draining"  # VMs left on the host; migrations being started
-    DRAINED = "drained"  # nothing holds a share of the host: it may be patched, rebooted, removed
-    TIMED_OUT = "timed_out"  # the deadline passed with VMs left (listed as stuck); nothing new starts
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,24 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from uuid import UUID
 
-
-class GroupPolicy(StrEnum):
-    ANTI_AFFINITY = "anti-affinity"
-    AFFINITY = "affinity"
-    SPREAD = "spread"
-    SOFT_ANTI_AFFINITY = "soft-anti-affinity"
-    SOFT_AFFINITY = "soft-affinity"
-
+from vmsched_contract.groups import HOST_TOPOLOGY as HOST_TOPOLOGY
+from vmsched_contract.groups import GroupPolicy as GroupPolicy
 
 HARD_POLICIES = frozenset({GroupPolicy.ANTI_AFFINITY, GroupPolicy.AFFINITY, GroupPolicy.SPREAD})
 SOFT_POLICIES = frozenset({GroupPolicy.SOFT_ANTI_AFFINITY, GroupPolicy.SOFT_AFFINITY})
-
-# The topology key that makes every host a domain of its own (not a label: a label named "host" is
-# not consulted).
-HOST_TOPOLOGY = "host"
 
 # The reason names users see: in rejections, refused claims and an unschedulable VM's reason.
 SERVER_GROUP = "server_group"

@@ -21,33 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class VmStatus(StrEnum):
-    PENDING = "pending"  # accepted; waiting for a scheduler
-    SCHEDULED = "scheduled"  # placed on a host; its agent has not confirmed it yet
-    RUNNING = "running"  # its agent runs it
-    UNKNOWN = "unknown"  # its host is silent (offline): presumed running, capacity kept
-    DELETING = "deleting"  # its agent was told to delete it
-    DELETED = "deleted"
-    FAILED = "failed"
-    UNSCHEDULABLE = "unschedulable"  # no host could take it
-    WAITING = "waiting"  # no host can take it yet; it may wait (wait_s) for room to appear
-    PREEMPTED = "preempted"  # a VM of higher priority took its room; its agent is told to delete it
-    MIGRATING = "migrating"  # moving to another host: runs on its source until the target runs it
-    STOPPED = "stopped"  # powered off on its host, which keeps its room (as Nova does)
-
-
-class Task(StrEnum):
-    """What vmsched has asked of an agent for a VM and awaits (Nova's task_state); None: nothing."""
-
-    STOPPING = "stopping"  # stopped: its agent was told to stop it and has not confirmed
-    STARTING = "starting"  # running: its agent was told to start it and has not confirmed
-    CHOOSING_TARGET = "choosing_target"  # migrating: a scheduler chooses and claims the target
-    PREPARING = "preparing"  # migrating: the target claimed, its agent told to prepare
-    HANDING_OVER = "handing_over"  # migrating: the target prepared, the source told to hand the VM over
-    FINISHING = "finishing"  # migrating: the source handed over, the target told to take the VM
-    ROLLING_BACK = "rolling_back"  # running: a migration rolled back after the hand-over began; the source
-    # was told to keep (or resume) the VM
+from vmsched_contract.status import Task as Task
+from vmsched_contract.status import VmStatus as VmStatus
 
 
 class Event(StrEnum):

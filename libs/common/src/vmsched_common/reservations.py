@@ -16,13 +16,8 @@ from __future__ import annotations
 import uuid
 from enum import StrEnum
 
-
-class ReservationStatus(StrEnum):
-    PENDING = "pending"  # accepted; no scheduler has placed it yet
-    HELD = "held"  # its slots are placed: the room is held (used says how much a VM took)
-    UNSCHEDULABLE = "unschedulable"  # its slots fit nowhere (all or nothing); the reason is kept
-    EXPIRED = "expired"  # ends_at passed: what was still held went back to the hosts
-    RELEASED = "released"  # DELETE /v1/reservations/{id}: the same, asked for
+# Defined in the contract: the API's Reservation body (and the client library) carries it.
+from vmsched_contract.status import ReservationStatus as ReservationStatus
 
 
 class SlotStatus(StrEnum):

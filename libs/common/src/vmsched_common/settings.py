@@ -31,15 +31,9 @@ from pydantic import (
 from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-class Strategy(StrEnum):
-    """How a scheduler picks one host among those that pass every filter."""
-
-    LEAST_LOADED = "least_loaded"
-    BEST_FIT = "best_fit"
-    ROUND_ROBIN = "round_robin"
-    RANDOM = "random"
-    LEAST_UTILIZED = "least_utilized"
+from vmsched_contract.strategy import MAX_WAIT_S as MAX_WAIT_S
+from vmsched_contract.strategy import Strategy as Strategy
+from vmsched_contract.strategy import valid_strategies as valid_strategies
 
 
 class OrphanPolicy(StrEnum):
@@ -62,17 +56,11 @@ class AgentAuth(StrEnum):
 MANAGEMENT_PORTS = {"amqp": ("http", 15672), "amqps": ("https", 15671)}
 
 
-def valid_strategies() -> str:
-    return ", ".join(s.value for s in Strategy)
-
-
 ENV_PREFIX = "VMSCHED_"
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
 # One RabbitMQ node, or several of one cluster (vmsched_common.amqp_nodes), amqp or amqps.
 AmqpUrl = Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["amqp", "amqps"], host_required=True)]
-# The longest a VM may wait for room (wait_s): a week.
-MAX_WAIT_S = 7 * 24 * 3600
 Weight = Annotated[float, Field(ge=0, le=1)]
 # libpq's sslmode values (``?sslmode=require`` on VMSCHED_DATABASE_URL); asyncpg takes the same names.
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")

@@ -18,14 +18,12 @@ machine: 211 s recording every span, 149 s without tracing).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -34,6 +32,10 @@ from opentelemetry.trace import Link, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
 from vmsched_common.settings import Settings
+
+if TYPE_CHECKING:
+    # The instrumentations are the services' (vmsched-common's server extra), not an agent's.
+    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 # Paths the HTTP instrumentation leaves alone: probes and scrapes would drown the real requests.
 UNTRACED_PATHS = "healthz,readyz,metrics"
@@ -121,8 +123,18 @@ def setup_tracing(service: str, settings: Settings) -> TracerProvider | None:
 
 
 def _instrumentors() -> tuple[BaseInstrumentor, ...]:
-    # Each is a singleton: these are the process-wide instances.
-    return RedisInstrumentor(), AsyncPGInstrumentor()  # type: ignore[no-untyped-call]
+    # Imported here, and only where installed (vmsched-common's server extra): they import redis and
+    # asyncpg, which an agent (sharing this module) has not.
+    found: list[BaseInstrumentor] = []
+    with contextlib.suppress(ImportError):
+        from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+        found.append(RedisInstrumentor())  # each is a singleton: the process-wide instance
+    with contextlib.suppress(ImportError):
+        from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+
+        found.append(AsyncPGInstrumentor())  # type: ignore[no-untyped-call]
+    return tuple(found)
 
 
 def instrument_libraries(provider: TracerProvider) -> None:

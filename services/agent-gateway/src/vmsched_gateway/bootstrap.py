@@ -14,6 +14,7 @@ from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
 from vmsched_common.db.drains import DrainStore
 from vmsched_common.db.engine import create_engine
+from vmsched_common.db.rebalance import RebalanceStore
 from vmsched_common.lean_consumer import LeanConsumer
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
@@ -29,6 +30,7 @@ from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.identity import MessageKind, Speakers
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
+from vmsched_gateway.rebalancing import RebalanceSweep
 from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
@@ -57,6 +59,7 @@ def build_app(settings: Settings) -> FastStream:
     fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
     tasks = Tasks(TaskStore(engine), snapshot, publisher, queues)
     drains = DrainSweep(DrainStore(engine), publisher)
+    rebalances = RebalanceSweep(RebalanceStore(engine), publisher)
     reports = StatusReports(
         ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
         snapshot,
@@ -130,6 +133,7 @@ def build_app(settings: Settings) -> FastStream:
             tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
         )
         background.start(drains.forever())
+        background.start(rebalances.forever())
         if settings.agent_auth is AgentAuth.OFF:
             log.warning("VMSCHED_AGENT_AUTH=off: any broker user may send any host's heartbeats and VM reports")
         log.info("gateway ready", agent_auth=settings.agent_auth.value)

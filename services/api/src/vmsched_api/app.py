@@ -31,6 +31,7 @@ from vmsched_api.routes import (
     event_stream,
     hosts,
     projects,
+    rebalance,
     reservations,
     server_groups,
     summary,
@@ -100,6 +101,7 @@ def v1_router() -> APIRouter:
         audit,
         reservations,
         whatif,
+        rebalance,
         event_stream,
     ):
         v1.include_router(feature.router)

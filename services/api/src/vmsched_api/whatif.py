@@ -11,22 +11,27 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from typing import Annotated
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
 from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_common.decision import RejectedHost
-from vmsched_common.messages import HostId, VmToPlace
+from vmsched_common.messages import VmToPlace
 from vmsched_common.settings import Strategy
+from vmsched_contract.whatif import (
+    Capacity,
+    HostCapacity,
+    Shape,
+    SimulatedVm,
+    Simulation,
+    SimulationRequest,
+    ZoneCapacity,
+)
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request, to_host_state
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
-
-MAX_SIMULATED_VMS = 1000
 
 
 class UnknownHosts(Exception):
@@ -37,80 +42,11 @@ class UnknownHosts(Exception):
         self.host_ids = host_ids
 
 
-class SimulationRequest(BaseModel):
-    """VMs to place in imagination, in order, on the fleet as it is now (less ``without_hosts``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    vms: Annotated[list[VmRequest], Field(min_length=1, max_length=MAX_SIMULATED_VMS)]
-    without_hosts: Annotated[list[HostId], Field(max_length=100_000)] = Field(
-        default_factory=list, description="leave these hosts out, as if they were gone (a decommission, a failure)"
-    )
-    strategy: Strategy | None = Field(
-        default=None, description="in place of the cluster's default strategy (a VM's own strategy still wins)"
-    )
-    seed: int | None = Field(
-        default=None, description="seed of the randomness strategy 'random' draws from (omitted: a fresh one)"
-    )
-
-
-class SimulatedVm(BaseModel):
-    """Where one VM would land, or why it would not, in the words of a decision record."""
-
-    index: int = Field(description="its position in the request's vms")
-    name: str
-    strategy: Strategy
-    host: str | None = Field(description="the host it would land on; null when no host would take it")
-    score: float | None = Field(description="the chosen host's score (lower is better); null for unscored strategies")
-    reason: str | None = Field(
-        description="when it would not fit: no_available_agents, or the rule that stopped the hosts that came closest"
-    )
-    detail: str | None
-    considered: int = Field(description="hosts in the fleet")
-    eligible: int = Field(description="hosts that passed every filter")
-    rejections: dict[str, int] = Field(description="rule -> hosts that rule rejected first")
-    examples: dict[str, list[RejectedHost]] = Field(description="when it would not fit: a few hosts per rule, why")
-
-
-class Simulation(BaseModel):
-    placements: list[SimulatedVm]
-    placed: int
-    unplaced: int
-    without_hosts: list[str]
-
-
-class HostCapacity(BaseModel):
-    host: str
-    zone: str | None = Field(description="the host's 'zone' label")
-    fits: int = Field(description="more VMs of the shape it takes")
-    refused_by: str | None = Field(description="when it takes none: the first rule that refuses it")
-
-
-class ZoneCapacity(BaseModel):
-    zone: str | None = Field(description="null: the hosts without a 'zone' label")
-    fits: int
-    hosts: int = Field(description="hosts of the zone that take at least one")
-
-
-class Shape(BaseModel):
-    cpu: int
-    memory_mb: int
-    disk_gb: int
-    gpu: int
-
-
-class Capacity(BaseModel):
-    shape: Shape
-    total: int = Field(description="more VMs of the shape the fleet takes")
-    zones: list[ZoneCapacity]
-    hosts: list[HostCapacity]
-
-
 class SnapshotUnavailable(Exception):
     """Redis did not answer: there is no live state to ask about."""
 
 
-async def _fleet(services: Services) -> Fleet:
+async def live_fleet(services: Services) -> Fleet:
     try:
         _, records = await services.snapshot.read_all()
     except (RedisError, OSError) as error:
@@ -118,7 +54,7 @@ async def _fleet(services: Services) -> Fleet:
     return Fleet.from_hosts(to_host_state(record) for record in records.values())
 
 
-def _context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
+def decision_context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
     settings = services.settings
     return DecisionContext(
         now=time.time(),
@@ -151,7 +87,7 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
 
 async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:
     """Each VM of ``body`` decided in order on a copy of the live fleet, each booked before the next."""
-    fleet = await _fleet(services)
+    fleet = await live_fleet(services)
     unknown = sorted({host_id for host_id in body.without_hosts if host_id not in fleet})
     if unknown:
         raise UnknownHosts(unknown)
@@ -164,7 +100,7 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
         cursor = await services.snapshot.peek_round_robin()
     except (RedisError, OSError) as error:
         raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
-    outcomes = simulate(fleet, requests, _context(services, cursor=cursor, seed=body.seed))
+    outcomes = simulate(fleet, requests, decision_context(services, cursor=cursor, seed=body.seed))
     placements = [
         SimulatedVm(
             index=index,
@@ -195,8 +131,8 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
 
 async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
     """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
-    fleet = await _fleet(services)
-    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), _context(services))
+    fleet = await live_fleet(services)
+    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), decision_context(services))
     zones: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
     for room in rooms:
         zone = zones[room.zone]

@@ -1,6 +1,6 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
 ``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations``, ``reservation_slots``,
-``host_drains`` and ``decision_journal`` tables.
+``host_drains``, ``rebalance_plans`` and ``decision_journal`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
 (``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
@@ -249,6 +249,29 @@ class HostDrainRow(Base):
     started: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     failures: Mapped[dict[str, dict[str, object]]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RebalancePlanRow(Base):
+    """A rebalancing plan (POST /v1/rebalance/plans; vmsched_placement.rebalance): what was asked, the
+    moves computed (``[{vm_id, from, to, gain}]``) with the fleet's score before and after them, and
+    once applied (``state`` applying, then done) each move's outcome in ``progress``
+    (``{vm_id: {state, migration, reason}}``)."""
+
+    __tablename__ = "rebalance_plans"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    goal: Mapped[str] = mapped_column(String(16))
+    max_moves: Mapped[int] = mapped_column(Integer)
+    host_selector: Mapped[list[dict[str, object]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    moves: Mapped[list[dict[str, object]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    score_before: Mapped[float] = mapped_column(Float)
+    score_after: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))
+    max_parallel: Mapped[int | None] = mapped_column(Integer)
+    progress: Mapped[dict[str, dict[str, object]]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 

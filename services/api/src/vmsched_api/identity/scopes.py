@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Scope(StrEnum):
-    VMS_READ = "vms:read"  # see the project's VMs, server groups, placements; its project's quota and usage
-    VMS_WRITE = "vms:write"  # create and delete the project's VMs and server groups
-    HOSTS_READ = "hosts:read"  # see the fleet and the scheduler settings
-    HOSTS_ADMIN = "hosts:admin"  # change and delete hosts (maintenance, labels, taints, ratios)
-    ADMIN = "admin"  # everything, every project: projects, quotas, tokens, settings, the audit trail
-
+from vmsched_contract.scopes import Scope as Scope
 
 # The scopes that grant each scope: itself, and those that include it.
 GRANTED_BY: dict[Scope, frozenset[Scope]] = {

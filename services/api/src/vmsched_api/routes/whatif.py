@@ -10,16 +10,8 @@ from fastapi import APIRouter, HTTPException, Query, status
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader, VmsReader
 from vmsched_api.schemas import refusals
-from vmsched_api.whatif import (
-    Capacity,
-    Shape,
-    Simulation,
-    SimulationRequest,
-    SnapshotUnavailable,
-    UnknownHosts,
-    fleet_capacity,
-    simulate_placements,
-)
+from vmsched_api.whatif import SnapshotUnavailable, UnknownHosts, fleet_capacity, simulate_placements
+from vmsched_contract.whatif import Capacity, Shape, Simulation, SimulationRequest
 
 router = APIRouter(tags=["what-if"], responses=refusals(503))
 

@@ -2,7 +2,7 @@
 of checkpoints and deltas (vmsched_placement.journal); GET /v1/vms/{id}/placement/replay rebuilds one
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-11-26
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0016"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

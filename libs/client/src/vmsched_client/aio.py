@@ -1,0 +1,349 @@
+"""The asyncio client: ``async with AsyncClient() as vmsched: await vmsched.create_vm(...)``; the
+same methods as :class:`vmsched_client.sync.Client`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+
+from vmsched_client import calls
+from vmsched_client._http import (
+    WaitTimeout,
+    decided,
+    http_options,
+    read_answer,
+    reconnect_delay,
+    refusal,
+    request_options,
+    stream_timeout,
+)
+from vmsched_client.calls import Call
+from vmsched_client.config import ClientConfig
+from vmsched_client.retry import RetryPolicy
+from vmsched_client.sse import Event, SseParser
+from vmsched_contract.api import (
+    AuditRecord,
+    Drain,
+    DrainRequest,
+    Host,
+    HostPatch,
+    Placement,
+    Project,
+    ProjectRequest,
+    Reservation,
+    ReservationRequest,
+    SchedulerSettingsView,
+    ServerGroup,
+    ServerGroupRequest,
+    Token,
+    TokenCreated,
+    TokenRequest,
+    Vm,
+    VmBatchRequest,
+    VmRequest,
+)
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """vmsched's HTTP API, typed with the models it serves (:mod:`vmsched_contract.api`).
+
+    The URL and the token come from the arguments, else ``VMSCHED_URL`` / ``VMSCHED_TOKEN``, else
+    ``~/.config/vmsched/config.toml``. A 429 or 503 is sent again (``retry``), after the server's
+    ``Retry-After``. A refusal raises the :class:`~vmsched_client.errors.ApiError` of its status."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        config: ClientConfig | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.config = config or ClientConfig.load(url, token)
+        self.retry = retry or RetryPolicy()
+        self._timeout = timeout
+        self._sleep = sleep
+        self._http = httpx.AsyncClient(transport=transport, **http_options(self.config, timeout))
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        """Send ``call``, again after a 429 or 503 while the retry policy allows; its answer read."""
+        attempt = 1
+        while True:
+            response = await self._http.request(call.method, call.path, **request_options(call))
+            delay = self.retry.delay(attempt, response.status_code, response.headers.get("Retry-After"))
+            if delay is None:
+                return read_answer(call, response)
+            await self._sleep(delay)
+            attempt += 1
+
+    # VMs
+
+    async def create_vm(self, request: VmRequest, *, idempotency_key: str | None = None) -> Vm:
+        return await self.send(calls.create_vm(request, idempotency_key))
+
+    async def create_vms(self, request: VmBatchRequest) -> list[Vm]:
+        return (await self.send(calls.create_vms(request))).items
+
+    async def get_vm(self, vm_id: UUID | str) -> Vm:
+        return await self.send(calls.get_vm(vm_id))
+
+    async def list_vms(
+        self,
+        *,
+        status: VmStatus | None = None,
+        hypervisor_id: str | None = None,
+        project: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Vm]:
+        """Every VM that matches, a page (``page_size``) fetched at a time as the iteration goes."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(
+                calls.vm_page(
+                    status=status, hypervisor_id=hypervisor_id, project=project, limit=page_size, cursor=cursor
+                )
+            )
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def get_placement(self, vm_id: UUID | str) -> Placement:
+        return await self.send(calls.get_placement(vm_id))
+
+    async def delete_vm(self, vm_id: UUID | str) -> Vm:
+        return await self.send(calls.delete_vm(vm_id))
+
+    async def migrate_vm(self, vm_id: UUID | str, target_host: str | None = None) -> Vm:
+        """Move a running VM to another host, live; ``target_host`` None: the scheduler chooses."""
+        return await self.send(calls.migrate_vm(vm_id, target_host))
+
+    async def stop_vm(self, vm_id: UUID | str) -> Vm:
+        """Power the VM off; it keeps its room on its host."""
+        return await self.send(calls.stop_vm(vm_id))
+
+    async def start_vm(self, vm_id: UUID | str) -> Vm:
+        return await self.send(calls.start_vm(vm_id))
+
+    async def wait_for_vm(
+        self,
+        vm_id: UUID | str,
+        *,
+        until: Callable[[Vm], bool] = decided,
+        timeout: float = 60.0,
+        interval: float = 0.5,
+        on_poll: Callable[[Vm], None] | None = None,
+    ) -> Vm:
+        """Poll the VM until ``until`` holds (default: a scheduler is done with it); raise
+        :class:`WaitTimeout` at ``timeout``. ``on_poll`` sees every state read (a progress bar)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            vm = await self.get_vm(vm_id)
+            if on_poll is not None:
+                on_poll(vm)
+            if until(vm):
+                return vm
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(vm, timeout)
+            await self._sleep(interval)
+
+    # Hosts
+
+    async def list_hosts(self) -> list[Host]:
+        return await self.send(calls.list_hosts())
+
+    async def get_host(self, host_id: str) -> Host:
+        return await self.send(calls.get_host(host_id))
+
+    async def update_host(self, host_id: str, patch: HostPatch) -> Host:
+        return await self.send(calls.update_host(host_id, patch))
+
+    async def pause_host(self, host_id: str) -> Host:
+        """Cordon: no new VM goes to the host; its VMs stay."""
+        return await self.update_host(host_id, HostPatch(scheduling_paused=True))
+
+    async def resume_host(self, host_id: str) -> Host:
+        """Uncordon: the host takes new VMs again."""
+        return await self.update_host(host_id, HostPatch(scheduling_paused=False))
+
+    async def delete_host(self, host_id: str) -> None:
+        await self.send(calls.delete_host(host_id))
+
+    async def drain_host(self, host_id: str, request: DrainRequest | None = None) -> Drain:
+        """Empty the host: paused, and (``evacuate``) every VM migrated away; GET it with get_drain."""
+        return await self.send(calls.drain_host(host_id, request))
+
+    async def get_drain(self, host_id: str) -> Drain:
+        return await self.send(calls.get_drain(host_id))
+
+    async def end_drain(self, host_id: str) -> None:
+        """End the host's drain: it takes new VMs again."""
+        await self.send(calls.end_drain(host_id))
+
+    async def scheduling_info(self, host_id: str) -> str:
+        return await self.send(calls.scheduling_info(host_id))
+
+    # Server groups
+
+    async def create_server_group(self, request: ServerGroupRequest) -> ServerGroup:
+        return await self.send(calls.create_server_group(request))
+
+    async def list_server_groups(self) -> list[ServerGroup]:
+        return await self.send(calls.list_server_groups())
+
+    async def get_server_group(self, group_id: UUID | str) -> ServerGroup:
+        return await self.send(calls.get_server_group(group_id))
+
+    async def delete_server_group(self, group_id: UUID | str) -> None:
+        await self.send(calls.delete_server_group(group_id))
+
+    # Reservations
+
+    async def create_reservation(self, request: ReservationRequest) -> Reservation:
+        """Hold room for a project (admin); ``pending`` until a scheduler places it."""
+        return await self.send(calls.create_reservation(request))
+
+    async def list_reservations(self, *, project: str | None = None, limit: int = 100) -> list[Reservation]:
+        """Newest first: the token's project's (an admin's: every project's, or ``project``'s)."""
+        return await self.send(calls.list_reservations(project, limit))
+
+    async def get_reservation(self, reservation_id: UUID | str) -> Reservation:
+        return await self.send(calls.get_reservation(reservation_id))
+
+    async def delete_reservation(self, reservation_id: UUID | str) -> Reservation:
+        """End it (admin): the room still held goes back to the hosts; VMs on its slots stay."""
+        return await self.send(calls.delete_reservation(reservation_id))
+
+    # Projects, tokens, audit (admin)
+
+    async def create_project(self, request: ProjectRequest) -> Project:
+        return await self.send(calls.create_project(request))
+
+    async def list_projects(self) -> list[Project]:
+        return await self.send(calls.list_projects())
+
+    async def get_project(self, name: str) -> Project:
+        return await self.send(calls.get_project(name))
+
+    async def create_token(self, request: TokenRequest) -> TokenCreated:
+        return await self.send(calls.create_token(request))
+
+    async def list_tokens(self, *, project: str | None = None) -> list[Token]:
+        return await self.send(calls.list_tokens(project))
+
+    async def get_token(self, token_id: UUID | str) -> Token:
+        return await self.send(calls.get_token(token_id))
+
+    async def revoke_token(self, token_id: UUID | str) -> None:
+        await self.send(calls.revoke_token(token_id))
+
+    async def list_audit(
+        self, *, project: str | None = None, token_id: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[AuditRecord]:
+        """The audit trail, newest first, a page at a time as the iteration goes."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(calls.audit_page(project=project, token_id=token_id, limit=page_size, cursor=cursor))
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    # Settings, probes, events
+
+    async def get_scheduler_settings(self) -> SchedulerSettingsView:
+        return await self.send(calls.get_scheduler_settings())
+
+    async def set_default_strategy(self, strategy: Strategy) -> SchedulerSettingsView:
+        return await self.send(calls.set_default_strategy(strategy))
+
+    async def simulate(self, request: SimulationRequest) -> Simulation:
+        """Where these VMs would land on the fleet as it is now, and why not; nothing changes."""
+        return await self.send(calls.simulate(request))
+
+    async def capacity(
+        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+    ) -> Capacity:
+        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
+        return await self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
+
+    async def health(self) -> dict[str, Any]:
+        return await self.send(calls.health())
+
+    async def watch(
+        self,
+        *,
+        types: list[str] | None = None,
+        project: str | None = None,
+        last_event_id: str | None = None,
+        reconnect: bool = True,
+        on_connect: Callable[[], object] | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """The live events (``GET /v1/events``, server-sent events), as they happen. When the stream
+        breaks it connects again with ``Last-Event-ID`` (the last event seen), so none is missed or
+        seen twice (as far as the server keeps them); ``reconnect=False`` ends with the stream.
+        ``on_connect`` is called at each connection once the server follows the stream (its first line
+        came): what happens from then on is seen, so a program can act only then."""
+        parser = SseParser(last_event_id=last_event_id)
+        attempt = failures = 0
+        while True:
+            call = calls.events(types=types, project=project, last_event_id=parser.last_event_id)
+            failures += 1  # until an event comes: a server that keeps failing or ending empty is backed off
+            try:
+                async with self._http.stream(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=stream_timeout(self._timeout),
+                ) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        attempt += 1
+                        delay = self.retry.delay(attempt, response.status_code, response.headers.get("Retry-After"))
+                        if delay is None:
+                            raise refusal(response)
+                        await self._sleep(delay)
+                        continue
+                    attempt = 0
+                    connected = False
+                    async for line in response.aiter_lines():
+                        if not connected and on_connect is not None:
+                            on_connect()
+                        connected = True
+                        event = parser.feed(line)
+                        if event is not None:
+                            failures = 0
+                            yield event
+            except httpx.TransportError:
+                if not reconnect:
+                    raise
+            if not reconnect:
+                return
+            # An event cut off by the break is dropped (the spec's rule): it comes again after the last id.
+            parser = SseParser(last_event_id=parser.last_event_id, retry_ms=parser.retry_ms)
+            await self._sleep(reconnect_delay(parser.retry_ms, failures, self.retry.cap))

@@ -1,0 +1,61 @@
+"""The client library and the agent SDK carry none of the services' stack: importing them (in a
+fresh interpreter) loads no database, Redis or broker client, and their pyprojects say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The services' stack: the database, Redis, and (for the client) the broker.
+DATABASE_AND_CACHE = {"sqlalchemy", "asyncpg", "alembic", "redis", "hiredis"}
+BROKER = {"aio_pika", "aiormq", "faststream"}
+
+
+def loaded_after(code: str) -> set[str]:
+    """The top-level modules a fresh interpreter holds after running ``code``."""
+    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def dependencies(package: str) -> set[str]:
+    project = tomllib.loads((ROOT / package / "pyproject.toml").read_text())["project"]
+    return {requirement.split("==")[0].split("[")[0].split(";")[0].strip() for requirement in project["dependencies"]}
+
+
+def test_the_client_imports_neither_the_database_nor_the_broker_nor_the_cli() -> None:
+    loaded = loaded_after("import vmsched_client, vmsched_client.sync, vmsched_client.aio")
+    assert {"httpx", "pydantic", "vmsched_contract"} <= loaded
+    # (not rich: httpx loads it for its own command line when it happens to be installed)
+    assert not loaded & (DATABASE_AND_CACHE | BROKER | {"typer", "vmsched_common", "fastapi"})
+
+
+def test_the_client_depends_on_httpx_and_pydantic_only() -> None:
+    # vmsched-contract is the API's pydantic models (next test): nothing else comes with it.
+    assert dependencies("libs/client") == {"httpx", "pydantic", "vmsched-contract"}
+    assert dependencies("libs/contract") == {"pydantic"}
+
+
+def test_the_contract_imports_pydantic_only() -> None:
+    loaded = loaded_after(
+        "import vmsched_contract.api, vmsched_contract.messages, vmsched_contract.decision, vmsched_contract.whatif"
+    )
+    assert not loaded & (DATABASE_AND_CACHE | BROKER | {"vmsched_common", "pydantic_settings", "httpx"})
+
+
+@pytest.mark.parametrize("module", ["vmsched_agent", "vmsched_agent.cli"])
+def test_the_agent_sdk_imports_no_database_nor_redis(module: str) -> None:
+    loaded = loaded_after(f"import {module}")
+    assert "aio_pika" in loaded
+    assert not loaded & DATABASE_AND_CACHE
+
+
+def test_the_agent_sdk_installs_no_database_nor_redis() -> None:
+    installed = dependencies("libs/agent") | dependencies("libs/common")
+    assert not installed & {"sqlalchemy", "asyncpg", "alembic", "redis", "hiredis"}

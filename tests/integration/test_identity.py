@@ -133,6 +133,7 @@ async def test_a_project_sees_and_changes_only_its_own_vms_groups_and_reservatio
         for method, path in [
             ("GET", f"/v1/vms/{vm_id}"),
             ("GET", f"/v1/vms/{vm_id}/placement"),
+            ("GET", f"/v1/vms/{vm_id}/placement/replay"),
             ("DELETE", f"/v1/vms/{vm_id}"),
             ("POST", f"/v1/vms/{vm_id}/migrate"),
             ("POST", f"/v1/vms/{vm_id}/stop"),

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import (
     MAX_EXTRA_AMOUNT,
@@ -328,6 +328,22 @@ class Placement(BaseModel):
     vm_id: UUID
     status: VmStatus
     decision: PlacementRecord | None = Field(description="null until a scheduler has decided")
+
+
+class PlacementReplay(BaseModel):
+    """A decision made again on the exact inputs it saw (docs/placement.md, "Replay")."""
+
+    vm_id: UUID
+    journal: JournalRef
+    recorded_strategy: Strategy = Field(description="the strategy the scheduler decided with")
+    decided_host: str | None = Field(description="the host the scheduler's engine chose then; null: none fitted")
+    decided_score: float | None = None
+    strategy: Strategy = Field(description="the strategy of this replay (?strategy=, else the recorded one)")
+    host: str | None = Field(description="the host the replay chose; null when none fits")
+    score: float | None = None
+    candidates: list[Candidate] = Field(default_factory=list, description="the replay's host, then the next best")
+    same: bool = Field(description="the replay chose the recorded host with the recorded score")
+    hosts: int = Field(description="hosts the decision saw")
 
 
 class HostUsage(BaseModel):

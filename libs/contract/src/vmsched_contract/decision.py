@@ -45,6 +45,16 @@ class RefusedClaim(BaseModel):
     detail: str = ""
 
 
+class JournalRef(BaseModel):
+    """Where a decision's exact inputs are kept (the ``decision_journal`` table): its scheduler
+    replica's chain and its number there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica: str
+    seq: int
+
+
 class PlacementRecord(BaseModel):
     """One VM's placement decision."""
 
@@ -86,3 +96,8 @@ class PlacementRecord(BaseModel):
     decided_at: datetime
     decision_us: float = Field(description="microseconds the decision took (filters and strategy, in memory)")
     claim_conflicts: int = Field(default=0, description="claims refused before one held")
+    journal: JournalRef | None = Field(
+        default=None,
+        description="where the decision's inputs are kept (GET /v1/vms/{id}/placement/replay); null when not "
+        "journaled (a preemption, a reservation's slot, or a record written before the journal)",
+    )

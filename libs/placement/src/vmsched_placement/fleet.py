@@ -103,6 +103,7 @@ class FleetColumns:
         "scratch",
         "taint_codes",
         "taint_sets",
+        "touched",
         "utilisation",
     )
 
@@ -133,6 +134,9 @@ class FleetColumns:
         # Per kind of derived column: the one kept, with its spec (see ``derived``).
         self._derived: dict[type, tuple[DerivedColumn[npt.NDArray[Any]], npt.NDArray[Any]]] = {}
         self.scratch = Scratch(len(self.ids))
+        # Ids of the hosts written, inserted or deleted since the decision journal last took them
+        # (vmsched_placement.journal): it then encodes those alone. Bounded by the fleet's ids.
+        self.touched: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -261,6 +265,7 @@ class FleetColumns:
         self.has_gpus[index] = effective[GPU] > 0
         self.no_schedule[index], self.prefer_no_schedule[index] = no_schedule, prefer
         self.taint_codes[index] = self._taint_code(host.taints)
+        self.touched.add(host.id)
         self.hosts[index] = host
         self.ids[index] = host.id
         self.online[index] = host.status == ONLINE
@@ -283,6 +288,7 @@ class FleetColumns:
     def insert_rows(self, new_hosts: Sequence[HostState]) -> None:
         """Insert hosts whose ids are not in the fleet; ``new_hosts`` must be sorted by id."""
         positions = [bisect_left(self.ids, host.id) for host in new_hosts]
+        self.touched.update(host.id for host in new_hosts)
         for position, host in zip(reversed(positions), reversed(new_hosts), strict=True):
             self.ids.insert(position, host.id)
             self.hosts.insert(position, host)
@@ -310,6 +316,7 @@ class FleetColumns:
         self.scratch = Scratch(len(self.ids))
 
     def delete_row(self, index: int) -> None:
+        self.touched.add(self.ids[index])
         del self.ids[index]
         del self.hosts[index]
         self.online = np.delete(self.online, index)

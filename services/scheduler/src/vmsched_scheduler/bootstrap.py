@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 
 from faststream import FastStream
 from faststream.middlewares import AckPolicy
@@ -17,6 +18,7 @@ from vmsched_common import topology
 from vmsched_common.amqp import make_broker
 from vmsched_common.background import BackgroundTasks, consumer_app
 from vmsched_common.connections import connect_redis
+from vmsched_common.db import journal
 from vmsched_common.db.engine import create_engine
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import VmCreate, VmMigrate
@@ -29,6 +31,7 @@ from vmsched_placement import Weights
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
+from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
@@ -90,6 +93,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
         rng=random.Random(),
         groups=groups,
+        journal=DecisionJournal(partial(journal.append, engine), weights, settings.agent_offline_timeout),
     )
     publisher = Publisher(broker)
     intake = PlacementIntake(

@@ -254,6 +254,7 @@ class ReservationSweeper:
                 self.round.settings,
                 clock=self.round.clock,
                 rng=self.round.rng,
+                journal=self.round.journal,
             )
             outcomes = await scheduling_round.run_gang(slot_requests(row))
             first = outcomes[0]

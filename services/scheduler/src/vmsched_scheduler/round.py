@@ -31,7 +31,7 @@ from uuid import UUID
 from opentelemetry import context as otel_context
 
 from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import Candidate, PlacementRecord, RefusedClaim, RejectedHost
+from vmsched_common.decision import Candidate, JournalRef, PlacementRecord, RefusedClaim, RejectedHost
 from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
@@ -49,10 +49,12 @@ from vmsched_placement import (
     selected_line,
 )
 from vmsched_placement.inputs import demand_of, placement_request
+from vmsched_placement.journal import seeded
 from vmsched_placement.model import Migration, PlacementGroup
 from vmsched_placement.preemption import cheapest, preemptible_rows
 from vmsched_placement.whatif import unplaced_detail
 from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.tracing import traced_decide, traced_step
@@ -152,6 +154,7 @@ class _Choice:
     # round may run beside a batched one.
     placement_group: PlacementGroup | None = None
     gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
+    journal: JournalRef | None = None  # where its inputs are kept
 
 
 class SchedulingRound:
@@ -165,6 +168,7 @@ class SchedulingRound:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         groups: GroupSource | None = None,
+        journal: DecisionJournal | None = None,
     ) -> None:
         self.fleet = fleet
         self.claims = claims
@@ -173,6 +177,7 @@ class SchedulingRound:
         self.clock = clock
         self.rng = rng or random.Random()
         self.groups = groups
+        self.journal = journal
 
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
         """Settle what can be settled of ``items``; one outcome per item, in order."""
@@ -238,12 +243,17 @@ class SchedulingRound:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
                 groups.book(work.item.vm, fleet, choice.decision.host_id)
             choices.append(choice)
+        if self.journal is not None:
+            await self.journal.flush([c.journal for c in choices if c.journal is not None])
         return choices, fleet
 
     def _decide(self, work: _Open, context: DecisionContext, groups: RoundGroups) -> _Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
         request = _placement_request(work, placement_group)
+        # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
+        seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
+        context = seeded(context, seed)
         started = time.perf_counter()
         decision = traced_decide(self.fleet.fleet, request, context, work.item.trace, fallbacks=self.settings.fallbacks)
         ignored = False
@@ -252,7 +262,7 @@ class SchedulingRound:
             alone = traced_decide(
                 self.fleet.fleet,
                 replace(request, exclude_hosts=work.always_out()),
-                context,
+                seeded(context, seed),
                 work.item.trace,
                 fallbacks=self.settings.fallbacks,
             )
@@ -261,8 +271,10 @@ class SchedulingRound:
                 request = replace(request, exclude_hosts=work.always_out())
         seconds = time.perf_counter() - started
         DECISION_SECONDS.observe(seconds)
+        # The fleet is not yet booked with this VM: the journal sees what the engine saw.
+        journal = None if self.journal is None else self.journal.note(self.fleet.fleet, request, context, seed)
         group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
-        return _Choice(work, decision, seconds, ignored, group=group, placement_group=placement_group)
+        return _Choice(work, decision, seconds, ignored, group=group, placement_group=placement_group, journal=journal)
 
     # -- 2. claim -------------------------------------------------------------------------------
     async def _claim(self, placing: list[_Choice], fleet: Fleet) -> list[_Open]:
@@ -482,6 +494,7 @@ class SchedulingRound:
             return False
         victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
         choice.host_id = victims.host_id
+        choice.journal = None  # chosen by the victims' cost, not by the decision journaled
         group = groups.claim(request, fleet, context)
         placement = replace(self._placement(choice), group=group)
         with traced_step("preempt", [choice.work.item.trace]) as spans:
@@ -694,6 +707,7 @@ def _record(
         decided_at=datetime.now(UTC),
         decision_us=round(choice.seconds * 1e6, 1),
         claim_conflicts=len(choice.work.refused),
+        journal=choice.journal,
     )
 
 

@@ -1,6 +1,6 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
 ``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations``, ``reservation_slots``,
-``host_drains`` and ``rebalance_plans`` tables.
+``host_drains``, ``rebalance_plans`` and ``decision_journal`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
 (``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
@@ -26,6 +26,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     func,
@@ -361,3 +362,17 @@ class ReservationSlotRow(Base):
         Index("ix_reservation_slots_reservation", "reservation_id", "status"),
         Index("ix_reservation_slots_held", "hypervisor_id", postgresql_where=text("status = 'held'")),
     )
+
+
+class DecisionJournalEntry(Base):
+    """One entry of a scheduler replica's decision journal (:mod:`vmsched_placement.journal`): a
+    checkpoint (every host whole) or one decision's delta, request and context, zlib-packed JSON."""
+
+    __tablename__ = "decision_journal"
+    __table_args__ = (Index("decision_journal_checkpoints", "replica", "seq", postgresql_where=text("checkpoint")),)
+
+    replica: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    checkpoint: Mapped[bool] = mapped_column(Boolean)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from vmsched_api.schemas import (
     QUOTA_REFUSAL,
     MigrateRequest,
     Placement,
+    PlacementReplay,
     Vm,
     VmBatch,
     VmBatchRequest,
@@ -26,13 +28,17 @@ from vmsched_api.schemas import (
     VmRequest,
     refusals,
 )
+from vmsched_common.db.journal import IncompleteChain, chain
 from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import PlacementRecord
+from vmsched_common.decision import Candidate, PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import ProjectName, VmDeleted
 from vmsched_common.outbox import publish_rows
+from vmsched_common.settings import Strategy
+from vmsched_placement import decide
+from vmsched_placement.journal import rebuild
 
 router = APIRouter(prefix="/vms", tags=["vms"])
 log = get_logger("vmsched_api")
@@ -165,6 +171,57 @@ async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader
         except ValidationError:  # written by a version before the typed record: nothing to show
             log.warning("placement record in an older shape", vm_id=str(vm_id))
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
+
+
+@router.get("/{vm_id}/placement/replay", response_model=PlacementReplay, responses=refusals(404, 409))
+async def replay_placement(
+    vm_id: UUID,
+    services: ServicesDep,
+    principal: VmsReader,
+    strategy: Annotated[
+        Strategy | None, Query(description="decide with this strategy instead of the recorded one")
+    ] = None,
+) -> PlacementReplay:
+    """The VM's last decision made again on the exact inputs it saw (the hosts' state, the request,
+    the strategy, the round-robin cursor, the seed), from the decision journal: the same host, or,
+    with ``?strategy=``, the host another strategy would have chosen. 409 when the decision was not
+    journaled (a preemption, a reservation's slot, an older record) or its journal is incomplete."""
+    vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
+    if vm is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
+    try:
+        record = PlacementRecord.model_validate(vm.placement) if vm.placement is not None else None
+    except ValidationError:
+        record = None
+    if record is None or record.journal is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"VM {vm_id} has no journaled decision to replay")
+    try:
+        async with services.engine.connect() as connection:
+            bodies = await chain(connection, record.journal.replica, record.journal.seq)
+    except IncompleteChain as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    inputs = rebuild(bodies, str(vm_id), vm.name)
+    request = inputs.request if strategy is None else replace(inputs.request, strategy=strategy)
+    decision = decide(inputs.fleet, request, inputs.context)
+    decided = record.candidates[0] if record.candidates else None
+    scores = decision.scores
+    candidates = [
+        Candidate(host=host, score=None if scores is None else scores[position])
+        for position, host in enumerate(decision.ranked)
+    ]
+    return PlacementReplay(
+        vm_id=vm_id,
+        journal=record.journal,
+        recorded_strategy=record.strategy,
+        decided_host=None if decided is None else decided.host,
+        decided_score=None if decided is None else decided.score,
+        strategy=request.strategy,
+        host=decision.host_id,
+        score=decision.score,
+        candidates=candidates,
+        same=((None, None) if decided is None else (decided.host, decided.score)) == (decision.host_id, decision.score),
+        hosts=len(inputs.fleet),
+    )
 
 
 @router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))

@@ -1,0 +1,282 @@
+"""The decision journal: the exact inputs of every decision, kept cheaply enough to keep them all.
+
+A decision reads the fleet (every host's :class:`HostState`), the request and the context (the
+instant, the settings, the round-robin cursor, the randomness). Storing the fleet with every decision
+would cost a host's row times the fleet's size; instead each scheduler replica writes a chain of
+entries: a *checkpoint* (every host whole, and the replica's settings) every
+:data:`CHECKPOINT_EVERY` entries or the fleet's size if larger, and between two, per decision, only
+the fields of the hosts that changed since the replica's previous decision (its own bookings, the
+other replicas' claims it has read, heartbeats), with the request, the instant, the cursor and the
+seed. A decision's inputs are its checkpoint with the entries after it applied in order
+(:func:`rebuild`), so a replay decides on the very fleet the replica decided on, the bookings of
+the round's earlier VMs included.
+
+Pure: the scheduler feeds :class:`Journal` and stores what it returns; the API rebuilds and decides.
+An entry is JSON compressed with zlib (:func:`pack`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+from uuid import UUID
+
+from vmsched_common.groups import GroupPolicy, GroupRule
+from vmsched_common.messages import SelectorOperator
+from vmsched_common.settings import Strategy
+from vmsched_placement.fleet import Fleet, FleetColumns
+from vmsched_placement.model import (
+    DecisionContext,
+    Demand,
+    HostState,
+    HostUsage,
+    Migration,
+    PlacementGroup,
+    PlacementRequest,
+    SelectorTerm,
+    Weights,
+)
+from vmsched_placement.taint_rules import Taint, Toleration
+
+# Entries between two checkpoints, at least (and at least the fleet's size): a replay applies at most
+# that many deltas; a checkpoint costs the whole fleet once, shared by that many decisions.
+CHECKPOINT_EVERY = 512
+
+_HOST_FIELDS = tuple(f.name for f in fields(HostState))
+
+Json = Any
+
+
+# -- codec: each engine type as compact JSON, and back ----------------------------------------------
+def _demand(d: Demand) -> Json:
+    return [d.cpu, d.memory_mb, d.disk_gb, d.gpu, [list(e) for e in d.extra]]
+
+
+def _to_demand(v: Json) -> Demand:
+    return Demand(v[0], v[1], v[2], v[3], tuple((str(n), int(a)) for n, a in v[4]))
+
+
+def _host_value(name: str, value: Any) -> Json:
+    if isinstance(value, Demand):
+        return _demand(value)
+    if isinstance(value, HostUsage):
+        return [value.cpu_used, value.memory_used_mb, value.allocated_cpu, value.allocated_memory_mb]
+    if name == "taints":
+        return [[t.key, t.value, t.effect] for t in value]
+    if name == "labels":
+        return dict(value)
+    return value
+
+
+def _to_host_value(name: str, v: Json) -> Any:
+    if name in ("capacity", "allocated", "reserved"):
+        return _to_demand(v)
+    if name == "usage":
+        return None if v is None else HostUsage(v[0], v[1], v[2], v[3])
+    if name == "taints":
+        return tuple(Taint(k, val, e) for k, val, e in v)
+    return v
+
+
+def encode_host(host: HostState) -> list[Json]:
+    """Every field the engine reads, in :class:`HostState`'s order."""
+    return [_host_value(name, getattr(host, name)) for name in _HOST_FIELDS]
+
+
+def decode_host(row: Sequence[Json]) -> HostState:
+    return HostState(**{name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=True)})
+
+
+def encode_request(r: PlacementRequest) -> Json:
+    """The request less its VM's id and name (the record's VM gives them back)."""
+    group: list[Json] | None = None
+    if r.group is not None:
+        rule = r.group.rule
+        members = dict(r.group.members)
+        group = [str(rule.id), rule.policy.value, rule.topology_key, rule.max_per_domain, rule.max_skew, members]
+    return {
+        "d": _demand(r.demand),
+        "l": dict(r.labels),
+        "s": r.strategy.value,
+        "x": sorted(r.exclude_hosts),
+        "h": [[t.key, t.operator.value, list(t.values)] for t in r.host_selector],
+        "t": [[t.key, t.operator, t.value, t.effect] for t in r.tolerations],
+        "g": group,
+        "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
+    }
+
+
+def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
+    group = None
+    if v["g"] is not None:
+        gid, policy, key, per_domain, skew, members = v["g"]
+        group = PlacementGroup(GroupRule(UUID(gid), GroupPolicy(policy), key, per_domain, skew), dict(members))
+    return PlacementRequest(
+        vm_id=vm_id,
+        name=name,
+        demand=_to_demand(v["d"]),
+        labels=dict(v["l"]),
+        strategy=Strategy(v["s"]),
+        exclude_hosts=frozenset(v["x"]),
+        host_selector=tuple(SelectorTerm(k, SelectorOperator(op), tuple(vals)) for k, op, vals in v["h"]),
+        tolerations=tuple(Toleration(k, op, val, e) for k, op, val, e in v["t"]),
+        group=group,
+        migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
+    )
+
+
+def pack(entry: Mapping[str, Json]) -> bytes:
+    return zlib.compress(json.dumps(entry, separators=(",", ":")).encode(), 6)
+
+
+def unpack(body: bytes) -> dict[str, Json]:
+    loaded: dict[str, Json] = json.loads(zlib.decompress(body))
+    return loaded
+
+
+# -- writing ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decision's entry: its number in the replica's chain, and the packed body."""
+
+    seq: int
+    checkpoint: bool
+    body: bytes
+
+
+class Journal:
+    """One replica's chain. :meth:`note` is called with the fleet as the engine is about to read it
+    (the round's earlier bookings on it). The fleet's columns keep the ids of the hosts written since
+    the last entry (:attr:`FleetColumns.touched`), so an entry costs the hosts that changed, not the
+    fleet; only a new copy of the fleet (a full read) is compared host by host, by reference first
+    (host values are replaced on every change), then field by field for those replaced."""
+
+    def __init__(
+        self,
+        weights: Weights,
+        offline_timeout: float,
+        *,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+        at_least_fleet: bool = True,
+    ) -> None:
+        self._settings = [weights.cpu, weights.memory, weights.disk, offline_timeout]
+        self._every = checkpoint_every
+        self._at_least_fleet = at_least_fleet  # tests turn it off to checkpoint often on small fleets
+        self._seq = 0
+        self._since_checkpoint = 0
+        self._must_checkpoint = True  # the first entry is a checkpoint
+        self._seen: dict[str, tuple[HostState, list[Json]]] = {}
+        self._columns: FleetColumns | None = None  # the fleet's columns at the last entry
+
+    def restart(self) -> None:
+        """The chain's last entries were lost (their write failed): the next entry is a checkpoint."""
+        self._must_checkpoint = True
+
+    def note(self, fleet: Fleet, request: PlacementRequest, context: DecisionContext, seed: int | None) -> Entry:
+        self._seq += 1
+        # At least one host's worth of decisions between checkpoints: a checkpoint then costs each
+        # decision about one host's row, whatever the fleet's size.
+        checkpoint = self._must_checkpoint or self._since_checkpoint >= max(
+            self._every, len(fleet) if self._at_least_fleet else 0
+        )
+        self._must_checkpoint = False
+        self._since_checkpoint = 1 if checkpoint else self._since_checkpoint + 1
+        hosts: dict[str, Json] = {}
+        seen = self._seen
+        columns = fleet.columns
+        if checkpoint or columns is not self._columns:
+            # Another copy of the fleet (a full read replaced it): every host compared once.
+            candidates: list[str] = list(columns.ids)
+            gone = sorted(set(seen) - set(columns.ids))
+        else:
+            candidates = sorted(columns.touched)
+            gone = [host_id for host_id in candidates if host_id in seen and fleet.host(host_id) is None]
+        columns.touched = set()
+        self._columns = columns
+        for host_id in gone:
+            del seen[host_id]
+        for host_id in candidates:
+            host = fleet.host(host_id)
+            if host is None:
+                continue
+            known = seen.get(host_id)
+            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
+            if known is not None and (known[0] is host or known[0] == host):
+                if not checkpoint:
+                    seen[host_id] = (host, known[1])
+                    continue
+                row = known[1]
+            else:
+                row = encode_host(host)
+            if checkpoint or known is None:
+                hosts[host_id] = row
+            elif row != known[1]:
+                hosts[host_id] = {str(i): v for i, (v, old) in enumerate(zip(row, known[1], strict=True)) if v != old}
+            seen[host_id] = (host, row)
+        entry: dict[str, Json] = {
+            "h": hosts,
+            "r": encode_request(request),
+            "n": context.now,
+            "c": context.round_robin_cursor,
+            "s": seed,
+        }
+        if gone and not checkpoint:
+            entry["x"] = gone
+        if checkpoint:
+            entry["k"] = self._settings
+        return Entry(self._seq, checkpoint, pack(entry))
+
+
+def seeded(context: DecisionContext, seed: int | None) -> DecisionContext:
+    """The context of one decision: its own randomness from ``seed`` (strategy random), so that the
+    same seed draws the same hosts again."""
+    if seed is None:
+        return context
+    return DecisionContext(
+        context.now, context.offline_timeout, context.weights, random.Random(seed), context.round_robin_cursor
+    )
+
+
+# -- reading ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What one decision read, rebuilt."""
+
+    fleet: Fleet
+    request: PlacementRequest
+    context: DecisionContext
+    seed: int | None
+
+
+def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
+    """The inputs of the last of ``bodies``: a checkpoint's, then every later entry up to it, in order."""
+    hosts: dict[str, list[Json]] = {}
+    settings: list[float] | None = None
+    last: dict[str, Json] = {}
+    for body in bodies:
+        last = unpack(body)
+        if "k" in last:
+            settings, hosts = last["k"], {}
+        elif settings is None:
+            raise ValueError("the journal's entries do not start at a checkpoint")
+        for host_id, change in last["h"].items():
+            if isinstance(change, list):
+                hosts[host_id] = change
+            else:
+                row = list(hosts[host_id])
+                for index, value in change.items():
+                    row[int(index)] = value
+                hosts[host_id] = row
+        for host_id in last.get("x", ()):
+            hosts.pop(host_id, None)
+    if settings is None:
+        raise ValueError("no journal entry")
+    weights = Weights(settings[0], settings[1], settings[2])
+    seed = last["s"]
+    context = seeded(DecisionContext(last["n"], settings[3], weights, random.Random(0), last["c"]), seed)
+    fleet = Fleet.from_hosts(decode_host(row) for row in hosts.values())
+    return Inputs(fleet, decode_request(last["r"], vm_id, name), context, seed)

@@ -1,0 +1,37 @@
+"""This replica's decision journal: the inputs of each decision noted as it is made, written to
+PostgreSQL before the decisions are claimed (so a record that names an entry finds it)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+
+from vmsched_common.decision import JournalRef
+from vmsched_placement import DecisionContext, Fleet, PlacementRequest, Weights
+from vmsched_placement.journal import Entry, Journal
+
+Append = Callable[[str, Sequence[tuple[int, bool, bytes]]], Awaitable[None]]
+
+
+class DecisionJournal:
+    def __init__(self, append: Append, weights: Weights, offline_timeout: float, *, replica: str | None = None) -> None:
+        self.replica = replica or uuid.uuid4().hex[:16]  # a new chain per process: its settings may differ
+        self._append = append
+        self._journal = Journal(weights, offline_timeout)
+        self._pending: dict[int, Entry] = {}
+
+    def note(self, fleet: Fleet, request: PlacementRequest, context: DecisionContext, seed: int | None) -> JournalRef:
+        entry = self._journal.note(fleet, request, context, seed)
+        self._pending[entry.seq] = entry
+        return JournalRef(replica=self.replica, seq=entry.seq)
+
+    async def flush(self, refs: Sequence[JournalRef]) -> None:
+        """Write the entries of ``refs`` (one round's: rounds run side by side); on failure the chain
+        starts again at a checkpoint (entries after the lost ones are deltas of nothing stored: their
+        replays answer that the journal is incomplete) and the error goes to the caller's round."""
+        entries = [entry for ref in refs if (entry := self._pending.pop(ref.seq, None)) is not None]
+        try:
+            await self._append(self.replica, [(e.seq, e.checkpoint, e.body) for e in entries])
+        except BaseException:
+            self._journal.restart()
+            raise

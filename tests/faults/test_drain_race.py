@@ -31,8 +31,8 @@ HOSTS = 6
 BUSY = f"{SUITE}-0001"
 CAPACITY = Resources(cpu=16, memory_mb=16384, disk_gb=400)
 ON_BUSY = 16  # 1 CPU each: the busy host full
-NEW = 60  # mixed sizes (about 75 CPUs): with the drain's 16, more than the 80 CPUs the others have
-DEADLINE_S = 45
+NEW = 48  # mixed sizes (about 60 CPUs): with the drain's 16, nearly the 80 CPUs the others have
+DEADLINE_S = 30
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
 from tests.faults.invariants import check, snapshot_problems
+from tests.integration.moving import settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -127,12 +128,7 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
 
         await wait_settled(servers, everyone, timeout=60)
         for vm_id in on_busy:  # the task of a migration ended: nothing migrating any more
-            await eventually(
-                lambda vm_id=vm_id: api.get(f"/v1/vms/{vm_id}"),
-                lambda r: r.json()["status"] != "migrating" and r.json()["task"] is None,
-                timeout=60,
-                what=f"VM {vm_id} settled",
-            )
+            await settled(api, vm_id)
         report = await check(servers.asyncpg_dsn, everyone)
         assert report.problems == []
         held = await _hosts_of(servers, everyone)
@@ -145,18 +141,18 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
 
         # Not lost: every VM of the busy host still runs; moved ones elsewhere, the rest where they were.
         for vm_id in on_busy:
-            status, host_id = held[vm_id]
+            status, where = held[vm_id]
             assert status == "running", (vm_id, status)
-            assert (host_id != BUSY) == (vm_id in moved), (vm_id, host_id, vm_id in moved)
+            assert (where != BUSY) == (vm_id in moved), (vm_id, where, vm_id in moved)
         assert moved | stuck == set(on_busy)
         assert len(moved) >= 1
         assert report.by_status.get("running", 0) > ON_BUSY  # new VMs were placed alongside the drain
 
         # Exactly one host runs each running VM: the one PostgreSQL holds it on.
-        for vm_id, (status, host_id) in held.items():
+        for vm_id, (status, where) in held.items():
             runners = [h for h, hypervisor in drain_fleet.hypervisors.items() if UUID(vm_id) in hypervisor.vms]
-            expected = [host_id] if status == "running" else []
-            assert runners == expected, (vm_id, status, host_id, runners)
+            expected = [where] if status == "running" else []
+            assert runners == expected, (vm_id, status, where, runners)
 
         # And the schedulers' snapshot agrees with PostgreSQL, claim by claim.
         problems = await eventually(

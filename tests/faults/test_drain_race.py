@@ -34,6 +34,7 @@ CAPACITY = Resources(cpu=16, memory_mb=16384, disk_gb=400)
 ON_BUSY = 16  # 1 CPU each: the busy host full
 NEW = 48  # mixed sizes (about 60 CPUs): with the drain's 16, nearly the 80 CPUs the others have
 DEADLINE_S = 30
+WAVE = 12  # new VMs per POST, a second apart
 
 
 @pytest.fixture(scope="module")
@@ -103,28 +104,40 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
             response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
             assert response.status_code == 200, response.text
 
-        # The drain first (it pauses the busy host: no new VM lands there), then the new VMs at once.
+        # The drain first (it pauses the busy host: no new VM lands there), then the new VMs in waves
+        # a second apart while the drain's migrations run.
         started = await api.post(f"/v1/hosts/{BUSY}/drain", json={"max_parallel": 4, "deadline_s": DEADLINE_S})
         assert started.status_code == 202, started.text
-        new = await submit(api, [mixed_vm(rng, n, SUITE) for n in range(NEW)], batch=20)
-        assert len(new) == NEW
-        everyone = on_busy + new
+        new: list[str] = []
 
-        samples, most_migrating = 0, 0
+        async def waves() -> None:
+            bodies = [mixed_vm(rng, n, SUITE) for n in range(NEW)]
+            for first in range(0, NEW, WAVE):
+                new.extend(await submit(api, bodies[first : first + WAVE]))
+                await asyncio.sleep(1.0)  # pacing the load, not waiting for anything
+
+        submitting = asyncio.create_task(waves())
+        samples, most_migrating, raced = 0, 0, 0
         ends = time.monotonic() + DEADLINE_S + 30
         while time.monotonic() < ends:
-            report = await check(servers.asyncpg_dsn, everyone)
+            report = await check(servers.asyncpg_dsn, on_busy + new)
             overcommitted = [p for p in report.problems if "overcommitted" in p]
             assert overcommitted == [], overcommitted
             samples += 1
-            most_migrating = max(most_migrating, report.by_status.get("migrating", 0))
+            migrating = report.by_status.get("migrating", 0)
+            most_migrating = max(most_migrating, migrating)
+            placing = report.by_status.get("pending", 0) + report.by_status.get("scheduled", 0)
+            raced += bool(migrating and (placing or not submitting.done()))
             progress = (await api.get(f"/v1/hosts/{BUSY}/drain")).json()
-            if progress["state"] != "draining" and report.by_status.get("pending", 0) == 0:
+            if submitting.done() and progress["state"] != "draining" and report.by_status.get("pending", 0) == 0:
                 break
             await asyncio.sleep(0.2)
+        await submitting
+        assert len(new) == NEW
+        everyone = on_busy + new
         assert progress["state"] in ("drained", "timed_out"), progress
         assert samples >= 5
-        assert most_migrating >= 1  # the samples saw migrations in flight, not only before and after
+        assert raced >= 1  # some sample saw migrations in flight while new VMs were being placed
 
         await wait_settled(servers, everyone, timeout=60)
         for vm_id in on_busy:  # the task of a migration ended: nothing migrating any more
@@ -135,7 +148,7 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
         moved = {m["vm_id"] for m in progress["moved"]}
         stuck = {s["vm_id"] for s in progress["stuck"]}
         print(
-            f"drain race: {report.by_status}, {samples} samples, at most {most_migrating} migrating, "
+            f"drain race: {report.by_status}, {samples} samples ({raced} racing), at most {most_migrating} migrating, "
             f"drain {progress['state']}: {len(moved)} moved, {len(stuck)} left"
         )
 

@@ -49,6 +49,8 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/placement_bench.py
 	$(PY) bench/broker_floor.py
 	$(PY) bench/e2e_bench.py
+	$(PY) bench/rebalance_bench.py
+	$(PY) bench/drain_bench.py
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs

@@ -44,7 +44,8 @@ class PlanRequest(BaseModel):
 
 
 class PlannedMove(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    # "from" on the wire, whoever serialises it (the API, the CLI's -o json).
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
     vm_id: str
     source: str = Field(alias="from", description="the host it runs on")

@@ -296,6 +296,8 @@ def test_rebalance_plan_show_apply_and_replay(vmsched: Any, client: Client, flee
         packed = vmsched("rebalance", "plan", "--goal", "pack", "--max-moves", "1", *label, "--apply", "--wait").stdout
         assert "pack  done" in packed
         vmsched("rebalance", "show", str(uuid.uuid4()), code=ExitCode.NOT_FOUND)
+        plan_id = vmsched("rebalance", "plan", "--goal", "spread", *label, "-o", "id").stdout.strip()
+        assert json.loads(vmsched("-o", "json", "rebalance", "show", plan_id).stdout)["id"] == plan_id
     finally:
         for vm_id in ids:
             client.delete_vm(vm_id)

@@ -33,9 +33,9 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator, VmAssigned
+from vmsched_contract.rebalance import Goal, MoveState, PlanState, RebalancePlan
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, VmStatus
-from vmsched_contract.rebalance import Goal, MoveState, PlanState, RebalancePlan
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import SimulationRequest
 

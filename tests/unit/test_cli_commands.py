@@ -38,6 +38,10 @@ COMMANDS = [
     ["tokens", "revoke"],
     ["strategy", "show"],
     ["strategy", "set"],
+    ["rebalance", "plan"],
+    ["rebalance", "show"],
+    ["rebalance", "apply"],
+    ["replay"],
     ["events"],
 ]
 
@@ -56,6 +60,9 @@ def test_every_command_takes_the_output_option(command: list[str]) -> None:
         (["tokens", "create"], ["--project", "-s, --scope", "--expires-at"]),
         (["vms", "create"], ["--cpu", "-l, --label", "--wait", "--count", "--timeout", "--reservation"]),
         (["reservations", "create"], ["--cpu", "--memory-mb", "--count", "-l, --label", "--ends-at"]),
+        (["rebalance", "plan"], ["--goal", "--max-moves", "-l, --label", "--apply", "--max-parallel", "--wait"]),
+        (["rebalance", "apply"], ["--max-parallel", "--wait", "--timeout"]),
+        (["replay"], ["--strategy"]),
     ],
 )
 def test_options_are_options(command: list[str], options: list[str]) -> None:
@@ -78,3 +85,16 @@ def test_a_reservation_the_models_refuse_is_not_sent_and_exits_2() -> None:
     assert refused.exit_code == ExitCode.USAGE
     assert refused.stderr.startswith("vmsched: count: ")
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_rebalance_plan_the_models_refuse_is_not_sent_and_exits_2() -> None:
+    args = ["--url", "http://127.0.0.1:9", "rebalance", "plan", "--goal", "spread"]
+    refused = CliRunner().invoke(app, [*args, "--max-moves", "0"])
+    assert refused.exit_code == ExitCode.USAGE
+    assert refused.stderr.startswith("vmsched: max_moves: ")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_an_unknown_goal_is_a_usage_error() -> None:
+    refused = CliRunner().invoke(app, ["--url", "http://127.0.0.1:9", "rebalance", "plan", "--goal", "sideways"])
+    assert refused.exit_code == ExitCode.USAGE

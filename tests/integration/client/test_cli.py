@@ -257,3 +257,47 @@ def test_simulate_and_capacity(vmsched: Any, fleet: Fleet) -> None:
     table = vmsched("capacity", "--cpu", "1", "--memory-mb", "256").stdout
     assert "FITS" in table
     assert "total " in table
+
+
+def test_rebalance_plan_show_apply_and_replay(vmsched: Any, client: Client, fleet: Fleet) -> None:
+    created = json.loads(
+        vmsched("-o", "json", "vms", "create", *vm_args(f"{fleet.suite}-rb", fleet, "--count", "2")).stdout
+    )
+    ids = [vm["id"] for vm in created]
+    for vm_id in ids:
+        client.wait_for_vm(vm_id, until=lambda v: v.status is VmStatus.RUNNING, timeout=60)
+    try:
+        replayed = vmsched("replay", ids[0]).stdout
+        assert "recorded" in replayed
+        assert "same yes" in replayed
+        replay = json.loads(vmsched("-o", "json", "replay", ids[0], "--strategy", "best_fit").stdout)
+        assert (replay["strategy"], replay["decided_host"]) == ("best_fit", client.get_vm(ids[0]).hypervisor_id)
+
+        # Both VMs on one host: a spread plan moves one of them to the other.
+        crowded = fleet.hosts[0]
+        for vm_id in ids:
+            if client.get_vm(vm_id).hypervisor_id != crowded:
+                vmsched("vms", "migrate", vm_id, "--to", crowded, "--wait")
+        label = ("--label", f"suite={fleet.suite}")
+        plan = json.loads(vmsched("-o", "json", "rebalance", "plan", "--goal", "spread", *label).stdout)
+        assert (plan["goal"], plan["state"]) == ("spread", "planned")
+        assert plan["moves"]
+        assert all(m["from"] == crowded and m["state"] == "queued" for m in plan["moves"])
+        shown = vmsched("rebalance", "show", plan["id"]).stdout
+        assert plan["id"] in shown
+        assert "FROM" in shown
+        done = json.loads(
+            vmsched("-o", "json", "rebalance", "apply", plan["id"], "--max-parallel", "1", "--wait").stdout
+        )
+        assert (done["state"], done["max_parallel"]) == ("done", 1)
+        assert {m["state"] for m in done["moves"]} <= {"moved", "skipped"}
+        vmsched("rebalance", "apply", plan["id"], code=ExitCode.CONFLICT)  # applied already
+
+        packed = vmsched("rebalance", "plan", "--goal", "pack", "--max-moves", "1", *label, "--apply", "--wait").stdout
+        assert "pack  done" in packed
+        vmsched("rebalance", "show", str(uuid.uuid4()), code=ExitCode.NOT_FOUND)
+        plan_id = vmsched("rebalance", "plan", "--goal", "spread", *label, "-o", "id").stdout.strip()
+        assert json.loads(vmsched("-o", "json", "rebalance", "show", plan_id).stdout)["id"] == plan_id
+    finally:
+        for vm_id in ids:
+            client.delete_vm(vm_id)

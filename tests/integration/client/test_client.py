@@ -33,8 +33,10 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator, VmAssigned
+from vmsched_contract.rebalance import Goal, MoveState, PlanState, RebalancePlan
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, VmStatus
+from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import SimulationRequest
 
 pytestmark = pytest.mark.integration
@@ -401,3 +403,87 @@ def test_simulate_and_capacity_read_the_live_fleet_and_change_nothing(client: Cl
     assert room.total >= sum(mine.values())
     with pytest.raises(Invalid):
         client.capacity(cpu=0)
+
+
+def only_ours(fleet: Fleet) -> list[HostSelectorTerm]:
+    return [HostSelectorTerm(key="suite", operator=SelectorOperator.IN, values=[fleet.suite])]
+
+
+def test_a_placed_vms_decision_replays_to_the_same_host(client: Client, fleet: Fleet) -> None:
+    vm = client.create_vm(small(f"{fleet.suite}-replayed", fleet))
+    placed = client.wait_for_vm(vm.id, timeout=60)
+    try:
+        replay = client.replay_placement(vm.id)
+        assert replay.vm_id == vm.id
+        assert (replay.host, replay.same) == (placed.hypervisor_id, True)
+        assert replay.decided_host == placed.hypervisor_id
+        assert replay.score == replay.decided_score
+        other = client.replay_placement(vm.id, strategy=Strategy.BEST_FIT)
+        assert other.strategy is Strategy.BEST_FIT
+        assert other.decided_host == placed.hypervisor_id  # the recorded decision is what it was
+        with pytest.raises(NotFound):
+            client.replay_placement(uuid.uuid4())
+    finally:
+        client.delete_vm(vm.id)
+
+
+def settled(plan: RebalancePlan) -> bool:
+    return plan.state is PlanState.DONE and all(m.state in (MoveState.MOVED, MoveState.SKIPPED) for m in plan.moves)
+
+
+def test_a_rebalance_plan_is_made_read_and_applied(client: Client, fleet: Fleet) -> None:
+    vms = [client.create_vm(small(f"{fleet.suite}-rb{n}", fleet)) for n in range(2)]
+    for vm in vms:
+        client.wait_for_vm(vm.id, until=lambda v: v.status is VmStatus.RUNNING, timeout=60)
+    try:
+        plan = client.create_rebalance_plan(Goal.SPREAD, max_moves=3, host_selector=only_ours(fleet))
+        assert (plan.goal, plan.state, plan.max_moves, plan.max_parallel) == (Goal.SPREAD, PlanState.PLANNED, 3, None)
+        assert plan.host_selector == only_ours(fleet)
+        assert plan.score == "stddev_weighted_utilisation"
+        assert plan.score_after <= plan.score_before
+        assert len(plan.moves) <= 3
+        assert all({m.source, m.to} <= set(fleet.hosts) and m.state is MoveState.QUEUED for m in plan.moves)
+        assert plan.progress[MoveState.QUEUED] == len(plan.moves)
+        assert client.get_rebalance_plan(plan.id) == plan
+
+        applying = client.apply_rebalance_plan(plan.id, max_parallel=2)
+        assert (applying.id, applying.max_parallel) == (plan.id, 2)
+        assert applying.state in (PlanState.APPLYING, PlanState.DONE)
+        with pytest.raises(Conflict):
+            client.apply_rebalance_plan(plan.id)
+        wait_for(lambda: settled(client.get_rebalance_plan(plan.id)), 90, "the plan applied", interval=0.5)
+        done = client.get_rebalance_plan(plan.id)
+        assert sum(done.progress.values()) == len(plan.moves)
+        assert [m.vm_id for m in done.moves] == [m.vm_id for m in plan.moves]
+
+        packing = client.create_rebalance_plan(Goal.PACK, host_selector=only_ours(fleet))
+        assert (packing.goal, packing.score, packing.max_moves) == (Goal.PACK, "empty_hosts", 50)
+        with pytest.raises(NotFound):
+            client.get_rebalance_plan(uuid.uuid4())
+        with pytest.raises(Invalid):
+            client.send(Call("POST", "/v1/rebalance/plans", lambda r: None, body={"goal": "sideways"}))
+    finally:
+        for vm in vms:
+            client.delete_vm(vm.id)
+
+
+async def test_the_asyncio_client_plans_applies_and_replays(stack: Stack, fleet: Fleet) -> None:
+    async with AsyncClient(stack.api_url, stack.token) as client:
+        vm = await client.create_vm(small(f"{fleet.suite}-arb", fleet))
+        placed = await client.wait_for_vm(vm.id, until=lambda v: v.status is VmStatus.RUNNING, timeout=60)
+        try:
+            replay = await client.replay_placement(vm.id)
+            assert (replay.host, replay.same) == (placed.hypervisor_id, True)
+            plan = await client.create_rebalance_plan(Goal.PACK, max_moves=2, host_selector=only_ours(fleet))
+            assert plan.state is PlanState.PLANNED
+            assert await client.get_rebalance_plan(plan.id) == plan
+            applying = await client.apply_rebalance_plan(plan.id, max_parallel=1)
+            assert (applying.id, applying.max_parallel) == (plan.id, 1)
+
+            async def read() -> RebalancePlan:
+                return await client.get_rebalance_plan(plan.id)
+
+            done = await eventually(read, settled, timeout=90, what="the plan applied")
+            assert sum(done.progress.values()) == len(plan.moves)
+        finally:
+            await client.delete_vm(vm.id)

@@ -33,6 +33,7 @@ from vmsched_contract.api import (
     Host,
     HostPatch,
     Placement,
+    PlacementReplay,
     Project,
     ProjectRequest,
     Reservation,
@@ -47,6 +48,8 @@ from vmsched_contract.api import (
     VmBatchRequest,
     VmRequest,
 )
+from vmsched_contract.messages import HostSelectorTerm
+from vmsched_contract.rebalance import Goal, RebalancePlan
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -134,6 +137,11 @@ class AsyncClient:
     async def get_placement(self, vm_id: UUID | str) -> Placement:
         return await self.send(calls.get_placement(vm_id))
 
+    async def replay_placement(self, vm_id: UUID | str, *, strategy: Strategy | None = None) -> PlacementReplay:
+        """The VM's last decision made again on the exact inputs it saw; ``strategy``: the host that
+        strategy would have chosen. 409 (:class:`~vmsched_client.errors.Conflict`) when not journaled."""
+        return await self.send(calls.replay_placement(vm_id, strategy))
+
     async def delete_vm(self, vm_id: UUID | str) -> Vm:
         return await self.send(calls.delete_vm(vm_id))
 
@@ -205,6 +213,24 @@ class AsyncClient:
 
     async def scheduling_info(self, host_id: str) -> str:
         return await self.send(calls.scheduling_info(host_id))
+
+    # Rebalance (hosts:admin)
+
+    async def create_rebalance_plan(
+        self, goal: Goal, *, max_moves: int = 50, host_selector: list[HostSelectorTerm] | None = None
+    ) -> RebalancePlan:
+        """Compute moves of running VMs that even the fleet out (spread) or empty hosts (pack);
+        nothing moves until the plan is applied."""
+        return await self.send(calls.create_rebalance_plan(goal, max_moves, host_selector))
+
+    async def get_rebalance_plan(self, plan_id: UUID | str) -> RebalancePlan:
+        """The plan, and where its application stands (each move's state)."""
+        return await self.send(calls.get_rebalance_plan(plan_id))
+
+    async def apply_rebalance_plan(self, plan_id: UUID | str, *, max_parallel: int = 4) -> RebalancePlan:
+        """Carry the plan out by live migrations, ``max_parallel`` at most at once; poll it with
+        get_rebalance_plan until its state is done. 409 when applied already."""
+        return await self.send(calls.apply_rebalance_plan(plan_id, max_parallel))
 
     # Server groups
 

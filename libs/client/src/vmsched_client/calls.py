@@ -21,6 +21,7 @@ from vmsched_contract.api import (
     HostPatch,
     MigrateRequest,
     Placement,
+    PlacementReplay,
     Project,
     ProjectRequest,
     Reservation,
@@ -38,6 +39,8 @@ from vmsched_contract.api import (
     VmPage,
     VmRequest,
 )
+from vmsched_contract.messages import HostSelectorTerm
+from vmsched_contract.rebalance import ApplyRequest, Goal, PlanRequest, RebalancePlan
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -120,6 +123,12 @@ def get_placement(vm_id: UUID | str) -> Call[Placement]:
     return Call("GET", f"/v1/vms/{vm_id}/placement", _model(Placement))
 
 
+def replay_placement(vm_id: UUID | str, strategy: Strategy | None = None) -> Call[PlacementReplay]:
+    """The VM's last decision made again on its journaled inputs (``strategy``: with another one)."""
+    query = _query(strategy=None if strategy is None else strategy.value)
+    return Call("GET", f"/v1/vms/{vm_id}/placement/replay", _model(PlacementReplay), params=query)
+
+
 def delete_vm(vm_id: UUID | str) -> Call[Vm]:
     return Call("DELETE", f"/v1/vms/{vm_id}", _model(Vm))
 
@@ -170,6 +179,25 @@ def end_drain(host_id: str) -> Call[None]:
 def scheduling_info(host_id: str) -> Call[str]:
     """The host's scheduling info as a person reads it (text)."""
     return Call("GET", f"/v1/hosts/{host_id}/scheduling-info", lambda r: r.text, headers={"Accept": "text/plain"})
+
+
+# Rebalance (hosts:admin)
+
+
+def create_rebalance_plan(
+    goal: Goal, max_moves: int = 50, host_selector: list[HostSelectorTerm] | None = None
+) -> Call[RebalancePlan]:
+    body = _dump(PlanRequest(goal=goal, max_moves=max_moves, host_selector=host_selector or []))
+    return Call("POST", "/v1/rebalance/plans", _model(RebalancePlan), body=body)
+
+
+def get_rebalance_plan(plan_id: UUID | str) -> Call[RebalancePlan]:
+    return Call("GET", f"/v1/rebalance/plans/{plan_id}", _model(RebalancePlan))
+
+
+def apply_rebalance_plan(plan_id: UUID | str, max_parallel: int = 4) -> Call[RebalancePlan]:
+    body = _dump(ApplyRequest(max_parallel=max_parallel))
+    return Call("POST", f"/v1/rebalance/plans/{plan_id}/apply", _model(RebalancePlan), body=body)
 
 
 # Server groups

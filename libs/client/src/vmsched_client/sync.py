@@ -31,6 +31,7 @@ from vmsched_contract.api import (
     Host,
     HostPatch,
     Placement,
+    PlacementReplay,
     Project,
     ProjectRequest,
     Reservation,
@@ -45,6 +46,8 @@ from vmsched_contract.api import (
     VmBatchRequest,
     VmRequest,
 )
+from vmsched_contract.messages import HostSelectorTerm
+from vmsched_contract.rebalance import Goal, RebalancePlan
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -131,6 +134,11 @@ class Client:
     def get_placement(self, vm_id: UUID | str) -> Placement:
         return self.send(calls.get_placement(vm_id))
 
+    def replay_placement(self, vm_id: UUID | str, *, strategy: Strategy | None = None) -> PlacementReplay:
+        """The VM's last decision made again on the exact inputs it saw; ``strategy``: the host that
+        strategy would have chosen. 409 (:class:`~vmsched_client.errors.Conflict`) when not journaled."""
+        return self.send(calls.replay_placement(vm_id, strategy))
+
     def delete_vm(self, vm_id: UUID | str) -> Vm:
         return self.send(calls.delete_vm(vm_id))
 
@@ -202,6 +210,24 @@ class Client:
 
     def scheduling_info(self, host_id: str) -> str:
         return self.send(calls.scheduling_info(host_id))
+
+    # Rebalance (hosts:admin)
+
+    def create_rebalance_plan(
+        self, goal: Goal, *, max_moves: int = 50, host_selector: list[HostSelectorTerm] | None = None
+    ) -> RebalancePlan:
+        """Compute moves of running VMs that even the fleet out (spread) or empty hosts (pack);
+        nothing moves until the plan is applied."""
+        return self.send(calls.create_rebalance_plan(goal, max_moves, host_selector))
+
+    def get_rebalance_plan(self, plan_id: UUID | str) -> RebalancePlan:
+        """The plan, and where its application stands (each move's state)."""
+        return self.send(calls.get_rebalance_plan(plan_id))
+
+    def apply_rebalance_plan(self, plan_id: UUID | str, *, max_parallel: int = 4) -> RebalancePlan:
+        """Carry the plan out by live migrations, ``max_parallel`` at most at once; poll it with
+        get_rebalance_plan until its state is done. 409 when applied already."""
+        return self.send(calls.apply_rebalance_plan(plan_id, max_parallel))
 
     # Server groups
 

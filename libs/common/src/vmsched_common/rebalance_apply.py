@@ -14,24 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from vmsched_common import migration
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import VmStatus
 
-
-class PlanState(StrEnum):
-    PLANNED = "planned"
-    APPLYING = "applying"
-    DONE = "done"
-
-
-class MoveState(StrEnum):
-    QUEUED = "queued"
-    IN_FLIGHT = "in_flight"
-    MOVED = "moved"
-    SKIPPED = "skipped"
+# The states are the contract's (the API serves them); re-exported for the code that reads them here.
+from vmsched_contract.rebalance import MoveState as MoveState
+from vmsched_contract.rebalance import PlanState as PlanState
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,13 @@ import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from uuid import UUID
 
 import numpy as np
 
 from vmsched_common.groups import GroupRule, domain_of
 from vmsched_common.settings import Strategy
+from vmsched_contract.rebalance import Goal as Goal  # the API's, re-exported for the planner's callers
 from vmsched_placement.engine import decide, verdict
 from vmsched_placement.fleet import Fleet, FloatArray
 from vmsched_placement.model import (
@@ -46,11 +46,6 @@ SPREAD_VMS_PER_SOURCE = 8
 PACK_TRIES_PER_MOVE = 4
 # A spread move must lower the deviation by more than this (rounding, not an improvement).
 MIN_SPREAD_GAIN = 1e-9
-
-
-class Goal(StrEnum):
-    SPREAD = "spread"
-    PACK = "pack"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,66 +10,20 @@ applied; the plan is stored so that it can be read and applied later.
 from __future__ import annotations
 
 import time
-from typing import Annotated
-from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
 from vmsched_api.whatif import SnapshotUnavailable, decision_context, default_strategy, live_fleet
 from vmsched_common.db.rebalance import RebalanceStore, StoredMove, StoredPlan
-from vmsched_common.messages import HostSelector, HostSelectorTerm
-from vmsched_common.rebalance_apply import MoveProgress, MoveState, PlanState
+from vmsched_common.messages import HostSelectorTerm
+from vmsched_common.rebalance_apply import MoveProgress
 from vmsched_common.selectors import holds
+from vmsched_contract.rebalance import Goal, MoveState, PlannedMove, PlanRequest, RebalancePlan
 from vmsched_placement.inputs import placement_request
-from vmsched_placement.rebalance import Goal, MovableVm, plan_rebalance
+from vmsched_placement.rebalance import MovableVm, plan_rebalance
 
-MAX_MOVES = 1000
 SCORES = {Goal.SPREAD: "stddev_weighted_utilisation", Goal.PACK: "empty_hosts"}
-
-
-class PlanRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    goal: Goal = Field(description="spread: even out the hosts' weighted utilisation; pack: empty hosts")
-    max_moves: Annotated[int, Field(ge=1, le=MAX_MOVES)] = 50
-    host_selector: HostSelector = Field(
-        default_factory=list, description="only the hosts whose labels satisfy every term take part (empty: all)"
-    )
-
-
-class PlannedMove(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    vm_id: str
-    source: str = Field(alias="from", description="the host it runs on")
-    to: str = Field(description="the host it moves to")
-    gain: float = Field(
-        description="how much this move improves the score (spread: deviation lowered; pack: hosts emptied)"
-    )
-    state: MoveState = Field(description="queued, in_flight, moved, or skipped (with the reason)")
-    reason: str | None = Field(default=None, description="why it was skipped")
-
-
-class RebalancePlan(BaseModel):
-    id: UUID
-    goal: Goal
-    state: PlanState = Field(description="planned; applying; done")
-    max_moves: int
-    host_selector: list[HostSelectorTerm]
-    score: str = Field(description="what score_before and score_after measure")
-    score_before: float
-    score_after: float = Field(description="the score once every move is made")
-    moves: list[PlannedMove]
-    max_parallel: int | None = Field(description="once applied: the migrations in flight at most")
-    progress: dict[MoveState, int] = Field(description="the moves in each state")
-
-
-class ApplyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_parallel: Annotated[int, Field(ge=1, le=100, description="migrations in flight at most")] = 4
 
 
 def to_plan(stored: StoredPlan) -> RebalancePlan:

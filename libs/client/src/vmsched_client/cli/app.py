@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from vmsched_client import PLACED, Client, ClientConfig, ConfigError, WaitTimeout
 from vmsched_client.cli.exit_codes import ExitCode, for_status
-from vmsched_client.cli.output import Format, show_list, show_one, stderr, stdout, to_json
+from vmsched_client.cli.output import Format, show_list, show_one, stderr, stdout, table, to_json
 from vmsched_client.cli.why import explain
 from vmsched_client.errors import ApiError
 from vmsched_contract.api import (
@@ -45,6 +45,7 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
+from vmsched_contract.rebalance import Goal, MoveState, PlannedMove, PlanState, RebalancePlan
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, VmStatus
 from vmsched_contract.strategy import Strategy
@@ -55,7 +56,7 @@ R = TypeVar("R")
 
 app = typer.Typer(
     name="vmsched",
-    help="Operate vmsched: VMs, hosts, server groups, reservations, projects, tokens, live events.",
+    help="Operate vmsched: VMs, hosts, server groups, reservations, projects, tokens, rebalancing, live events.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # a usage error is Click's plain "Error: ..." line, not a panel
@@ -75,6 +76,11 @@ reservations = typer.Typer(
 projects = typer.Typer(help="Projects and their quotas (admin).", no_args_is_help=True, rich_markup_mode=None)
 tokens = typer.Typer(help="API tokens (admin).", no_args_is_help=True, rich_markup_mode=None)
 strategy = typer.Typer(help="The cluster's default placement strategy.", no_args_is_help=True, rich_markup_mode=None)
+rebalance = typer.Typer(
+    help="Rebalance the fleet: plan moves of running VMs (spread or pack), then apply them (hosts:admin).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 for sub, name in (
     (vms, "vms"),
     (hosts, "hosts"),
@@ -85,6 +91,7 @@ for sub, name in (
 ):
     app.add_typer(sub, name=name)
 app.add_typer(strategy, name="strategy")
+app.add_typer(rebalance, name="rebalance")
 
 
 @dataclass
@@ -374,6 +381,40 @@ def migrate_vm(
     show_one(state().output, vm)
 
 
+@command(app, "replay")
+def replay(
+    vm_id: Annotated[UUID, typer.Argument(metavar="VM_ID")],
+    strategy_name: Annotated[
+        Strategy | None, typer.Option("--strategy", help="decide with this strategy instead of the recorded one")
+    ] = None,
+) -> None:
+    """The VM's last decision made again on the exact inputs it saw (the decision journal): the
+    recorded host and score, the replayed ones, and whether they are the same. Exit 5 when the
+    decision was not journaled."""
+    answer = state().client().replay_placement(vm_id, strategy=strategy_name)
+    if state().output is not Format.TABLE:
+        print(to_json(answer))
+        return
+
+    def score(value: float | None) -> str:
+        return "-" if value is None else f"{value:.6f}"
+
+    shown = table(
+        [
+            ("", lambda row: row[0]),
+            ("STRATEGY", lambda row: row[1]),
+            ("HOST", lambda row: row[2] or "-"),
+            ("SCORE", lambda row: score(row[3])),
+        ],
+        [
+            ("recorded", answer.recorded_strategy.value, answer.decided_host, answer.decided_score),
+            ("replayed", answer.strategy.value, answer.host, answer.score),
+        ],
+    )
+    stdout().print(shown)
+    stdout().print(f"same {'yes' if answer.same else 'no'} ({answer.hosts} hosts seen)", markup=False)
+
+
 # Hosts
 
 
@@ -456,6 +497,91 @@ def undrain_host(host_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """End the host's drain, finished or not: it takes new VMs again."""
     state().client().end_drain(host_id)
     stderr().print(f"host {host_id}: drain ended", markup=False)
+
+
+# Rebalance
+
+
+def _show_plan(plan: RebalancePlan) -> None:
+    """The plan's figures, then its moves, one a row (-o json: the whole answer)."""
+    output = state().output
+    if output is not Format.TABLE:
+        show_one(output, plan)
+        return
+    counts = ", ".join(f"{each.value} {count}" for each, count in plan.progress.items() if count)
+    stdout().print(
+        f"plan {plan.id}  {plan.goal.value}  {plan.state.value}  {plan.score} "
+        f"{plan.score_before:.4f} -> {plan.score_after:.4f}  moves {len(plan.moves)}"
+        + (f" ({counts})" if counts else ""),
+        markup=False,
+    )
+    if plan.moves:
+        show_list(output, PlannedMove, plan.moves)
+
+
+def _follow(plan: RebalancePlan, timeout: float) -> RebalancePlan:
+    """Poll the plan (a progress bar on stderr) until every move is moved or skipped."""
+    client = state().client()
+    deadline = time.monotonic() + timeout
+    with _progress() as progress:
+        task = progress.add_task(f"rebalancing ({plan.goal.value})", total=len(plan.moves))
+        while plan.state is not PlanState.DONE:
+            if time.monotonic() >= deadline:
+                _show_plan(plan)
+                raise fail(
+                    f"plan {plan.id} not done after {timeout:g}s (still {plan.state.value})", ExitCode.NOT_PLACED
+                )
+            time.sleep(1.0)
+            plan = client.get_rebalance_plan(plan.id)
+            ended = sum(1 for move in plan.moves if move.state in (MoveState.MOVED, MoveState.SKIPPED))
+            progress.update(task, completed=ended)
+    return plan
+
+
+@command(rebalance, "plan")
+def plan_rebalance(
+    goal: Annotated[Goal, typer.Option(help="spread: even out the hosts' utilisation; pack: empty hosts")],
+    max_moves: Annotated[int, typer.Option(help="moves at most")] = 50,
+    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value: only the hosts with it")] = [],  # noqa: B006
+    apply: Annotated[bool, typer.Option(help="apply the plan at once")] = False,
+    max_parallel: Annotated[int, typer.Option(help="with --apply: migrations in flight at once")] = 4,
+    wait: Annotated[bool, typer.Option(help="with --apply: follow it (a progress bar) until done")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 600.0,
+) -> None:
+    """Compute moves of running VMs on the live fleet (nothing moves); --apply carries them out.
+    Apply it later with `rebalance apply ID`."""
+    selector = [
+        HostSelectorTerm(key=key, operator=SelectorOperator.IN, values=[value])
+        for key, value in _pairs(label, "--label").items()
+    ]
+    client = state().client()
+    plan = client.create_rebalance_plan(goal, max_moves=max_moves, host_selector=selector)
+    if apply:
+        plan = client.apply_rebalance_plan(plan.id, max_parallel=max_parallel)
+        if wait:
+            plan = _follow(plan, timeout)
+    _show_plan(plan)
+
+
+@command(rebalance, "show")
+def show_rebalance(plan_id: Annotated[UUID, typer.Argument(metavar="ID")]) -> None:
+    """A plan, and where its application stands: each move's state (skipped: with the reason)."""
+    _show_plan(state().client().get_rebalance_plan(plan_id))
+
+
+@command(rebalance, "apply")
+def apply_rebalance(
+    plan_id: Annotated[UUID, typer.Argument(metavar="ID")],
+    max_parallel: Annotated[int, typer.Option(help="migrations in flight at once")] = 4,
+    wait: Annotated[bool, typer.Option(help="follow it (a progress bar) until every move is made or skipped")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 600.0,
+) -> None:
+    """Carry a plan out by live migrations, in its order; a move the fleet made invalid since is
+    skipped (the VM stays, running). Exit 5 when applied already; with --wait, 7 at the timeout."""
+    plan = state().client().apply_rebalance_plan(plan_id, max_parallel=max_parallel)
+    if wait:
+        plan = _follow(plan, timeout)
+    _show_plan(plan)
 
 
 # Server groups

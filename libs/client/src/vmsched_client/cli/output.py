@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
+from vmsched_contract.rebalance import PlannedMove
 from vmsched_contract.whatif import HostCapacity, SimulatedVm
 
 
@@ -130,6 +131,14 @@ CAPACITY_COLUMNS: list[Column] = [
     ("FITS", lambda host: host.fits),
     ("REFUSED BY", lambda host: host.refused_by or "-"),
 ]
+MOVE_COLUMNS: list[Column] = [
+    ("VM", lambda move: move.vm_id),
+    ("FROM", lambda move: move.source),
+    ("TO", lambda move: move.to),
+    ("GAIN", lambda move: f"{move.gain:.4f}"),
+    ("STATE", lambda move: move.state.value),
+    ("REASON", lambda move: move.reason or ""),
+]
 
 COLUMNS: dict[type[BaseModel], list[Column]] = {
     Vm: VM_COLUMNS,
@@ -140,6 +149,7 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
     Reservation: RESERVATION_COLUMNS,
     SimulatedVm: SIMULATED_COLUMNS,
     HostCapacity: CAPACITY_COLUMNS,
+    PlannedMove: MOVE_COLUMNS,
 }
 
 

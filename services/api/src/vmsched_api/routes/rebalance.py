@@ -10,11 +10,12 @@ from fastapi import APIRouter, Body, HTTPException, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsAdmin
-from vmsched_api.rebalance import ApplyRequest, PlanRequest, RebalancePlan, create_plan, to_plan
+from vmsched_api.rebalance import create_plan, to_plan
 from vmsched_api.schemas import refusals
 from vmsched_api.whatif import SnapshotUnavailable
 from vmsched_common.db.rebalance import NotPlanned, RebalanceStore
 from vmsched_common.logs import get_logger
+from vmsched_contract.rebalance import ApplyRequest, PlanRequest, RebalancePlan
 
 router = APIRouter(prefix="/rebalance", tags=["rebalance"])
 log = get_logger("vmsched_api")

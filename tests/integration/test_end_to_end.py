@@ -13,6 +13,7 @@ import asyncpg
 import httpx
 import pytest
 from aio_pika.abc import AbstractIncomingMessage
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
@@ -295,6 +296,10 @@ async def test_a_vm_an_agent_runs_that_vmsched_holds_elsewhere_is_deleted_there_
     elsewhere ("moved": deleted there, VMSCHED_ORPHAN_VMS=delete_moved) and VMs it failed ("gone":
     reported only). Its heartbeat lists them; the gateway finds them."""
     rng = random.Random(2)
+    gateway_metrics = stack.services["gateway"].metrics_url
+    assert gateway_metrics is not None
+    # The gateway's counter is the stack's, shared with other tests: count what this one adds.
+    gone_before = await _orphans_reported_gone(gateway_metrics)
     moved, gone = [(await api.post("/v1/vms", json=vm_body(rng, name))).json() for name in ("moved", "gone")]
     for vm in (moved, gone):
         await eventually(
@@ -319,15 +324,12 @@ async def test_a_vm_an_agent_runs_that_vmsched_holds_elsewhere_is_deleted_there_
         timeout=20,
         what="the moved VM's copy deleted from its old host",
     )
-    gateway_metrics = stack.services["gateway"].metrics_url
-    assert gateway_metrics is not None
-    async with httpx.AsyncClient() as client:
-        await eventually(
-            lambda: client.get(gateway_metrics),
-            lambda r: 'vmsched_orphan_vms_total{action="reported",kind="gone"} 1.0' in r.text,
-            timeout=20,
-            what="the gone VM reported",
-        )
+    await eventually(
+        lambda: _orphans_reported_gone(gateway_metrics),
+        lambda count: count == gone_before + 1,
+        timeout=30,
+        what="the gone VM reported",
+    )
     assert fleet.host_of(uuid.UUID(gone["id"])) == hosts[gone["id"]]  # left running: only reported
     deletes = [c for c in fleet.received(hosts[gone["id"]] or "") if c.vm_id == uuid.UUID(gone["id"])]
     assert [c.action for c in deletes] == [CommandAction.CREATE]
@@ -336,3 +338,13 @@ async def test_a_vm_an_agent_runs_that_vmsched_holds_elsewhere_is_deleted_there_
 
 async def _async(value: str | None) -> str | None:
     return value
+
+
+async def _orphans_reported_gone(metrics_url: str) -> float:
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(metrics_url)).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vmsched_orphan_vms_total" and sample.labels == {"action": "reported", "kind": "gone"}:
+                return float(sample.value)
+    return 0.0  # not exported before the first

@@ -83,6 +83,11 @@ async def _this_suites_vms(servers: Servers) -> list[str]:
 async def _vms_on(api: httpx.AsyncClient, host_id: str, count: int, servers: Servers) -> list[dict[str, Any]]:
     """``count`` running VMs on ``host_id`` (the other hosts paused meanwhile, then unpaused), once the
     snapshot agrees with PostgreSQL (a plan is computed from the snapshot: the last test's VMs gone)."""
+    # The last test's VMs are deleted in PostgreSQL before their claims leave Redis: until then the
+    # schedulers see the host fuller than it is.
+    await eventually(
+        lambda: host_shares(servers, HOSTS), lambda shares: not disagreements(shares), timeout=30, what="snapshot"
+    )
     for other in HOSTS:
         response = await api.patch(f"/v1/hosts/{other}", json={"scheduling_paused": other != host_id})
         assert response.status_code == 200, response.text

@@ -21,14 +21,22 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Capability, Resources
+from vmsched_common.messages import Capability, Resources, Taint, TaintEffect
 
 pytestmark = pytest.mark.integration
 
 SUITE = "rbl"
 HOSTS = [f"{SUITE}-000{n}" for n in range(1, 4)]
 CROWDED, SPARE, CANNOT_MIGRATE = HOSTS  # the last one's agent declares power, not migrate
-VM = {"cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": {"suite": SUITE}}
+# The hosts are tainted and only this suite's VMs tolerate it: the stack is shared, and another test's
+# VM (a waiting one woken, say) placed on them would change every plan.
+VM = {
+    "cpu": 2,
+    "memory_mb": 2048,
+    "disk_gb": 20,
+    "labels": {"suite": SUITE},
+    "tolerations": [{"key": "suite", "value": SUITE, "effect": "NoSchedule"}],
+}
 ONLY_OURS = [{"key": "suite", "operator": "In", "values": [SUITE]}]
 
 
@@ -43,6 +51,8 @@ async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]
         zones=3,
     )
     hosts[2] = hosts[2].model_copy(update={"capabilities": [Capability.POWER.value]})
+    taint = Taint(key="suite", value=SUITE, effect=TaintEffect.NO_SCHEDULE)
+    hosts = [host.model_copy(update={"taints": [taint]}) for host in hosts]
     async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running_fleet:
         async with stack.async_client() as api:
             await eventually(

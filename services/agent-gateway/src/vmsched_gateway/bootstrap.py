@@ -23,14 +23,13 @@ from vmsched_common.publishing import Publisher
 from vmsched_common.settings import AgentAuth, Settings
 from vmsched_common.snapshot import Snapshot
 from vmsched_gateway.agent_queues import AgentQueues
-from vmsched_gateway.drains import DrainSweep
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.identity import MessageKind, Speakers
+from vmsched_gateway.migration_sweeps import MigrationSweep
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
-from vmsched_gateway.rebalancing import RebalanceSweep
 from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
@@ -58,8 +57,8 @@ def build_app(settings: Settings) -> FastStream:
     preemptors = Preemptors(engine)
     fold = HeartbeatFold(hosts, snapshot, queues, orphans, publisher, settings.agent_offline_timeout)
     tasks = Tasks(TaskStore(engine), snapshot, publisher, queues)
-    drains = DrainSweep(DrainStore(engine), publisher)
-    rebalances = RebalanceSweep(RebalanceStore(engine), publisher)
+    drains = MigrationSweep("drain", DrainStore(engine), publisher)
+    rebalances = MigrationSweep("rebalance", RebalanceStore(engine), publisher)
     reports = StatusReports(
         ReportStore(engine, max_attempts=settings.max_attempts, exclude_for=settings.exclude_for),
         snapshot,

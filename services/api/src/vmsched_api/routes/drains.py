@@ -1,6 +1,6 @@
 """/v1/hosts/{id}/drain: empty a host for maintenance (CloudStack's maintenance mode, ``kubectl
 drain``): pause it and move every VM away by live migration; watch where it stands; end it (the host
-back in service). The gateway carries drains out (vmsched_gateway.drains); the rules are
+back in service). The gateway carries drains out (vmsched_gateway.migration_sweeps); the rules are
 vmsched_common.drain's."""
 
 from __future__ import annotations

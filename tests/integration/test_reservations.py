@@ -15,6 +15,7 @@ import pytest
 
 from devtools.stack import Stack, api_client
 from tests.fleets import enrolled_fleet
+from tests.integration.moving import disagreements, host_shares
 from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -87,7 +88,7 @@ async def allocated_cpu(admin: httpx.AsyncClient, host: str) -> int:
 
 
 async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_expires(
-    stack: Stack, admin: httpx.AsyncClient, host: str
+    stack: Stack, servers: Servers, admin: httpx.AsyncClient, host: str
 ) -> None:
     mine, theirs = await new_project(admin), await new_project(admin)
     ends_at = datetime.now(UTC) + timedelta(seconds=25)
@@ -140,7 +141,14 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         assert (expired["held"], expired["used"]) == (0, 1)
         assert await allocated_cpu(admin, host) == 5  # the VM on the used slot (3) and the low one (2)
         assert (await me.get(f"/v1/vms/{taking['id']}")).json()["status"] in ("scheduled", "running")
-        # The other project's VM now fits in what was held (the scheduler's snapshot let it go too).
+        # The other project's VM now fits in what was held, once the snapshot has let it go too
+        # (PostgreSQL ends the reservation first, then Redis releases its slot).
+        await eventually(
+            lambda: host_shares(servers, [host]),
+            lambda shares: not disagreements(shares),
+            timeout=30,
+            what="the snapshot agreeing with PostgreSQL",
+        )
         fits = (await them.post("/v1/vms", json=vm_body(host, "fits-now", 3))).json()
         assert (await vm_status(them, fits["id"], "scheduled", "running"))["hypervisor_id"] == host
         # An ended reservation takes no more VMs.

@@ -22,7 +22,9 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
 - ``p:group:<id>``: a server group's members per domain (domain -> count), counted by the claim that
   checks the group's rule (atomically with capacity) and given back by the release;
   ``p:group:<id>:vms``: the VMs holding a claim counted there (a claim records its ``group`` and
-  ``domain``).
+  ``domain``);
+- ``p:released``: claim id scored by when (Redis's clock) its claim was last given back, kept a while
+  so that a reconcile that read PostgreSQL before a release does not bring the claim back.
 
 All multi-key updates are Lua scripts (in ``lua/``), so each is atomic. The scripts name no resource:
 the fit rule and the field lists are pasted into them from :mod:`vmsched_common.fit` when loaded.
@@ -445,6 +447,12 @@ class Snapshot:
         return f"{self.prefix}:hosts"
 
     @property
+    def released_key(self) -> str:
+        """Claim id -> when it was released (Redis's clock): a reconcile whose PostgreSQL view
+        predates a release does not restore the claim (lua/reconcile_host.lua)."""
+        return f"{self.prefix}:released"
+
+    @property
     def changed_key(self) -> str:
         return f"{self.prefix}:changed"
 
@@ -629,29 +637,43 @@ class Snapshot:
         committed: Sequence[CommittedVm],
         now: float,
         grace: float,
-    ) -> tuple[int, int, int]:
-        args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), *_amounts(allocated)]
+        view_at: float,
+    ) -> tuple[int, int, int, int]:
+        """Set a host's allocations to PostgreSQL's ``committed`` shares (read at ``view_at``, Redis's
+        clock: :meth:`server_time`) plus its claims in flight; returns (restored, dropped, in flight,
+        stale: committed shares released since ``view_at``, not counted)."""
+        args: list[Any] = [self.prefix, host_id, repr(now), repr(grace), repr(view_at), *_amounts(allocated)]
         args += [extra_json(allocated.extra), str(vm_count)]
         for vm in committed:
             args += [str(vm.claim_id), *_amounts(vm.resources), extra_json(vm.resources.extra)]
-        restored, dropped, in_flight = await self._reconcile(
+        restored, dropped, in_flight, stale = await self._reconcile(
             keys=[self.host_key(host_id), self.host_vms_key(host_id), self.changed_key, self.seq_key],
             args=args,
         )
-        return int(restored), int(dropped), int(in_flight)
+        return int(restored), int(dropped), int(in_flight), int(stale)
 
     async def reconcile_group(
-        self, group_id: UUID, members: Sequence[tuple[UUID | str, str]], now: float, grace: float
+        self, group_id: UUID, members: Sequence[tuple[UUID | str, str]], now: float, grace: float, view_at: float
     ) -> tuple[int, int, int]:
         """Set a group's counts to PostgreSQL's ``members`` (claim id, domain) plus its claims younger
         than ``grace`` that PostgreSQL does not count yet; returns (members, in flight, dropped)."""
-        args: list[str] = [self.prefix, str(group_id), repr(now), repr(grace)]
+        args: list[str] = [self.prefix, str(group_id), repr(now), repr(grace), repr(view_at)]
         for vm_id, domain in members:
             args += [str(vm_id), domain]
         committed, in_flight, dropped = await self._reconcile_group(
             keys=[self.group_key(group_id), self.group_vms_key(group_id)], args=args
         )
         return int(committed), int(in_flight), int(dropped)
+
+    async def server_time(self) -> float:
+        """Redis's clock, in seconds: the clock releases are remembered by (``released_key``)."""
+        seconds, microseconds = await self.redis.time()
+        return seconds + microseconds / 1_000_000
+
+    async def forget_releases(self, before: float) -> int:
+        """Forget the releases remembered before ``before`` (Redis's clock); returns how many."""
+        forgotten: int = await self.redis.zremrangebyscore(self.released_key, "-inf", f"({before!r}")
+        return forgotten
 
     async def forget_host(self, host_id: str) -> None:
         """Remove a host (deleted from PostgreSQL) from the snapshot. It stays named on the change

@@ -8,6 +8,12 @@ are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``allo
 checked against the same sums too; a difference would be a bug, so it is logged loudly and repaired
 under the host's row lock.
 Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
+
+PostgreSQL's view is read first and written to Redis host by host afterwards, while schedulers,
+the gateway and the sweeps go on releasing claims. A claim released after the view was read is
+remembered by Redis (``Snapshot.released_key``) and neither restored nor counted: without that, a
+deleted VM's or an expired reservation's room came back as allocated until the next reconcile, and
+the scheduler turned VMs away from a host with room (Redis over-counting; never an overcommit).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ log = get_logger(__name__)
 
 # A claim younger than this may belong to a scheduler between its claim and its commit.
 CLAIM_GRACE_SECONDS = 30.0
+# Releases are remembered this long: a reconcile taking longer stops where it is (the next one,
+# on a fresh view, does the rest), since a release older than this may have been forgotten.
+RELEASES_KEPT_SECONDS = 600.0
 
 _HOSTS = text(
     "SELECT id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count FROM hosts"
@@ -84,6 +93,7 @@ class ReconcileReport:
     dropped_claims: int
     in_flight_claims: int
     repaired_hosts: int
+    stale_claims: int = 0
 
     def plus(self, other: ReconcileReport) -> ReconcileReport:
         return ReconcileReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -94,6 +104,8 @@ async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = C
     # VMs are streamed in host order, one host's at a time in memory: a fleet holds hundreds of
     # thousands of VMs, and this runs every VMSCHED_RECONCILE_INTERVAL.
     report = ReconcileReport(0, 0, 0, 0, 0)
+    view_at = await snapshot.server_time()  # before PostgreSQL's view: a release after it is remembered
+    deadline = time.monotonic() + RELEASES_KEPT_SECONDS / 2
     async with engine.connect() as plain:
         connection = await plain.execution_options(isolation_level="REPEATABLE READ")
         hosts = (await connection.execute(_HOSTS)).all()
@@ -102,19 +114,23 @@ async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = C
         pending: tuple[str, list[CommittedVm]] | None = await anext(by_host, None)
         now = time.time()
         for host in hosts:  # both in byte order of the id (COLLATE "C", as Python compares): walk together
+            if time.monotonic() > deadline:
+                log.warning("reconcile stopped: its PostgreSQL view is too old", hosts_done=report.hosts)
+                return report
             while pending is not None and pending[0] < host.id:  # VMs of a host without a row
                 pending = await anext(by_host, None)
             mine = pending[1] if pending is not None and pending[0] == host.id else []
-            report = report.plus(await _reconcile_host(engine, snapshot, host, mine, now, grace))
+            report = report.plus(await _reconcile_host(engine, snapshot, host, mine, now, grace, view_at))
         groups = (await connection.execute(_GROUP_MEMBERS)).all()
         await connection.rollback()
     if report.restored_claims or report.dropped_claims or report.repaired_hosts:
         log.info("snapshot reconciled with PostgreSQL", **asdict(report))
-    await _reconcile_groups(snapshot, groups, now, grace)
+    await _reconcile_groups(snapshot, groups, now, grace, view_at)
+    await snapshot.forget_releases(before=view_at - RELEASES_KEPT_SECONDS)
     return report
 
 
-async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float, grace: float) -> None:
+async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float, grace: float, view_at: float) -> None:
     """After the hosts (whose claims it names): each group's counts from its members' rows."""
     members: dict[uuid.UUID, list[tuple[uuid.UUID | str, str]]] = {}
     for row in rows:
@@ -123,7 +139,7 @@ async def _reconcile_groups(snapshot: Snapshot, rows: Sequence[Any], now: float,
             found.append((row.claim_id, row.domain))
     dropped = 0
     for group_id, committed in members.items():
-        dropped += (await snapshot.reconcile_group(group_id, committed, now, grace))[2]
+        dropped += (await snapshot.reconcile_group(group_id, committed, now, grace, view_at))[2]
     if dropped:
         log.info("server group claims dropped by reconciliation", groups=len(members), dropped=dropped)
 
@@ -143,7 +159,13 @@ async def _group_by_host(rows: AsyncIterator[Any]) -> AsyncIterator[tuple[str, l
 
 
 async def _reconcile_host(
-    engine: AsyncEngine, snapshot: Snapshot, host: Any, vms: list[CommittedVm], now: float, grace: float
+    engine: AsyncEngine,
+    snapshot: Snapshot,
+    host: Any,
+    vms: list[CommittedVm],
+    now: float,
+    grace: float,
+    view_at: float,
 ) -> ReconcileReport:
     amounts = [0, 0, 0, 0]
     extra: dict[str, int] = {}
@@ -167,8 +189,10 @@ async def _reconcile_host(
         async with engine.begin() as connection:
             await connection.execute(_REPAIR_HOST, {"host_id": host.id})
         repaired = 1
-    restored, dropped, in_flight = await snapshot.reconcile_host(host.id, total, len(vms), vms, now, grace)
-    return ReconcileReport(1, restored, dropped, in_flight, repaired)
+    restored, dropped, in_flight, stale = await snapshot.reconcile_host(
+        host.id, total, len(vms), vms, now, grace, view_at
+    )
+    return ReconcileReport(1, restored, dropped, in_flight, repaired, stale)
 
 
 async def reconcile_forever(engine: AsyncEngine, snapshot: Snapshot, interval: float) -> None:

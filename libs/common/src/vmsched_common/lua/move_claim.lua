@@ -24,6 +24,11 @@ local source = release_claim(prefix, KEYS[3], vm) or false
 
 local target = t[1]
 redis.call('RENAME', KEYS[4], KEYS[3])
+-- The target claim id is gone: a reconcile whose PostgreSQL view still has it must not restore it.
+-- The VM's claim is new on the target: young, so that same reconcile keeps it as in flight.
+remember_release(prefix, moving)
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[3], 'at', tonumber(now[1]) + tonumber(now[2]) / 1000000)
 local hk = prefix .. ':host:' .. target
 if redis.call('SREM', hk .. ':vms', moving) == 1 then
   redis.call('SADD', hk .. ':vms', vm)

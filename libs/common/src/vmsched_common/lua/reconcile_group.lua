@@ -3,24 +3,30 @@
 -- Members committed in PostgreSQL count in the domain PostgreSQL says; their claims learn the group,
 -- so that releasing them gives the place back. Claims of the group PostgreSQL does not count yet are
 -- kept (and counted) while younger than the grace period (a scheduler may be between claim and
--- commit), and forgotten after it.
+-- commit), and forgotten after it. A member released since PostgreSQL's view was read (view_at, by
+-- Redis's clock; see lua/reconcile_host.lua) is not counted from that stale view.
 -- KEYS: group's counts hash, group's claimed-vm set
--- ARGV: key prefix, group id, now, grace, then per committed member: vm_id, domain
+-- ARGV: key prefix, group id, now, grace, view_at, then per committed member: vm_id, domain
 -- Returns {committed, in_flight, dropped}
-local prefix, group, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefix, group, now, grace, view_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local released_key = prefix .. ':released'
+local any_released = redis.call('ZCOUNT', released_key, view_at, '+inf') > 0
 local counts = {}
 local committed = {}
 local members = 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local vm, domain = ARGV[i], ARGV[i + 1]
-  committed[vm] = true
-  members = members + 1
-  counts[domain] = (counts[domain] or 0) + 1
-  local ck = prefix .. ':claim:' .. vm
-  if redis.call('EXISTS', ck) == 1 then
-    redis.call('HSET', ck, 'group', group, 'domain', domain)
+  local gone = any_released and redis.call('ZSCORE', released_key, vm)
+  if not (gone and tonumber(gone) >= view_at) then
+    committed[vm] = true
+    members = members + 1
+    counts[domain] = (counts[domain] or 0) + 1
+    local ck = prefix .. ':claim:' .. vm
+    if redis.call('EXISTS', ck) == 1 then
+      redis.call('HSET', ck, 'group', group, 'domain', domain)
+    end
+    redis.call('SADD', KEYS[2], vm)
   end
-  redis.call('SADD', KEYS[2], vm)
 end
 local in_flight, dropped = 0, 0
 for _, vm in ipairs(redis.call('SMEMBERS', KEYS[2])) do

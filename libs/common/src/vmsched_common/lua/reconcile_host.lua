@@ -4,44 +4,63 @@
 -- are kept while younger than the grace period (a scheduler may be between claim and commit) and
 -- dropped after it. Allocations become PostgreSQL's plus the kept in-flight claims, named extra
 -- resources ('a_extra', a JSON map) as the others.
+-- PostgreSQL's view was read at view_at (Redis's clock) and may be stale by now: a claim released
+-- since (remembered in `released` by lua/release_claim.lua) is neither restored nor counted, or a
+-- deleted VM's room would come back as allocated until the next reconcile.
 -- KEYS: host hash, host's claimed-vm set, changed zset, seq counter
--- ARGV: key prefix, host_id, now, grace, the host's allocations (one per resource), its named extras
+-- ARGV: key prefix, host_id, now, grace, view_at, the host's allocations (one per resource), its named extras
 --       allocated (JSON), vm_count, then per committed VM: vm_id, one amount per resource, its named
 --       extras (JSON)
--- Returns {restored, dropped, in_flight}
+-- Returns {restored, dropped, in_flight, stale}
 {{counts}}
 
 local RESOURCE_FIELDS = {{resource fields}}
 local R = #RESOURCE_FIELDS
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {0, 0, 0}
+  return {0, 0, 0, 0}
 end
-local prefix, host, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local first_vm = 7 + R
+local prefix, host, now, grace, view_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local first_vm = 8 + R
+local released_key = prefix .. ':released'
+local any_released = redis.call('ZCOUNT', released_key, view_at, '+inf') > 0
+local stale = {}
+for r = 1, R + 1 do
+  stale[r] = 0
+end
+local stale_extra = {}
 local committed = {}
 local restored = 0
 for i = first_vm, #ARGV, R + 2 do
   local vm = ARGV[i]
-  committed[vm] = true
-  local ck = prefix .. ':claim:' .. vm
-  -- No claim, or one naming another host (a migration's move of claims cut short): PostgreSQL's
-  -- word is restored (the group fields are written back by reconcile_group).
-  if redis.call('HGET', ck, 'host') ~= host then
-    redis.call('DEL', ck)
-    local record = {'host', host, 'at', ARGV[3]}
+  local gone = any_released and redis.call('ZSCORE', released_key, vm)
+  if gone and tonumber(gone) >= view_at then
     for r = 1, R do
-      record[#record + 1] = RESOURCE_FIELDS[r]
-      record[#record + 1] = ARGV[i + r]
+      stale[r] = stale[r] + tonumber(ARGV[i + r])
     end
-    local extra = ARGV[i + R + 1]
-    if extra ~= '' and extra ~= '{}' then
-      record[#record + 1] = 'extra'
-      record[#record + 1] = extra
+    stale[R + 1] = stale[R + 1] + 1
+    add_counts(stale_extra, decode_counts(ARGV[i + R + 1]), 1)
+  else
+    committed[vm] = true
+    local ck = prefix .. ':claim:' .. vm
+    -- No claim, or one naming another host (a migration's move of claims cut short): PostgreSQL's
+    -- word is restored (the group fields are written back by reconcile_group).
+    if redis.call('HGET', ck, 'host') ~= host then
+      redis.call('DEL', ck)
+      local record = {'host', host, 'at', ARGV[3]}
+      for r = 1, R do
+        record[#record + 1] = RESOURCE_FIELDS[r]
+        record[#record + 1] = ARGV[i + r]
+      end
+      local extra = ARGV[i + R + 1]
+      if extra ~= '' and extra ~= '{}' then
+        record[#record + 1] = 'extra'
+        record[#record + 1] = extra
+      end
+      redis.call('HSET', ck, unpack(record))
+      restored = restored + 1
     end
-    redis.call('HSET', ck, unpack(record))
-    restored = restored + 1
+    redis.call('SADD', KEYS[2], vm)
   end
-  redis.call('SADD', KEYS[2], vm)
 end
 local in_flight = {}
 for r = 1, R + 1 do
@@ -76,11 +95,11 @@ end
 local names, values = {}, {}
 for r = 1, R do
   names[r] = 'a_' .. RESOURCE_FIELDS[r]
-  values[r] = tonumber(ARGV[4 + r]) + in_flight[r]
+  values[r] = tonumber(ARGV[5 + r]) - stale[r] + in_flight[r]
 end
 names[R + 1] = 'vm_count'
-values[R + 1] = tonumber(ARGV[6 + R]) + in_flight[R + 1]
-local extra = add_counts(decode_counts(ARGV[5 + R]), in_flight_extra, 1)
+values[R + 1] = tonumber(ARGV[7 + R]) - stale[R + 1] + in_flight[R + 1]
+local extra = add_counts(add_counts(decode_counts(ARGV[6 + R]), stale_extra, -1), in_flight_extra, 1)
 -- Written, and put in the change feed, only when it differs: every scheduler reads again each host
 -- the feed names, and this runs over every host every VMSCHED_RECONCILE_INTERVAL.
 local current = redis.call('HMGET', KEYS[1], 'synced', 'a_extra', unpack(names))
@@ -99,4 +118,4 @@ if differs then
   redis.call('HSET', KEYS[1], unpack(write))
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), host)
 end
-return {restored, dropped, in_flight[R + 1]}
+return {restored, dropped, in_flight[R + 1], stale[R + 1]}

@@ -1,6 +1,8 @@
 -- Give one VM's claim back to its host and its place back to its server group (rendered into
 -- release.lua and claim.lua from lua/release_claim.lua). Returns the host the claim was on, or nil.
 -- Needs RESOURCE_FIELDS, R and the counts functions (add_counts, ...); marks the host in `changed`.
+-- Every release is remembered in `released` (claim id -> when, by Redis's clock): a reconcile reading
+-- PostgreSQL before it must not restore the claim (lua/reconcile_host.lua).
 local RELEASE_READ = {'host'}
 for i = 1, #RESOURCE_FIELDS do
   RELEASE_READ[#RELEASE_READ + 1] = RESOURCE_FIELDS[i]
@@ -8,6 +10,11 @@ end
 RELEASE_READ[#RELEASE_READ + 1] = 'group'
 RELEASE_READ[#RELEASE_READ + 1] = 'domain'
 RELEASE_READ[#RELEASE_READ + 1] = 'extra'
+
+local function remember_release(prefix, claim_id)
+  local t = redis.call('TIME')
+  redis.call('ZADD', prefix .. ':released', tonumber(t[1]) + tonumber(t[2]) / 1000000, claim_id)
+end
 
 local function release_claim(prefix, claim_key, vm)
   local c = redis.call('HMGET', claim_key, unpack(RELEASE_READ))
@@ -45,6 +52,7 @@ local function release_claim(prefix, claim_key, vm)
     end
   end
   redis.call('DEL', claim_key)
+  remember_release(prefix, vm)
   changed[host] = true
   return host
 end

@@ -5,7 +5,7 @@
 
 import { Refused, Tail, authorization, get, token } from "./api.js";
 import { $, badge, bar, clock, count, element, hostHref, syncChildren } from "./dom.js";
-import { drainLine, drainOf, drains, refreshPlans, renderHostDrain } from "./progress.js";
+import { VmNames, drainLine, drainOf, drains, refreshPlans, renderHostDrain } from "./progress.js";
 import { follow } from "./sse.js";
 
 const POLL_MS = 2000;
@@ -275,6 +275,7 @@ function renderHostVms(vms) {
 function hostPage(hostId) {
   const path = `/v1/hosts/${encodeURIComponent(hostId)}`;
   const vms = new Tail({ hypervisor_id: hostId }, 1000);
+  const names = new VmNames();
   $("host-id").textContent = hostId;
   return {
     main: $("host-page"),
@@ -293,8 +294,9 @@ function hostPage(hostId) {
         $("scheduling-info").textContent = info;
         $("host-vm-count").textContent = count(host.vm_count, "VM");
         renderHostVms(onHost);
+        names.learn(onHost);
         const drain = drains(host) ? await drainOf(hostId) : null;
-        renderHostDrain(drain, new Map(onHost.map((vm) => [vm.id, vm.name])));
+        renderHostDrain(drain, drain ? await names.complete(drain) : names.known);
       });
     },
   };

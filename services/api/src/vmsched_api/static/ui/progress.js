@@ -6,6 +6,8 @@ import { $, badge, bar, clock, count, element, syncChildren } from "./dom.js";
 
 const SHOWN_PLANS = 10;
 const SHOWN_REASONS = 3;
+// Names of VMs that left a drained host before its page saw them, looked up per refresh at most.
+const NAME_LOOKUPS = 20;
 
 /** Whether the host has a drain (its status says so while it is not offline). */
 export const drains = (host) => host.status === "draining" || host.status === "drained";
@@ -17,6 +19,37 @@ export async function drainOf(hostId) {
   } catch (error) {
     if (error instanceof Refused && error.status === 404) return null;
     throw error;
+  }
+}
+
+/** The names of the VMs a host's drain lists: those seen on the host, and those that left it before
+ * the page saw them, looked up once each (an id the token may not read stays an id). */
+export class VmNames {
+  constructor() {
+    this.known = new Map();
+    this.asked = new Set();
+  }
+
+  learn(vms) {
+    for (const vm of vms) this.known.set(vm.id, vm.name);
+  }
+
+  async complete(drain) {
+    const missing = drain.moved
+      .map((vm) => vm.vm_id)
+      .filter((id) => !this.known.has(id) && !this.asked.has(id))
+      .slice(0, NAME_LOOKUPS);
+    await Promise.all(
+      missing.map(async (id) => {
+        this.asked.add(id);
+        try {
+          this.known.set(id, (await get(`/v1/vms/${encodeURIComponent(id)}`)).name);
+        } catch {
+          // shown by its id
+        }
+      }),
+    );
+    return this.known;
   }
 }
 

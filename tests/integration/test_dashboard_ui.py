@@ -226,23 +226,16 @@ async def moving_fleet(
         yield suite, ids, vm
         for host_id in ids:
             await api.delete(f"/v1/hosts/{host_id}/drain")
+
         # Only its VMs tolerate its hosts' taint: every VM on them is the test's.
-        left = [
-            each["id"]
-            for host_id in ids
-            for each in (await api.get("/v1/vms", params={"hypervisor_id": host_id, "limit": 1000})).json()["items"]
-            if each["status"] != "deleted"
-        ]
-        for vm_id in left:
+        async def left_on_its_hosts() -> list[str]:
+            listed = [await api.get("/v1/vms", params={"hypervisor_id": host_id, "limit": 1000}) for host_id in ids]
+            return [each["id"] for page in listed for each in page.json()["items"] if each["status"] != "deleted"]
+
+        for vm_id in await left_on_its_hosts():
             await settled(api, vm_id)
             assert (await api.delete(f"/v1/vms/{vm_id}")).status_code == 202
-        for vm_id in left:
-            await eventually(
-                lambda vm_id=vm_id: api.get(f"/v1/vms/{vm_id}"),
-                lambda r: r.json()["status"] == "deleted",
-                timeout=30,
-                what=f"VM {vm_id} deleted",
-            )
+        await eventually(left_on_its_hosts, lambda left: not left, timeout=30, what="the test's VMs deleted")
 
 
 async def snapshot_agrees(servers: Servers, hosts: list[str]) -> None:

@@ -458,7 +458,8 @@ def test_a_rebalance_plan_is_made_read_and_applied(client: Client, fleet: Fleet)
         done = client.get_rebalance_plan(plan.id)
         assert sum(done.progress.values()) == len(plan.moves)
         assert done.created_at == plan.created_at
-        assert done.applied_at is not None and done.ended_at is not None
+        assert done.applied_at is not None
+        assert done.ended_at is not None
         assert [m.vm_id for m in done.moves] == [m.vm_id for m in plan.moves]
 
         packing = client.create_rebalance_plan(Goal.PACK, host_selector=only_ours(fleet))

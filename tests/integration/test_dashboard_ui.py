@@ -1,7 +1,8 @@
 """The dashboard at /ui in a real browser (Debian's chromium, headless, driven by Playwright), on the
 real stack: what a person sees follows the fleet. A VM created through the API shows among the
 placements, a paused host changes colour, the why-pending panel gives the reasons, a host's page
-shows its scheduling info and its VMs. Each page's screenshot is kept in test-artifacts/ui/.
+shows its scheduling info and its VMs; a rebalance plan's progress shows in its panel, a drain's in
+the maintenance panel and on its host's page. Each page's screenshot is kept in test-artifacts/ui/.
 
 The page learns of changes by polling here (GET /v1/events, where served, only makes it quicker),
 so every wait below is an ``expect`` with a deadline, never a sleep."""
@@ -21,10 +22,11 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from devtools.stack import ROOT, Stack
 from tests.fleets import enrolled_fleet
+from tests.integration.moving import disagreements, host_shares, running, settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import Resources
+from vmsched_common.messages import Resources, Taint, TaintEffect
 
 pytestmark = pytest.mark.integration
 
@@ -186,6 +188,155 @@ async def test_the_dashboard_shows_placements_paused_hosts_and_why_vms_wait(
 
     for vm in (waiting, placed):
         assert (await api.delete(f"/v1/vms/{vm['id']}")).status_code == 202
+    await page.close()
+
+
+@pytest.fixture
+async def moving_fleet(
+    stack: Stack, servers: Servers, api: httpx.AsyncClient
+) -> AsyncIterator[tuple[str, list[str], dict[str, Any]]]:
+    """Three hosts of this test's own (one a zone), tainted so that only its VMs land there (a plan
+    and a drain move what is on them), every agent able to migrate; and the body of its VMs."""
+    suite = f"uimv-{uuid.uuid4().hex[:6]}"
+    taint = Taint(key="suite", value=suite, effect=TaintEffect.NO_SCHEDULE)
+    hosts = [
+        HostSpec(
+            id=f"{suite}-{index}",
+            capacity=Resources(cpu=HOST_CPU, memory_mb=16384, disk_gb=200),
+            labels={"suite": suite, "zone": f"{suite}-z{index}"},
+            taints=[taint],
+        )
+        for index in range(3)
+    ]
+    ids = [host.id for host in hosts]
+    vm = {
+        "cpu": 2,
+        "memory_mb": 1024,
+        "disk_gb": 10,
+        "labels": {"suite": suite},
+        "tolerations": [{"key": "suite", "value": suite, "effect": "NoSchedule"}],
+    }
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0):
+        await eventually(
+            lambda: api.get("/v1/hosts"),
+            lambda r: {h["id"] for h in r.json() if h["status"] == "online"} >= set(ids),
+            timeout=60,
+            what="the suite's hosts online",
+        )
+        yield suite, ids, vm
+        for host_id in ids:
+            await api.delete(f"/v1/hosts/{host_id}/drain")
+
+        # Only its VMs tolerate its hosts' taint: every VM on them is the test's.
+        async def left_on_its_hosts() -> list[str]:
+            listed = [await api.get("/v1/vms", params={"hypervisor_id": host_id, "limit": 1000}) for host_id in ids]
+            return [each["id"] for page in listed for each in page.json()["items"] if each["status"] != "deleted"]
+
+        for vm_id in await left_on_its_hosts():
+            await settled(api, vm_id)
+            assert (await api.delete(f"/v1/vms/{vm_id}")).status_code == 202
+        await eventually(left_on_its_hosts, lambda left: not left, timeout=30, what="the test's VMs deleted")
+
+
+async def snapshot_agrees(servers: Servers, hosts: list[str]) -> None:
+    """Redis agrees with PostgreSQL about the hosts (a plan is computed from the snapshot)."""
+    await eventually(
+        lambda: host_shares(servers, hosts), lambda shares: not disagreements(shares), timeout=30, what="snapshot"
+    )
+
+
+async def test_the_dashboard_shows_a_rebalance_plans_and_a_drains_progress(
+    browser: Browser,
+    stack: Stack,
+    servers: Servers,
+    api: httpx.AsyncClient,
+    moving_fleet: tuple[str, list[str], dict[str, Any]],
+) -> None:
+    suite, hosts, vm = moving_fleet
+    crowded = hosts[0]
+    # Four VMs on the first host (the others paused meanwhile); one of them stopped: a drain moves
+    # running VMs only, so it stays, listed as stuck with the reason.
+    for host_id in hosts:
+        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id != crowded})
+        assert response.status_code == 200, response.text
+    vms = [await running(api, {"name": f"{suite}-{n}", **vm}) for n in range(4)]
+    assert {each["hypervisor_id"] for each in vms} == {crowded}
+    stopped = vms[-1]
+    assert (await api.post(f"/v1/vms/{stopped['id']}/stop")).status_code == 202
+    assert (await settled(api, stopped["id"]))["status"] == "stopped"
+    for host_id in hosts:
+        assert (await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})).status_code == 200
+    await snapshot_agrees(servers, hosts)
+    page = await open_dashboard(browser, stack)
+
+    # A plan computed: its row says nothing is made yet.
+    only_ours = [{"key": "suite", "operator": "In", "values": [suite]}]
+    computed = await api.post(
+        "/v1/rebalance/plans", json={"goal": "spread", "max_moves": 1, "host_selector": only_ours}
+    )
+    assert computed.status_code == 201, computed.text
+    plan = computed.json()
+    assert [move["from"] for move in plan["moves"]] == [crowded], plan
+    row = page.locator(f'#rebalance li[data-plan="{plan["id"]}"]')
+    await expect(row.locator(".badge")).to_have_text("planned", timeout=SEEN_WITHIN_MS)
+    await expect(row).to_contain_text("0 of 1 move made · 0 skipped · 0 in flight · 1 queued")
+
+    # Applied: the row follows it to the end.
+    assert (await api.post(f"/v1/rebalance/plans/{plan['id']}/apply", json={"max_parallel": 1})).status_code == 202
+    done = await eventually(
+        lambda: api.get(f"/v1/rebalance/plans/{plan['id']}"),
+        lambda r: r.json()["state"] == "done",
+        timeout=60,
+        what="the plan applied",
+    )
+    assert done.json()["progress"]["moved"] == 1, done.text
+    await expect(row.locator(".badge")).to_have_text("done", timeout=SEEN_WITHIN_MS)
+    await expect(row).to_contain_text("1 of 1 move made · 0 skipped · 0 in flight · 0 queued")
+    await page.screenshot(path=SCREENSHOTS / "rebalance.png", full_page=True)
+
+    # The crowded host drained: its two running VMs move away, the stopped one is stuck.
+    await snapshot_agrees(servers, hosts)
+    started = await api.post(f"/v1/hosts/{crowded}/drain", json={"max_parallel": 2, "deadline_s": 600})
+    assert started.status_code == 202, started.text
+    drain = await eventually(
+        lambda: api.get(f"/v1/hosts/{crowded}/drain"),
+        lambda r: len(r.json()["moved"]) == 2 and not r.json()["in_flight"] and not r.json()["queued"],
+        timeout=60,
+        what="the drain's two moves made",
+    )
+    (stuck,) = drain.json()["stuck"]
+    assert stuck["vm_id"] == stopped["id"]
+    maintenance = page.locator(f'#maintenance li[data-host="{crowded}"]')
+    await expect(maintenance).to_contain_text(
+        "2 of 3 VMs moved · 0 in flight · 0 queued · 1 stuck", timeout=SEEN_WITHIN_MS
+    )
+    await expect(maintenance.locator(".reason")).to_contain_text(f"stuck {stopped['id']}: stopped")
+    await page.screenshot(path=SCREENSHOTS / "fleet-progress.png", full_page=True)
+
+    # The host's page: the drain's state and progress, and each VM it moves, the stuck one by name.
+    await maintenance.get_by_role("link", name=crowded).click()
+    await expect(page.locator("#host-page")).to_be_visible()
+    await expect(page.locator("#host-drain-panel")).to_be_visible(timeout=SEEN_WITHIN_MS)
+    await expect(page.locator("#host-drain-state")).to_have_text("draining")
+    await expect(page.locator("#host-drain-progress")).to_contain_text(
+        "2 of 3 VMs moved · 0 in flight · 0 queued · 1 stuck"
+    )
+    stuck_row = page.locator(f'#host-drain-vms li[data-vm="{stopped["id"]}"]')
+    await expect(stuck_row).to_contain_text(stopped["name"])
+    await expect(stuck_row.locator(".badge")).to_have_text("stuck")
+    await expect(stuck_row.locator(".reason")).to_have_text(stuck["reason"])
+    names = {each["id"]: each["name"] for each in vms}
+    for moved in drain.json()["moved"]:
+        moved_row = page.locator(f'#host-drain-vms li[data-vm="{moved["vm_id"]}"]')
+        await expect(moved_row).to_contain_text(names[moved["vm_id"]])
+        await expect(moved_row.locator(".reason")).to_have_text(f"now on {moved['to']}")
+    await page.screenshot(path=SCREENSHOTS / "drain.png", full_page=True)
+
+    # A host without a drain shows no drain panel.
+    await page.goto(f"{stack.api_url}/ui#/hosts/{hosts[1]}")
+    await expect(page.locator("#host-id")).to_have_text(hosts[1])
+    await expect(page.locator("#scheduling-info")).to_contain_text(f"Agent: {hosts[1]}", timeout=SEEN_WITHIN_MS)
+    await expect(page.locator("#host-drain-panel")).to_be_hidden()
     await page.close()
 
 

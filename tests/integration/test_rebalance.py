@@ -158,6 +158,27 @@ async def test_an_unknown_plan_is_404_and_a_bad_goal_422(api: httpx.AsyncClient)
     assert (await api.post("/v1/rebalance/plans", json={"goal": "pack", "max_moves": 0})).status_code == 422
 
 
+async def test_plans_are_listed_newest_first_a_page_at_a_time(api: httpx.AsyncClient, servers: Servers) -> None:
+    await _vms_on(api, CROWDED, 2, servers)
+    made = []
+    for goal in ("spread", "pack"):
+        response = await api.post("/v1/rebalance/plans", json={"goal": goal, "host_selector": ONLY_OURS})
+        assert response.status_code == 201, response.text
+        made.append(response.json())
+    first = await api.get("/v1/rebalance/plans", params={"limit": 1})
+    assert first.status_code == 200, first.text
+    assert first.json()["items"] == [made[1]]  # each as GET /v1/rebalance/plans/{id} answers it
+    assert first.json()["next_cursor"]
+    second = await api.get("/v1/rebalance/plans", params={"limit": 1, "cursor": first.json()["next_cursor"]})
+    assert second.json()["items"] == [made[0]]
+    assert made[0]["created_at"] <= made[1]["created_at"]
+    default = (await api.get("/v1/rebalance/plans")).json()["items"]
+    assert [plan["id"] for plan in default[:2]] == [made[1]["id"], made[0]["id"]]
+    assert len(default) <= 20
+    for refused in ({"limit": 0}, {"limit": 101}, {"cursor": "not-ours"}):
+        assert (await api.get("/v1/rebalance/plans", params=refused)).status_code == 422, refused
+
+
 async def _applied(api: httpx.AsyncClient, plan_id: str) -> dict[str, Any]:
     response = await eventually(
         lambda: api.get(f"/v1/rebalance/plans/{plan_id}"),

@@ -93,6 +93,7 @@ async def test_every_v1_route_refuses_a_request_without_a_token_or_without_its_s
         ("GET", "/v1/reservations/{reservation_id}"),
         ("DELETE", "/v1/reservations/{reservation_id}"),
         ("GET", "/v1/summary"),
+        ("GET", "/v1/rebalance/plans"),
     } <= walked
     assert len(walking) >= 25, walked
     for endpoint in walking:

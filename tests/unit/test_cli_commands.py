@@ -39,6 +39,7 @@ COMMANDS = [
     ["strategy", "show"],
     ["strategy", "set"],
     ["rebalance", "plan"],
+    ["rebalance", "list"],
     ["rebalance", "show"],
     ["rebalance", "apply"],
     ["replay"],
@@ -62,6 +63,7 @@ def test_every_command_takes_the_output_option(command: list[str]) -> None:
         (["reservations", "create"], ["--cpu", "--memory-mb", "--count", "-l, --label", "--ends-at"]),
         (["rebalance", "plan"], ["--goal", "--max-moves", "-l, --label", "--apply", "--max-parallel", "--wait"]),
         (["rebalance", "apply"], ["--max-parallel", "--wait", "--timeout"]),
+        (["rebalance", "list"], ["--limit"]),
         (["replay"], ["--strategy"]),
     ],
 )

@@ -292,6 +292,14 @@ def test_rebalance_plan_show_apply_and_replay(vmsched: Any, client: Client, flee
         assert (done["state"], done["max_parallel"]) == ("done", 1)
         assert {m["state"] for m in done["moves"]} <= {"moved", "skipped"}
         vmsched("rebalance", "apply", plan["id"], code=ExitCode.CONFLICT)  # applied already
+        listed = vmsched("rebalance", "list", "--limit", "5").stdout
+        assert "DONE" in listed.splitlines()[0]
+        row = next(line for line in listed.splitlines() if plan["id"] in line)
+        moves = len(done["moves"])
+        assert row.split()[1:3] == ["spread", "done"]
+        assert f"{moves}/{moves}" in row.split()  # every move made or skipped
+        newest = json.loads(vmsched("-o", "json", "rebalance", "list", "--limit", "1").stdout)
+        assert [p["id"] for p in newest] == [plan["id"]]
 
         packed = vmsched("rebalance", "plan", "--goal", "pack", "--max-moves", "1", *label, "--apply", "--wait").stdout
         assert "pack  done" in packed

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -445,6 +445,9 @@ def test_a_rebalance_plan_is_made_read_and_applied(client: Client, fleet: Fleet)
         assert all({m.source, m.to} <= set(fleet.hosts) and m.state is MoveState.QUEUED for m in plan.moves)
         assert plan.progress[MoveState.QUEUED] == len(plan.moves)
         assert client.get_rebalance_plan(plan.id) == plan
+        # Listed newest first, as the API serves it, a page at a time.
+        assert next(client.list_rebalance_plans()) == plan
+        assert plan in itertools.islice(client.list_rebalance_plans(page_size=1), 3)
 
         applying = client.apply_rebalance_plan(plan.id, max_parallel=2)
         assert (applying.id, applying.max_parallel) == (plan.id, 2)
@@ -454,6 +457,9 @@ def test_a_rebalance_plan_is_made_read_and_applied(client: Client, fleet: Fleet)
         wait_for(lambda: settled(client.get_rebalance_plan(plan.id)), 90, "the plan applied", interval=0.5)
         done = client.get_rebalance_plan(plan.id)
         assert sum(done.progress.values()) == len(plan.moves)
+        assert done.created_at == plan.created_at
+        assert done.applied_at is not None
+        assert done.ended_at is not None
         assert [m.vm_id for m in done.moves] == [m.vm_id for m in plan.moves]
 
         packing = client.create_rebalance_plan(Goal.PACK, host_selector=only_ours(fleet))
@@ -467,6 +473,14 @@ def test_a_rebalance_plan_is_made_read_and_applied(client: Client, fleet: Fleet)
             client.delete_vm(vm.id)
 
 
+async def _first(plans: AsyncIterator[RebalancePlan], count: int) -> AsyncIterator[RebalancePlan]:
+    async for plan in plans:
+        if count == 0:
+            return
+        count -= 1
+        yield plan
+
+
 async def test_the_asyncio_client_plans_applies_and_replays(stack: Stack, fleet: Fleet) -> None:
     async with AsyncClient(stack.api_url, stack.token) as client:
         vm = await client.create_vm(small(f"{fleet.suite}-arb", fleet))
@@ -477,6 +491,9 @@ async def test_the_asyncio_client_plans_applies_and_replays(stack: Stack, fleet:
             plan = await client.create_rebalance_plan(Goal.PACK, max_moves=2, host_selector=only_ours(fleet))
             assert plan.state is PlanState.PLANNED
             assert await client.get_rebalance_plan(plan.id) == plan
+            newest = [listed async for listed in _first(client.list_rebalance_plans(page_size=1), 3)]
+            assert newest[0] == plan
+            assert [p.created_at for p in newest] == sorted((p.created_at for p in newest), reverse=True)
             applying = await client.apply_rebalance_plan(plan.id, max_parallel=1)
             assert (applying.id, applying.max_parallel) == (plan.id, 1)
 

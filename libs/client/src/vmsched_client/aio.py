@@ -49,7 +49,7 @@ from vmsched_contract.api import (
     VmRequest,
 )
 from vmsched_contract.messages import HostSelectorTerm
-from vmsched_contract.rebalance import Goal, RebalancePlan
+from vmsched_contract.rebalance import PLANS_PER_PAGE, Goal, RebalancePlan
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -226,6 +226,18 @@ class AsyncClient:
     async def get_rebalance_plan(self, plan_id: UUID | str) -> RebalancePlan:
         """The plan, and where its application stands (each move's state)."""
         return await self.send(calls.get_rebalance_plan(plan_id))
+
+    async def list_rebalance_plans(self, *, page_size: int = PLANS_PER_PAGE) -> AsyncIterator[RebalancePlan]:
+        """Every plan, newest first, each with where its application stands; a page
+        (``page_size``, at most ``MAX_PLANS_PER_PAGE``) fetched at a time as the iteration goes."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(calls.rebalance_plan_page(limit=page_size, cursor=cursor))
+            for plan in page.items:
+                yield plan
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def apply_rebalance_plan(self, plan_id: UUID | str, *, max_parallel: int = 4) -> RebalancePlan:
         """Carry the plan out by live migrations, ``max_parallel`` at most at once; poll it with

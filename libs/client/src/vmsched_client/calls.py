@@ -40,7 +40,14 @@ from vmsched_contract.api import (
     VmRequest,
 )
 from vmsched_contract.messages import HostSelectorTerm
-from vmsched_contract.rebalance import ApplyRequest, Goal, PlanRequest, RebalancePlan
+from vmsched_contract.rebalance import (
+    PLANS_PER_PAGE,
+    ApplyRequest,
+    Goal,
+    PlanRequest,
+    RebalancePlan,
+    RebalancePlanPage,
+)
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -193,6 +200,11 @@ def create_rebalance_plan(
 
 def get_rebalance_plan(plan_id: UUID | str) -> Call[RebalancePlan]:
     return Call("GET", f"/v1/rebalance/plans/{plan_id}", _model(RebalancePlan))
+
+
+def rebalance_plan_page(*, limit: int = PLANS_PER_PAGE, cursor: str | None = None) -> Call[RebalancePlanPage]:
+    """A page of the plans, newest first."""
+    return Call("GET", "/v1/rebalance/plans", _model(RebalancePlanPage), params=_query(limit=limit, cursor=cursor))
 
 
 def apply_rebalance_plan(plan_id: UUID | str, max_parallel: int = 4) -> Call[RebalancePlan]:

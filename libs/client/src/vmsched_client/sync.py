@@ -47,7 +47,7 @@ from vmsched_contract.api import (
     VmRequest,
 )
 from vmsched_contract.messages import HostSelectorTerm
-from vmsched_contract.rebalance import Goal, RebalancePlan
+from vmsched_contract.rebalance import PLANS_PER_PAGE, Goal, RebalancePlan
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
@@ -223,6 +223,17 @@ class Client:
     def get_rebalance_plan(self, plan_id: UUID | str) -> RebalancePlan:
         """The plan, and where its application stands (each move's state)."""
         return self.send(calls.get_rebalance_plan(plan_id))
+
+    def list_rebalance_plans(self, *, page_size: int = PLANS_PER_PAGE) -> Iterator[RebalancePlan]:
+        """Every plan, newest first, each with where its application stands; a page
+        (``page_size``, at most ``MAX_PLANS_PER_PAGE``) fetched at a time as the iteration goes."""
+        cursor: str | None = None
+        while True:
+            page = self.send(calls.rebalance_plan_page(limit=page_size, cursor=cursor))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     def apply_rebalance_plan(self, plan_id: UUID | str, *, max_parallel: int = 4) -> RebalancePlan:
         """Carry the plan out by live migrations, ``max_parallel`` at most at once; poll it with

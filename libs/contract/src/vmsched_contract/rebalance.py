@@ -1,9 +1,11 @@
 """The rebalance routes' bodies (docs/operations.md, "Rebalance the fleet"):
-``POST /v1/rebalance/plans``, ``GET /v1/rebalance/plans/{id}``, ``POST /v1/rebalance/plans/{id}/apply``.
+``POST /v1/rebalance/plans``, ``GET /v1/rebalance/plans`` (newest first, by pages),
+``GET /v1/rebalance/plans/{id}``, ``POST /v1/rebalance/plans/{id}/apply``.
 Here, not in the API, so that the client reads them without the services' stack."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 from uuid import UUID
@@ -13,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from vmsched_contract.messages import HostSelector, HostSelectorTerm
 
 MAX_MOVES = 1000
+# A plan holds up to MAX_MOVES moves: a page of plans is kept far shorter than a page of VMs.
+PLANS_PER_PAGE = 20
+MAX_PLANS_PER_PAGE = 100
 
 
 class Goal(StrEnum):
@@ -69,6 +74,14 @@ class RebalancePlan(BaseModel):
     moves: list[PlannedMove]
     max_parallel: int | None = Field(description="once applied: the migrations in flight at most")
     progress: dict[MoveState, int] = Field(description="the moves in each state")
+    created_at: datetime = Field(description="when it was computed")
+    applied_at: datetime | None = Field(default=None, description="when it was applied; null: not yet")
+    ended_at: datetime | None = Field(default=None, description="when its last move was made or skipped")
+
+
+class RebalancePlanPage(BaseModel):
+    items: list[RebalancePlan] = Field(description="newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last page")
 
 
 class ApplyRequest(BaseModel):

@@ -53,6 +53,9 @@ def to_plan(stored: StoredPlan) -> RebalancePlan:
         moves=moves,
         max_parallel=stored.max_parallel,
         progress={each: sum(1 for m in moves if m.state is each) for each in MoveState},
+        created_at=stored.created_at,
+        applied_at=stored.applied_at,
+        ended_at=stored.ended_at,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api import quota
+from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_api.reservation_store import check_reservations_fit
@@ -155,19 +155,6 @@ def host_status(reported: HostStatus, drain: DrainState | None) -> HostStatus:
     if drain is None or reported is HostStatus.OFFLINE:
         return reported
     return HostStatus.DRAINED if drain is DrainState.DRAINED else HostStatus.DRAINING
-
-
-def encode_cursor(created_at: datetime, vm_id: UUID) -> str:
-    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{vm_id}".encode()).decode()
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """Raises ValueError for a cursor this API did not hand out."""
-    try:
-        stamp, vm_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return datetime.fromisoformat(stamp), uuid.UUID(vm_id)
-    except Exception as error:
-        raise ValueError("not a cursor from a previous page") from error
 
 
 class Repository:

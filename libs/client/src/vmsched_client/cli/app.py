@@ -45,7 +45,7 @@ from vmsched_contract.api import (
 )
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
-from vmsched_contract.rebalance import Goal, MoveState, PlannedMove, PlanState, RebalancePlan
+from vmsched_contract.rebalance import MAX_PLANS_PER_PAGE, Goal, MoveState, PlannedMove, PlanState, RebalancePlan
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, VmStatus
 from vmsched_contract.strategy import Strategy
@@ -561,6 +561,17 @@ def plan_rebalance(
         if wait:
             plan = _follow(plan, timeout)
     _show_plan(plan)
+
+
+@command(rebalance, "list")
+def list_rebalance(
+    limit: Annotated[int, typer.Option(min=1, help="the newest this many")] = 20,
+) -> None:
+    """The plans, newest first, with where each one's application stands: moves made or skipped of
+    all (DONE), and how many are moved, in flight, queued, skipped."""
+    newest = state().client().list_rebalance_plans(page_size=min(limit, MAX_PLANS_PER_PAGE))
+    plans = list(itertools.islice(newest, limit))
+    show_list(state().output, RebalancePlan, plans)
 
 
 @command(rebalance, "show")

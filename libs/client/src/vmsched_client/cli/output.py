@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
-from vmsched_contract.rebalance import PlannedMove
+from vmsched_contract.rebalance import MoveState, PlannedMove, RebalancePlan
 from vmsched_contract.whatif import HostCapacity, SimulatedVm
 
 
@@ -140,6 +140,25 @@ MOVE_COLUMNS: list[Column] = [
     ("REASON", lambda move: move.reason or ""),
 ]
 
+
+def _moves(plan: RebalancePlan, state: MoveState) -> int:
+    return plan.progress.get(state, 0)
+
+
+PLAN_COLUMNS: list[Column] = [
+    ("ID", lambda plan: plan.id),
+    ("GOAL", lambda plan: plan.goal.value),
+    ("STATE", lambda plan: plan.state.value),
+    ("CREATED", lambda plan: plan.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")),
+    # Made or skipped, of all: what is left is queued or in flight.
+    ("DONE", lambda plan: f"{_moves(plan, MoveState.MOVED) + _moves(plan, MoveState.SKIPPED)}/{len(plan.moves)}"),
+    ("MOVED", lambda plan: _moves(plan, MoveState.MOVED)),
+    ("IN FLIGHT", lambda plan: _moves(plan, MoveState.IN_FLIGHT)),
+    ("QUEUED", lambda plan: _moves(plan, MoveState.QUEUED)),
+    ("SKIPPED", lambda plan: _moves(plan, MoveState.SKIPPED)),
+    ("SCORE", lambda plan: f"{plan.score_before:.4f} -> {plan.score_after:.4f}"),
+]
+
 COLUMNS: dict[type[BaseModel], list[Column]] = {
     Vm: VM_COLUMNS,
     Host: HOST_COLUMNS,
@@ -150,6 +169,7 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
     SimulatedVm: SIMULATED_COLUMNS,
     HostCapacity: CAPACITY_COLUMNS,
     PlannedMove: MOVE_COLUMNS,
+    RebalancePlan: PLAN_COLUMNS,
 }
 
 

@@ -40,6 +40,12 @@ _INSERT = text(
     """
 )
 _GET = text(f"SELECT {_COLUMNS} FROM rebalance_plans WHERE id = :id")
+# Newest first; (created_at, id) orders plans made in the same microsecond too.
+_NEWEST = text(f"SELECT {_COLUMNS} FROM rebalance_plans ORDER BY created_at DESC, id DESC LIMIT :limit")
+_OLDER = text(
+    f"SELECT {_COLUMNS} FROM rebalance_plans WHERE (created_at, id) < (:before_created, :before_id)"
+    " ORDER BY created_at DESC, id DESC LIMIT :limit"
+)
 # Only a running VM moves (a migrating one is moving already; any other is not running on a host).
 _RUNNING = text(f"SELECT {VM_COLUMNS} FROM vms WHERE status = :status AND hypervisor_id IS NOT NULL ORDER BY id")
 _APPLY = text(
@@ -108,6 +114,10 @@ def _plan_of(row: Any) -> StoredPlan:
     )
 
 
+PlanPosition = tuple[datetime, UUID]
+"""Where a page of plans ends: the last plan's (created_at, id)."""
+
+
 class NotPlanned(Exception):
     """The plan is being applied or was applied already (a plan is applied once)."""
 
@@ -160,6 +170,19 @@ class RebalanceStore:
         async with self.engine.connect() as connection:
             row = (await connection.execute(_GET, {"id": plan_id})).first()
             return None if row is None else _plan_of(row)
+
+    async def page(self, *, limit: int, before: PlanPosition | None) -> tuple[list[StoredPlan], PlanPosition | None]:
+        """Newest first: up to ``limit`` plans older than ``before`` (from the newest for None); and
+        where the next page starts (None on the last)."""
+        params: dict[str, Any] = {"limit": limit + 1}
+        query = _NEWEST
+        if before is not None:
+            query = _OLDER
+            params["before_created"], params["before_id"] = before
+        async with self.engine.connect() as connection:
+            plans = [_plan_of(row) for row in await connection.execute(query, params)]
+        shown = plans[:limit]
+        return shown, ((shown[-1].created_at, shown[-1].id) if len(plans) > limit else None)
 
     async def apply(self, plan_id: UUID, max_parallel: int) -> StoredPlan | None:
         """Mark the plan for application (the gateway's sweep carries it out). None for an unknown

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, HTTPException, status
+from fastapi import APIRouter, Body, HTTPException, Query, status
 
+from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsAdmin
 from vmsched_api.rebalance import create_plan, to_plan
@@ -15,7 +16,14 @@ from vmsched_api.schemas import refusals
 from vmsched_api.whatif import SnapshotUnavailable
 from vmsched_common.db.rebalance import NotPlanned, RebalanceStore
 from vmsched_common.logs import get_logger
-from vmsched_contract.rebalance import ApplyRequest, PlanRequest, RebalancePlan
+from vmsched_contract.rebalance import (
+    MAX_PLANS_PER_PAGE,
+    PLANS_PER_PAGE,
+    ApplyRequest,
+    PlanRequest,
+    RebalancePlan,
+    RebalancePlanPage,
+)
 
 router = APIRouter(prefix="/rebalance", tags=["rebalance"])
 log = get_logger("vmsched_api")
@@ -33,6 +41,29 @@ async def plan(body: PlanRequest, services: ServicesDep, _: HostsAdmin) -> Rebal
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error)) from None
     log.info("rebalance planned", plan=str(stored.id), goal=stored.goal, moves=len(stored.moves))
     return to_plan(stored)
+
+
+@router.get("/plans", response_model=RebalancePlanPage)
+async def list_plans(
+    services: ServicesDep,
+    _: HostsAdmin,
+    limit: Annotated[int, Query(ge=1, le=MAX_PLANS_PER_PAGE)] = PLANS_PER_PAGE,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> RebalancePlanPage:
+    """The plans, newest first, each with where its application stands (as ``GET
+    /v1/rebalance/plans/{id}`` answers it); a page at a time (``limit``, then ``cursor``)."""
+    try:
+        before = None if cursor is None else decode_cursor(cursor)
+    except ValueError as error:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["query", "cursor"], "msg": str(error), "type": "value_error"}],
+        ) from None
+    plans, next_page = await RebalanceStore(services.engine).page(limit=limit, before=before)
+    return RebalancePlanPage(
+        items=[to_plan(stored) for stored in plans],
+        next_cursor=None if next_page is None else encode_cursor(*next_page),
+    )
 
 
 @router.get("/plans/{plan_id}", response_model=RebalancePlan, responses=refusals(404))

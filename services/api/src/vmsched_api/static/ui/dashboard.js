@@ -4,6 +4,8 @@
 // second). Every value from the API is written as text, never as HTML.
 
 import { Refused, Tail, authorization, get, token } from "./api.js";
+import { $, badge, bar, clock, count, element, hostHref, syncChildren } from "./dom.js";
+import { VmNames, drainLine, drainOf, drains, refreshPlans, renderHostDrain } from "./progress.js";
 import { follow } from "./sse.js";
 
 const POLL_MS = 2000;
@@ -13,6 +15,8 @@ const EVENTS_RETRY_MS = 5000;
 const EVENT_GAP_MS = 250;
 const SHOWN_PENDING = 50;
 const SHOWN_PLACEMENTS = 25;
+// Drains read each poll (one request each): a fleet-wide maintenance shows the first ones' progress.
+const SHOWN_DRAINS = 20;
 const NO_ZONE = "no zone";
 const RESOURCES = [
   ["cpu", "cpu"],
@@ -20,47 +24,6 @@ const RESOURCES = [
   ["disk_gb", "disk GB"],
   ["gpu", "gpu"],
 ];
-
-const $ = (id) => document.getElementById(id);
-
-function element(tag, { className, text, href, title } = {}, ...children) {
-  const made = document.createElement(tag);
-  if (className) made.className = className;
-  if (text !== undefined) made.textContent = text;
-  if (href) made.href = href;
-  if (title) made.title = title;
-  made.append(...children);
-  return made;
-}
-
-function badge(text, kind = text) {
-  return element("span", { className: `badge ${kind}`, text });
-}
-
-const hostHref = (hostId) => `#/hosts/${encodeURIComponent(hostId)}`;
-const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
-const clock = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "");
-
-/** Replace ``container``'s children by one per item, reusing the element of an item already shown
- * (same key) so that what a person opened or hovers stays as it is. */
-function syncChildren(container, items, key, create, update) {
-  const shown = new Map([...container.children].map((child) => [child.dataset.key, child]));
-  const wanted = items.map((item) => {
-    const k = key(item);
-    let child = shown.get(k);
-    if (!child) {
-      child = create(item);
-      child.dataset.key = k;
-    }
-    update(child, item);
-    return child;
-  });
-  // Moving thousands of unchanged squares would cost the page a layout every poll.
-  const current = container.children;
-  if (wanted.length !== current.length || wanted.some((child, index) => child !== current[index])) {
-    container.replaceChildren(...wanted);
-  }
-}
 
 // ---- the fleet page ----------------------------------------------------------------------
 
@@ -128,27 +91,44 @@ function renderHeatmap(hosts) {
   );
 }
 
-function renderMaintenance(hosts) {
-  const out = hosts.filter((host) => hostStates(host).length > 0).sort((a, b) => a.id.localeCompare(b.id));
+/** The hosts taking no new VM; a draining one with its drain's progress (``drainsById``: those read). */
+function renderMaintenance(hosts, drainsById) {
+  const out = hosts
+    .filter((host) => hostStates(host).length > 0 || drains(host))
+    .sort((a, b) => a.id.localeCompare(b.id));
   $("maintenance-empty").hidden = out.length > 0;
   syncChildren(
     $("maintenance"),
     out,
     (host) => host.id,
-    (host) => element("li"),
+    (host) => {
+      const row = element("li");
+      row.dataset.host = host.id;
+      return row;
+    },
     (row, host) => {
-      const states = hostStates(host);
-      // Draining has no progress report of its own yet: the VMs still on the host are its measure.
+      const states = [...hostStates(host), ...(host.status === "drained" ? ["drained"] : [])];
+      const drain = drainsById.get(host.id);
+      // A drain not read (beyond SHOWN_DRAINS, or ended meanwhile): the VMs left are its measure.
       const vms = count(host.vm_count, "VM");
-      const left = host.status === "draining" ? `${vms} still on it` : vms;
+      const left = drain
+        ? drainLine(drain)
+        : element("span", { className: "reason", text: host.status === "draining" ? `${vms} still on it` : vms });
       row.replaceChildren(
         element("a", { className: "name", href: hostHref(host.id), text: host.id }),
         " ",
         ...states.map((state) => badge(state)),
-        element("span", { className: "reason", text: left }),
+        left,
       );
     },
   );
+}
+
+/** The drains of the draining and drained hosts (the first SHOWN_DRAINS), by host id. */
+async function readDrains(hosts) {
+  const draining = hosts.filter(drains).sort((a, b) => a.id.localeCompare(b.id)).slice(0, SHOWN_DRAINS);
+  const read = await Promise.all(draining.map((host) => drainOf(host.id)));
+  return new Map(draining.map((host, index) => [host.id, read[index]]).filter(([, drain]) => drain !== null));
 }
 
 function reasonOf(vm) {
@@ -245,8 +225,9 @@ function fleetPage() {
         shown("fleet-error", async () => {
           const hosts = await get("/v1/hosts");
           renderHeatmap(hosts);
-          renderMaintenance(hosts);
+          renderMaintenance(hosts, await readDrains(hosts));
         }),
+        shown("rebalance-error", refreshPlans),
         shown("pending-error", async () => renderPending((await Promise.all(pending.map((t) => t.read()))).flat())),
         shown("placements-error", async () => renderPlacements(await newest.read(), seen)),
       ]);
@@ -260,15 +241,13 @@ function renderResources(host) {
   const rows = RESOURCES.map(([name, label]) => {
     const capacity = host.capacity[name];
     const allocated = host.allocated[name];
-    const bar = element("span", { className: "bar" }, element("span"));
-    bar.firstChild.style.width = `${capacity > 0 ? Math.min(100, (100 * allocated) / capacity) : 0}%`;
     const ratio = host.overcommit[name.replace(/_(mb|gb)$/, "")];
     const extra = ratio && ratio !== 1 ? ` (×${ratio} overcommit)` : "";
     return element(
       "tr",
       {},
       element("th", { text: label }),
-      element("td", {}, bar),
+      element("td", {}, bar(allocated, capacity)),
       element("td", { text: `${allocated} / ${capacity}${extra}` }),
     );
   });
@@ -296,6 +275,7 @@ function renderHostVms(vms) {
 function hostPage(hostId) {
   const path = `/v1/hosts/${encodeURIComponent(hostId)}`;
   const vms = new Tail({ hypervisor_id: hostId }, 1000);
+  const names = new VmNames();
   $("host-id").textContent = hostId;
   return {
     main: $("host-page"),
@@ -314,6 +294,9 @@ function hostPage(hostId) {
         $("scheduling-info").textContent = info;
         $("host-vm-count").textContent = count(host.vm_count, "VM");
         renderHostVms(onHost);
+        names.learn(onHost);
+        const drain = drains(host) ? await drainOf(hostId) : null;
+        renderHostDrain(drain, drain ? await names.complete(drain) : names.known);
       });
     },
   };

@@ -33,35 +33,39 @@ class Report:
 async def check(dsn: str, vm_ids: list[str], fleet: SimulatedFleet | None = None) -> Report:
     conn = await asyncpg.connect(dsn)
     try:
-        vms = await conn.fetch(
-            "SELECT id, status, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms WHERE id = ANY($1::uuid[])", vm_ids
-        )
-        hosts = await conn.fetch("SELECT * FROM hosts")
-        sums = await conn.fetch(
-            """SELECT hypervisor_id, sum(cpu) cpu, sum(memory_mb) memory_mb, sum(disk_gb) disk_gb, sum(gpu) gpu,
-                      count(*) n
-                 FROM (SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
-                        WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
-                       UNION ALL
-                       SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
-                        WHERE status = 'migrating' AND migration_target IS NOT NULL
-                       UNION ALL
-                       SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM reservation_slots
-                        WHERE status = 'held') shares
-               GROUP BY hypervisor_id""",
-            list(ALLOCATING),
-        )
-        extra_rows = await conn.fetch(
-            """SELECT v.host AS hypervisor_id, e.key AS name, sum(e.value::bigint) AS held
-                 FROM (SELECT hypervisor_id AS host, extra FROM vms
-                        WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
-                       UNION ALL
-                       SELECT migration_target, extra FROM vms
-                        WHERE status = 'migrating' AND migration_target IS NOT NULL) v
-                CROSS JOIN LATERAL jsonb_each_text(v.extra) e
-                GROUP BY v.host, e.key""",
-            list(ALLOCATING),
-        )
+        # One snapshot: the hosts' recorded allocations and the shares they must add up to, read
+        # apart, could straddle a change committed in between (a report settling a migration).
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            vms = await conn.fetch(
+                "SELECT id, status, hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms WHERE id = ANY($1::uuid[])",
+                vm_ids,
+            )
+            hosts = await conn.fetch("SELECT * FROM hosts")
+            sums = await conn.fetch(
+                """SELECT hypervisor_id, sum(cpu) cpu, sum(memory_mb) memory_mb, sum(disk_gb) disk_gb, sum(gpu) gpu,
+                          count(*) n
+                     FROM (SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM vms
+                            WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                           UNION ALL
+                           SELECT migration_target, cpu, memory_mb, disk_gb, gpu FROM vms
+                            WHERE status = 'migrating' AND migration_target IS NOT NULL
+                           UNION ALL
+                           SELECT hypervisor_id, cpu, memory_mb, disk_gb, gpu FROM reservation_slots
+                            WHERE status = 'held') shares
+                   GROUP BY hypervisor_id""",
+                list(ALLOCATING),
+            )
+            extra_rows = await conn.fetch(
+                """SELECT v.host AS hypervisor_id, e.key AS name, sum(e.value::bigint) AS held
+                     FROM (SELECT hypervisor_id AS host, extra FROM vms
+                            WHERE status = ANY($1::text[]) AND hypervisor_id IS NOT NULL
+                           UNION ALL
+                           SELECT migration_target, extra FROM vms
+                            WHERE status = 'migrating' AND migration_target IS NOT NULL) v
+                    CROSS JOIN LATERAL jsonb_each_text(v.extra) e
+                    GROUP BY v.host, e.key""",
+                list(ALLOCATING),
+            )
     finally:
         await conn.close()
     report = Report(vms=len(vms))

@@ -81,6 +81,22 @@ async def _in_flight(servers: Servers, vm_ids: list[str]) -> int:
         await conn.close()
 
 
+async def _rows_of_hosts(servers: Servers) -> list[str]:
+    """The suite's hosts and every VM on them or moving to them, as PostgreSQL has them now: what a
+    failed check shows, so that a broken invariant says how it broke."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        hosts = await conn.fetch("SELECT id, alloc_cpu, vm_count FROM hosts WHERE id LIKE $1 ORDER BY id", f"{SUITE}%")
+        vms = await conn.fetch(
+            "SELECT id, name, status, task, hypervisor_id, migration_target, migrations, cpu, updated_at FROM vms"
+            " WHERE hypervisor_id LIKE $1 OR migration_target LIKE $1 ORDER BY hypervisor_id, updated_at",
+            f"{SUITE}%",
+        )
+    finally:
+        await conn.close()
+    return [str(dict(row)) for row in (*hosts, *vms)]
+
+
 async def _all_settled(api: httpx.AsyncClient, vm_ids: list[str]) -> list[dict[str, object]]:
     found = await eventually(
         lambda: asyncio.gather(*(api.get(f"/v1/vms/{vm_id}") for vm_id in vm_ids)),
@@ -98,7 +114,7 @@ async def _check_after(
     """The invariants once every migration ended; (moved, rolled back)."""
     ids = [str(vm["id"]) for vm in vms]
     report = await check(servers.asyncpg_dsn, ids)
-    assert report.problems == []
+    assert report.problems == [], (report.problems, await _rows_of_hosts(servers))
     assert report.by_status == {"running": len(ids)}
     hosts = sorted(fleet.agents)
     # Redis holds what PostgreSQL says once reconciled (a target claim left behind by the crash is

@@ -66,10 +66,13 @@ _GROUP_MEMBERS = text(
      ORDER BY g.id
     """
 )
+# The host's row is locked by a statement of its own before the sums are read: in one statement, the
+# sums would be read from the snapshot taken before waiting for the lock, missing the change of the
+# transaction that held it, and written over it.
+_LOCK_HOST = text("SELECT id FROM hosts WHERE id = :host_id FOR UPDATE")
 _REPAIR_HOST = text(
     f"""
-    WITH locked AS (SELECT id FROM hosts WHERE id = :host_id FOR UPDATE),
-         holding AS (SELECT * FROM ({HOLDINGS}) holdings WHERE host_id = :host_id),
+    WITH holding AS (SELECT * FROM ({HOLDINGS}) holdings WHERE host_id = :host_id),
          sums AS (
             SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory_mb), 0) AS memory_mb,
                    coalesce(sum(disk_gb), 0) AS disk_gb, coalesce(sum(gpu), 0) AS gpu, count(*) AS n
@@ -81,7 +84,7 @@ _REPAIR_HOST = text(
                      GROUP BY e.key HAVING sum(CAST(e.value AS bigint)) <> 0) by_name)
     UPDATE hosts SET alloc_cpu = sums.cpu, alloc_memory_mb = sums.memory_mb, alloc_disk_gb = sums.disk_gb,
                      alloc_gpu = sums.gpu, alloc_extra = extra_sums.extra, vm_count = sums.n
-      FROM sums, extra_sums, locked WHERE hosts.id = locked.id
+      FROM sums, extra_sums WHERE hosts.id = :host_id
     """
 )
 
@@ -187,6 +190,7 @@ async def _reconcile_host(
             computed=[*total.model_dump().values(), len(vms)],
         )
         async with engine.begin() as connection:
+            await connection.execute(_LOCK_HOST, {"host_id": host.id})
             await connection.execute(_REPAIR_HOST, {"host_id": host.id})
         repaired = 1
     restored, dropped, in_flight, stale = await snapshot.reconcile_host(

@@ -116,7 +116,7 @@ async def test_one_replica_at_a_time_prunes_and_only_with_the_lock(
         )
         assert time.monotonic() >= held_until - 0.1
 
-        async def lock() -> tuple[str | None, int]:
+        async def lock() -> tuple[bytes | str | None, int]:
             return await redis.get(lock_key), await redis.pttl(lock_key)
 
         # One of the two loops holds it, for its interval (it lapses then and is taken again).

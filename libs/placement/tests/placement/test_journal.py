@@ -9,18 +9,17 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.placement.tests.placement import support
 from libs.placement.tests.placement.support import (
     HOST_IDS,
     NOW,
     TIMEOUT,
-    context,
     contexts,
     group,
     host,
     host_lists,
     host_states,
     placement_requests,
-    request,
 )
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.settings import Strategy
@@ -90,7 +89,7 @@ def test_a_replica_idle_past_its_checkpoint_age_starts_again_at_a_checkpoint() -
     fleet = Fleet.from_hosts([host("hv-01"), host("hv-02")])
     journal = Journal(Weights(), TIMEOUT, checkpoint_age=60.0)
     times = [NOW, NOW + 30, NOW + 59, NOW + 60, NOW + 61, NOW + 200]
-    kinds = [journal.note(fleet, request(), context(now=t), None).checkpoint for t in times]
+    kinds = [journal.note(fleet, support.request(), support.context(now=t), None).checkpoint for t in times]
     # The first entry, then the first one 60 s or more after the last checkpoint.
     assert kinds == [True, False, False, True, False, True]
 
@@ -113,10 +112,10 @@ def test_a_preemption_rebuilt_from_its_entry_chooses_the_same_host_and_victims(
         )
     hosts = [host(f"hv-0{n}", cpu=16, used_cpu=16) for n in range(4)]
     fleet = Fleet.from_hosts(hosts)
-    wanted = request(cpu=4)
+    wanted = support.request(cpu=4)
     journal = Journal(Weights(), TIMEOUT, checkpoint_every=2, at_least_fleet=False)
-    entries = [journal.note(fleet, wanted, context(), None) for _ in range(decisions_before)]
-    own = seeded(context(), seed)
+    entries = [journal.note(fleet, wanted, support.context(), None) for _ in range(decisions_before)]
+    own = seeded(support.context(), seed)
     chosen, among = drawn(hosts, wanted.demand, 100, residents, seed)
     kept = {v.host_id: residents[v.host_id] for v in among}
     entries.append(journal.note(fleet, wanted, own, seed, PreemptionInputs(100, kept)))

@@ -58,10 +58,14 @@ async def prune(engine: AsyncEngine, cutoff: datetime) -> int:
     """Delete the entries no decision written at or after ``cutoff`` reads (see the module's
     docstring); returns how many went."""
     deleted = 0
-    async with engine.begin() as connection:
+    async with engine.connect() as connection:
         replicas = (await connection.execute(_EXPIRED_CHECKPOINTS, {"cutoff": cutoff})).all()
-        for replica, expired in replicas:
-            last = (await connection.execute(_LAST, {"replica": replica, "cutoff": cutoff})).one()
+    for replica, expired in replicas:
+        # One transaction per replica: the first pruning of a long journal deletes much.
+        async with engine.begin() as connection:
+            last = (await connection.execute(_LAST, {"replica": replica, "cutoff": cutoff})).first()
+            if last is None:
+                continue  # pruned meanwhile
             # Entries noted after ``last`` was read are not deleted: they may be deltas of it.
             below = last.seq + 1 if last.expired else expired
             if below is not None:

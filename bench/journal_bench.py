@@ -113,8 +113,9 @@ def time_stream(hosts: int, decisions: int, seed: int) -> dict[str, Any]:
     }
 
 
-def time_churn(hosts: int, rate: float, decisions: int, seed: int) -> dict[str, Any]:
-    """``decisions`` decisions at ``rate`` a second while every host is re-read every 5 s."""
+def time_churn(hosts: int, rate: float, decisions: int, seed: int, *, usage: bool = True) -> dict[str, Any]:
+    """``decisions`` decisions at ``rate`` a second while every host is re-read every 5 s (its
+    measured usage new each time, or, ``usage`` False, as it was)."""
     rng = random.Random(seed)
     fleet = Fleet.from_hosts(
         replace(h, status="online", last_heartbeat=NOW) for h in build_hosts(hosts, random.Random(seed))
@@ -134,8 +135,9 @@ def time_churn(hosts: int, rate: float, decisions: int, seed: int) -> dict[str, 
         while next_at() <= now:
             host = fleet.host(phase[reread % hosts][1])
             assert host is not None
-            usage = host.usage
-            measured = None if usage is None else replace(usage, cpu_used=usage.cpu_used * rng.uniform(0.95, 1.05))
+            measured = host.usage
+            if measured is not None and usage:
+                measured = replace(measured, cpu_used=measured.cpu_used * rng.uniform(0.95, 1.05))
             fleet.upsert(replace(host, last_heartbeat=next_at(), usage=measured))
             reread += 1
         own = replace(context(number), now=now)
@@ -168,6 +170,7 @@ def main() -> int:
     parser.add_argument(
         "--rates", default="10,100,1000", help="decisions a second of the churn runs (comma-separated; empty: none)"
     )
+    parser.add_argument("--still-usage", action="store_true", help="churn runs: re-read hosts keep their usage")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpu = pin_to_one_cpu()
@@ -180,7 +183,9 @@ def main() -> int:
         "stream": time_stream(args.hosts, args.decisions, args.seed),
         "churn": [
             # As many decisions as make a few hundred thousand re-reads at most: the slow rates are short.
-            time_churn(args.hosts, rate, min(args.decisions, max(200, int(rate * 60))), args.seed)
+            time_churn(
+                args.hosts, rate, min(args.decisions, max(200, int(rate * 60))), args.seed, usage=not args.still_usage
+            )
             for rate in (float(r) for r in args.rates.split(",") if r)
         ],
     }

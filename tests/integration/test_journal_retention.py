@@ -140,6 +140,21 @@ async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def test_the_stacks_scheduler_prunes_under_the_lock(stack: Stack, servers: Servers) -> None:
+    """The scheduler runs the pruning loop: it takes the lock at start, for its interval (600 s)."""
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    try:
+        ttl = await eventually(
+            lambda: redis.pttl(f"{servers.redis_key_prefix}:journal-prune-lock"),
+            lambda ms: ms > 0,
+            timeout=30,
+            what="the scheduler's pruning lock",
+        )
+        assert ttl <= 600_000
+    finally:
+        await redis.aclose()
+
+
 async def test_a_pruned_decision_answers_410_and_a_kept_one_replays(api: httpx.AsyncClient, servers: Servers) -> None:
     # A VM no host takes (its own label): its decision is journaled by the stack's scheduler.
     suite = f"retention-{uuid.uuid4().hex[:6]}"

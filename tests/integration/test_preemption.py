@@ -79,6 +79,13 @@ async def test_a_vm_of_higher_priority_takes_the_room_and_the_victims_follow_the
         assert vm["preempted_by"] == urgent
         assert vm["status"] in ("preempted", "failed"), vm  # failed once its agent deleted it
         assert f"preempted by VM {urgent}" in vm["status_reason"]
+    # Its replay chooses the same host and the same victims, on the inputs the preemption saw.
+    replayed = await api.get(f"/v1/vms/{urgent}/placement/replay")
+    assert replayed.status_code == 200, replayed.text
+    replay = replayed.json()
+    assert replay["journal"]["kind"] == "preemption"
+    assert (replay["decided_host"], replay["host"], replay["same"]) == (f"{suite}-1", f"{suite}-1", True)
+    assert sorted(replay["victims"]) == sorted([ends, comes_back])
     ended = await status_of(api, ends, "failed")
     assert ended["preempted_by"] == urgent
     running = await status_of(api, urgent, "running")

@@ -124,6 +124,11 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         placed = await vm_status(me, taking["id"], "scheduled", "running")
         assert placed["hypervisor_id"] == host
         assert await allocated_cpu(admin, host) == 8  # the VM is where a slot was
+        # Its replay makes again the decision that placed its slot, on the inputs that decision saw.
+        replayed = await admin.get(f"/v1/vms/{taking['id']}/placement/replay")
+        assert replayed.status_code == 200, replayed.text
+        assert replayed.json()["journal"]["kind"] == "reservation_slot"
+        assert (replayed.json()["decided_host"], replayed.json()["host"], replayed.json()["same"]) == (host, host, True)
         seen = (await me.get(f"/v1/reservations/{reservation['id']}")).json()
         assert (seen["held"], seen["used"]) == (1, 1)
         too_big = await me.post("/v1/vms", json=vm_body(host, "too-big", 4, reservation=reservation["id"]))

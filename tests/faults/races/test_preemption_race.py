@@ -70,6 +70,15 @@ async def test_four_schedulers_preempt_only_what_each_preemptor_needs_and_never_
         assert all(row["hypervisor_id"] == where[row["preempted_by"]] for row in victims)
         assert set(per_preemptor.values()) == {HIGH_CPU // LOW_CPU}
         assert len(victims) == HIGH * HIGH_CPU // LOW_CPU
+        # Each preemption, replayed from the journal of the replica that made it, chooses the same host
+        # and the same victims, though four replicas raced for them.
+        for vm_id in high:
+            replayed = await api.get(f"/v1/vms/{vm_id}/placement/replay")
+            assert replayed.status_code == 200, replayed.text
+            replay = replayed.json()
+            assert (replay["journal"]["kind"], replay["same"]) == ("preemption", True), replay
+            mine = {str(row["id"]) for row in victims if str(row["preempted_by"]) == vm_id}
+            assert set(replay["victims"]) == mine
         # Their agents deleted them; restart_policy never: they end failed.
         await eventually(
             lambda: count_failed(servers, [str(row["id"]) for row in victims]),

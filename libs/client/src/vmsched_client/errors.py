@@ -39,6 +39,10 @@ class Conflict(ApiError):
     """409: the thing is in a state that forbids the change (a host still holding VMs, a name taken)."""
 
 
+class Gone(ApiError):
+    """410: the thing existed and is gone for good (a decision whose journal entry was pruned)."""
+
+
 class Invalid(ApiError):
     """422: the request is wrong; the detail names the field and the reason."""
 
@@ -56,6 +60,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     403: Forbidden,
     404: NotFound,
     409: Conflict,
+    410: Gone,
     422: Invalid,
     429: RateLimited,
     503: Unavailable,

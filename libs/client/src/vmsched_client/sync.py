@@ -136,7 +136,8 @@ class Client:
 
     def replay_placement(self, vm_id: UUID | str, *, strategy: Strategy | None = None) -> PlacementReplay:
         """The VM's last decision made again on the exact inputs it saw; ``strategy``: the host that
-        strategy would have chosen. 409 (:class:`~vmsched_client.errors.Conflict`) when not journaled."""
+        strategy would have chosen. 409 (:class:`~vmsched_client.errors.Conflict`) when not journaled, 410
+        (:class:`~vmsched_client.errors.Gone`) when its journal entry was pruned."""
         return self.send(calls.replay_placement(vm_id, strategy))
 
     def delete_vm(self, vm_id: UUID | str) -> Vm:

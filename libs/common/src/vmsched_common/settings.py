@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     reconcile_interval: PositiveSeconds = 30.0
     # How often one scheduler replica places pending reservations and ends those past ends_at.
     reservation_interval: PositiveSeconds = 1.0
+    # The decision journal (GET /v1/vms/{id}/placement/replay) keeps each decision's inputs this long
+    # (7 days); one scheduler replica at a time prunes older entries every JOURNAL_PRUNE_INTERVAL.
+    # Every scheduler replica must have the same retention (each checkpoints at least every half of it).
+    journal_retention: PositiveSeconds = 7 * 24 * 3600.0
+    journal_prune_interval: PositiveSeconds = 600.0
 
     log_level: str = "INFO"
     log_format: str = "auto"  # auto | json | console

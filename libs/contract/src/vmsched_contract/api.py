@@ -344,6 +344,11 @@ class PlacementReplay(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list, description="the replay's host, then the next best")
     same: bool = Field(description="the replay chose the recorded host with the recorded score")
     hosts: int = Field(description="hosts the decision saw")
+    victims: list[UUID] | None = Field(
+        default=None,
+        description="a preemption's replay: the VMs it preempts on its host (each preempted VM names the "
+        "preemptor in preempted_by); null for other decisions",
+    )
 
 
 class HostUsage(BaseModel):

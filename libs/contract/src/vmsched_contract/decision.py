@@ -10,6 +10,7 @@ paid once).
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +46,14 @@ class RefusedClaim(BaseModel):
     detail: str = ""
 
 
+class JournalKind(StrEnum):
+    """What a journaled decision chose."""
+
+    PLACEMENT = "placement"  # the engine's host for the VM
+    PREEMPTION = "preemption"  # the host and the victims of a preemption
+    RESERVATION_SLOT = "reservation_slot"  # the engine's host for the reservation's slot the VM took
+
+
 class JournalRef(BaseModel):
     """Where a decision's exact inputs are kept (the ``decision_journal`` table): its scheduler
     replica's chain and its number there."""
@@ -53,6 +62,11 @@ class JournalRef(BaseModel):
 
     replica: str
     seq: int
+    kind: JournalKind = Field(
+        default=JournalKind.PLACEMENT,
+        description="placement (the engine's choice for this VM), preemption (the host and victims it chose), or "
+        "reservation_slot (the engine's choice for the reservation's slot the VM took: the VM's host)",
+    )
 
 
 class PlacementRecord(BaseModel):
@@ -98,6 +112,6 @@ class PlacementRecord(BaseModel):
     claim_conflicts: int = Field(default=0, description="claims refused before one held")
     journal: JournalRef | None = Field(
         default=None,
-        description="where the decision's inputs are kept (GET /v1/vms/{id}/placement/replay); null when not "
-        "journaled (a preemption, a reservation's slot, or a record written before the journal)",
+        description="where the decision's inputs are kept (GET /v1/vms/{id}/placement/replay); null for a "
+        "record written before the journal",
     )

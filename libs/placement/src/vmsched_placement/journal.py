@@ -11,6 +11,16 @@ seed. A decision's inputs are its checkpoint with the entries after it applied i
 (:func:`rebuild`), so a replay decides on the very fleet the replica decided on, the bookings of
 the round's earlier VMs included.
 
+A preemption's entry also holds what its choice read beside the fleet (:class:`PreemptionInputs`):
+the preemptor's priority and the lower-priority residents of the hosts whose victims cost least
+(the others cannot win, whatever their residents), so a replay chooses the same host and victims.
+
+Entries are pruned by age (``VMSCHED_JOURNAL_RETENTION``) a checkpoint at a time: everything before
+a checkpoint written before the cutoff was noted before it, so nothing a later decision needs goes.
+A replica idle for half the retention starts again at a checkpoint (``checkpoint_age``), so that
+a chain whose every entry is past the cutoff can go whole without leaving a live replica's next
+delta without its checkpoint.
+
 Pure: the scheduler feeds :class:`Journal` and stores what it returns; the API rebuilds and decides.
 An entry is JSON compressed with zlib (:func:`pack`).
 """
@@ -40,6 +50,7 @@ from vmsched_placement.model import (
     SelectorTerm,
     Weights,
 )
+from vmsched_placement.preemption import Resident, Victims, drawn, preemptible_rows
 from vmsched_placement.taint_rules import Taint, Toleration
 
 # Entries between two checkpoints, at least (and at least the fleet's size): a replay applies at most
@@ -129,6 +140,27 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PreemptionInputs:
+    """What a preemption's choice read beside the fleet: the preemptor's priority, and the residents
+    (lower priority) of the hosts its choice was drawn among."""
+
+    priority: int
+    residents: Mapping[str, Sequence[Resident]]
+
+
+def encode_preemption(p: PreemptionInputs) -> Json:
+    return [p.priority, {h: [[r.vm_id, r.priority, _demand(r.demand)] for r in vms] for h, vms in p.residents.items()}]
+
+
+def decode_preemption(v: Json) -> PreemptionInputs:
+    priority, residents = v
+    return PreemptionInputs(
+        priority,
+        {h: [Resident(str(vm_id), int(p), _to_demand(d)) for vm_id, p, d in vms] for h, vms in residents.items()},
+    )
+
+
 def pack(entry: Mapping[str, Json]) -> bytes:
     return zlib.compress(json.dumps(entry, separators=(",", ":")).encode(), 6)
 
@@ -162,6 +194,7 @@ class Journal:
         *,
         checkpoint_every: int = CHECKPOINT_EVERY,
         at_least_fleet: bool = True,
+        checkpoint_age: float | None = None,
     ) -> None:
         self._settings = [weights.cpu, weights.memory, weights.disk, offline_timeout]
         self._every = checkpoint_every
@@ -169,6 +202,10 @@ class Journal:
         self._seq = 0
         self._since_checkpoint = 0
         self._must_checkpoint = True  # the first entry is a checkpoint
+        # A checkpoint at least this often (seconds of the decisions' instants) while entries come:
+        # pruning may drop a chain whose checkpoint is older than the retention, whole.
+        self._checkpoint_age = checkpoint_age
+        self._checkpoint_at = 0.0
         self._seen: dict[str, tuple[HostState, list[Json]]] = {}
         self._columns: FleetColumns | None = None  # the fleet's columns at the last entry
 
@@ -176,14 +213,26 @@ class Journal:
         """The chain's last entries were lost (their write failed): the next entry is a checkpoint."""
         self._must_checkpoint = True
 
-    def note(self, fleet: Fleet, request: PlacementRequest, context: DecisionContext, seed: int | None) -> Entry:
+    def note(
+        self,
+        fleet: Fleet,
+        request: PlacementRequest,
+        context: DecisionContext,
+        seed: int | None,
+        preemption: PreemptionInputs | None = None,
+    ) -> Entry:
+        """The entry of one decision (``preemption``: one preemption's choice) on ``fleet``."""
         self._seq += 1
         # At least one host's worth of decisions between checkpoints: a checkpoint then costs each
         # decision about one host's row, whatever the fleet's size.
-        checkpoint = self._must_checkpoint or self._since_checkpoint >= max(
-            self._every, len(fleet) if self._at_least_fleet else 0
+        checkpoint = (
+            self._must_checkpoint
+            or self._since_checkpoint >= max(self._every, len(fleet) if self._at_least_fleet else 0)
+            or (self._checkpoint_age is not None and context.now - self._checkpoint_at >= self._checkpoint_age)
         )
         self._must_checkpoint = False
+        if checkpoint:
+            self._checkpoint_at = context.now
         self._since_checkpoint = 1 if checkpoint else self._since_checkpoint + 1
         hosts: dict[str, Json] = {}
         seen = self._seen
@@ -226,6 +275,8 @@ class Journal:
         }
         if gone and not checkpoint:
             entry["x"] = gone
+        if preemption is not None:
+            entry["p"] = encode_preemption(preemption)
         if checkpoint:
             entry["k"] = self._settings
         return Entry(self._seq, checkpoint, pack(entry))
@@ -250,6 +301,7 @@ class Inputs:
     request: PlacementRequest
     context: DecisionContext
     seed: int | None
+    preemption: PreemptionInputs | None = None  # set for a preemption's entry
 
 
 def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
@@ -279,4 +331,19 @@ def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
     seed = last["s"]
     context = seeded(DecisionContext(last["n"], settings[3], weights, random.Random(0), last["c"]), seed)
     fleet = Fleet.from_hosts(decode_host(row) for row in hosts.values())
-    return Inputs(fleet, decode_request(last["r"], vm_id, name), context, seed)
+    preemption = decode_preemption(last["p"]) if "p" in last else None
+    return Inputs(fleet, decode_request(last["r"], vm_id, name), context, seed, preemption)
+
+
+def replay_preemption(inputs: Inputs) -> Victims | None:
+    """A preemption's choice made again on its rebuilt inputs: the same hosts it could free, the
+    residents it read, the same draw."""
+    preemption = inputs.preemption
+    if preemption is None:
+        raise ValueError("not a preemption's entry")
+    if inputs.seed is None:
+        raise ValueError("a preemption's entry without its seed")
+    fleet = inputs.fleet
+    hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, inputs.request, inputs.context)]
+    victims, _ = drawn(hosts, inputs.request.demand, preemption.priority, preemption.residents, inputs.seed)
+    return victims

@@ -110,6 +110,27 @@ def victims_on(host: HostState, demand: Demand, priority: int, residents: Sequen
     return Victims(host.id, tuple(sorted(chosen, key=lambda vm: (vm.priority, vm.vm_id))))
 
 
+def tied(
+    hosts: Iterable[HostState], demand: Demand, priority: int, residents: Mapping[str, Sequence[Resident]]
+) -> list[Victims]:
+    """The victims of every host among ``hosts`` whose set costs least of all (:attr:`Victims.cost`),
+    in host id order: the sets a choice is drawn among. Only these hosts' residents matter to the
+    choice (the decision journal keeps no others)."""
+    found = (victims_on(host, demand, priority, residents.get(host.id, ())) for host in hosts)
+    sets = sorted((victims for victims in found if victims is not None), key=lambda v: (v.cost, v.host_id))
+    return [victims for victims in sets if victims.cost == sets[0].cost]
+
+
+def drawn(
+    hosts: Iterable[HostState], demand: Demand, priority: int, residents: Mapping[str, Sequence[Resident]], seed: int
+) -> tuple[Victims | None, list[Victims]]:
+    """A scheduler's choice: among the hosts that have residents, one of the equally cheapest
+    (:func:`tied`) drawn from ``seed``; and those it was drawn among (whose residents the decision
+    journal keeps, so that a replay draws the same)."""
+    sets = tied([host for host in hosts if host.id in residents], demand, priority, residents)
+    return (random.Random(seed).choice(sets) if sets else None), sets
+
+
 def cheapest(
     hosts: Iterable[HostState],
     demand: Demand,
@@ -120,13 +141,10 @@ def cheapest(
     """The host whose victims cost least (:attr:`Victims.cost`), or None. Among hosts of equal cost,
     the lowest host id; or, given ``rng``, one drawn from it: schedulers preempting at once then
     spread over the equally cheap hosts instead of all racing for the first."""
-    found = (victims_on(host, demand, priority, residents.get(host.id, ())) for host in hosts)
-    sets = sorted((victims for victims in found if victims is not None), key=lambda v: (v.cost, v.host_id))
+    sets = tied(hosts, demand, priority, residents)
     if not sets:
         return None
-    if rng is None:
-        return sets[0]
-    return rng.choice([victims for victims in sets if victims.cost == sets[0].cost])
+    return sets[0] if rng is None else rng.choice(sets)
 
 
 def _up_to(lower: Sequence[Resident], level: int) -> list[Resident]:
@@ -160,4 +178,4 @@ def _coverage(held: Demand, missing: tuple[float, ...]) -> float:
     return sum(min(give, short) / short for give, short in zip(gives, missing, strict=True) if short > 0)
 
 
-__all__ = ["RESOURCE_FILTERS", "Resident", "Victims", "cheapest", "preemptible_rows", "victims_on"]
+__all__ = ["RESOURCE_FILTERS", "Resident", "Victims", "cheapest", "drawn", "preemptible_rows", "tied", "victims_on"]

@@ -32,6 +32,7 @@ from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.journal import DecisionJournal
+from vmsched_scheduler.journal_pruning import prune_forever
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.moves import MigrationRound
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
@@ -93,7 +94,12 @@ def build_app(settings: Settings) -> SchedulerApp:
         RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
         rng=random.Random(),
         groups=groups,
-        journal=DecisionJournal(partial(journal.append, engine), weights, settings.agent_offline_timeout),
+        journal=DecisionJournal(
+            partial(journal.append, engine),
+            weights,
+            settings.agent_offline_timeout,
+            retention=settings.journal_retention,
+        ),
     )
     publisher = Publisher(broker)
     intake = PlacementIntake(
@@ -117,6 +123,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         background.start(waker.run_forever())
         sweeper = ReservationSweeper(engine, snapshot, scheduling_round)
         background.start(sweep_forever(sweeper, snapshot, settings.reservation_interval))
+        background.start(prune_forever(engine, snapshot, settings.journal_retention, settings.journal_prune_interval))
 
     app = consumer_app(
         broker,

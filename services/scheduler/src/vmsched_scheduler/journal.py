@@ -6,24 +6,43 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from vmsched_common.decision import JournalRef
+from vmsched_common.decision import JournalKind, JournalRef
 from vmsched_placement import DecisionContext, Fleet, PlacementRequest, Weights
-from vmsched_placement.journal import Entry, Journal
+from vmsched_placement.journal import Entry, Journal, PreemptionInputs
 
 Append = Callable[[str, Sequence[tuple[int, bool, bytes]]], Awaitable[None]]
 
 
 class DecisionJournal:
-    def __init__(self, append: Append, weights: Weights, offline_timeout: float, *, replica: str | None = None) -> None:
+    def __init__(
+        self,
+        append: Append,
+        weights: Weights,
+        offline_timeout: float,
+        *,
+        replica: str | None = None,
+        retention: float | None = None,
+    ) -> None:
+        """``retention``: VMSCHED_JOURNAL_RETENTION; a checkpoint then comes at least every half of it,
+        so that pruning may drop a chain older than the retention whole (vmsched_common.db.journal)."""
         self.replica = replica or uuid.uuid4().hex[:16]  # a new chain per process: its settings may differ
         self._append = append
-        self._journal = Journal(weights, offline_timeout)
+        self._journal = Journal(weights, offline_timeout, checkpoint_age=None if retention is None else retention / 2)
         self._pending: dict[int, Entry] = {}
 
-    def note(self, fleet: Fleet, request: PlacementRequest, context: DecisionContext, seed: int | None) -> JournalRef:
-        entry = self._journal.note(fleet, request, context, seed)
+    def note(
+        self,
+        fleet: Fleet,
+        request: PlacementRequest,
+        context: DecisionContext,
+        seed: int | None,
+        preemption: PreemptionInputs | None = None,
+    ) -> JournalRef:
+        """Note one decision (``preemption``: a preemption's choice, with what it read beside the fleet)."""
+        entry = self._journal.note(fleet, request, context, seed, preemption)
         self._pending[entry.seq] = entry
-        return JournalRef(replica=self.replica, seq=entry.seq)
+        kind = JournalKind.PLACEMENT if preemption is None else JournalKind.PREEMPTION
+        return JournalRef(replica=self.replica, seq=entry.seq, kind=kind)
 
     async def flush(self, refs: Sequence[JournalRef]) -> None:
         """Write the entries of ``refs`` (one round's: rounds run side by side); on failure the chain

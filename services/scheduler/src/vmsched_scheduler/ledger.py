@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from vmsched_common.db.extra import extra_json, sql_extra_plus
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.db.vm_writes import LOCK_VMS, apply
+from vmsched_common.decision import JournalKind, PlacementRecord
 from vmsched_common.fit import RESOURCES, sql_extra_fits, sql_fits
 from vmsched_common.groups import GroupPolicy
 from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in, transition
@@ -168,7 +169,7 @@ _RESIDENTS = text(
 # not run); one another VM is taking at this instant is skipped.
 _FREE_SLOT = text(
     f"""
-    SELECT s.id, s.hypervisor_id, {", ".join(f"s.{f}" for f in _FIELDS)} FROM reservation_slots s
+    SELECT s.id, s.hypervisor_id, s.placement, {", ".join(f"s.{f}" for f in _FIELDS)} FROM reservation_slots s
       JOIN reservations r ON r.id = s.reservation_id
       JOIN hosts h ON h.id = s.hypervisor_id
      WHERE s.reservation_id = :reservation AND r.project = :project
@@ -247,6 +248,20 @@ def _unbalanced_spreads(settling: list[Placement], placed: Mapping[UUID, Placeme
         elif outcome is Committed.PLACED and group.rule.id in gaps:
             return found
     return set()
+
+
+def slot_record(record: PlacementRecord, host_id: str, slot: Mapping[str, Any] | None) -> PlacementRecord:
+    """The record of a VM placed in a reservation's slot on ``host_id``: the slot's own decision (the
+    engine chose the host for the slot when it placed the reservation), journal entry included, so
+    that the VM's replay makes that decision again; ``record`` (the reservation named) for a slot
+    placed before slots kept their decision."""
+    if slot is None:
+        return record.model_copy(update={"host": host_id})
+    decided = PlacementRecord.model_validate(slot)
+    journal = decided.journal
+    if journal is not None:
+        journal = journal.model_copy(update={"kind": JournalKind.RESERVATION_SLOT})
+    return decided.model_copy(update={"host": host_id, "detail": record.detail, "journal": journal})
 
 
 class PostgresLedger:
@@ -432,7 +447,7 @@ class PostgresLedger:
             host_id = slot.hypervisor_id
             await connection.execute(_LOCK_HOSTS, {"hosts": [host_id]})
             await connection.execute(_USE_SLOT, {"id": slot.id, "vm_id": placement.vm_id})
-            record = placement.record.model_copy(update={"host": host_id})
+            record = slot_record(placement.record, host_id, slot.placement)
             placed = (
                 await connection.execute(
                     _SCHEDULE_IN_SLOT,

@@ -80,10 +80,11 @@ _GROW_HOST = text(
 )
 _INSERT_SLOTS = text(
     f"""
-    INSERT INTO reservation_slots (id, reservation_id, hypervisor_id, status, {", ".join(_FIELDS)})
-    SELECT s.id, :reservation, s.host, '{SlotStatus.HELD.value}', {", ".join(f"s.{f}" for f in _FIELDS)}
-      FROM unnest(CAST(:ids AS uuid[]), CAST(:hosts AS text[]), {", ".join(f"CAST(:{f} AS bigint[])" for f in _FIELDS)})
-           AS s(id, host, {", ".join(_FIELDS)})
+    INSERT INTO reservation_slots (id, reservation_id, hypervisor_id, status, placement, {", ".join(_FIELDS)})
+    SELECT s.id, :reservation, s.host, '{SlotStatus.HELD.value}', s.placement, {", ".join(f"s.{f}" for f in _FIELDS)}
+      FROM unnest(CAST(:ids AS uuid[]), CAST(:hosts AS text[]), CAST(:records AS jsonb[]),
+                  {", ".join(f"CAST(:{f} AS bigint[])" for f in _FIELDS)})
+           AS s(id, host, placement, {", ".join(_FIELDS)})
     """
 )
 _HELD = text(
@@ -162,6 +163,8 @@ class SlotLedger:
                     "reservation": self.reservation,
                     "ids": [p.vm_id for p in placements],
                     "hosts": [p.host_id for p in placements],
+                    # Each slot's own record: a VM that takes the slot records it (its replay).
+                    "records": [p.record.model_dump_json() for p in placements],
                 }
                 params.update({f: [getattr(p.resources, f) for p in placements] for f in _FIELDS})
                 await connection.execute(_INSERT_SLOTS, params)

@@ -49,9 +49,9 @@ from vmsched_placement import (
     selected_line,
 )
 from vmsched_placement.inputs import demand_of, placement_request
-from vmsched_placement.journal import seeded
+from vmsched_placement.journal import PreemptionInputs, seeded
 from vmsched_placement.model import Migration, PlacementGroup
-from vmsched_placement.preemption import cheapest, preemptible_rows
+from vmsched_placement.preemption import drawn, preemptible_rows
 from vmsched_placement.whatif import unplaced_detail
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.journal import DecisionJournal
@@ -485,16 +485,25 @@ class SchedulingRound:
         """One try of :meth:`_preempt`: True when made, False when nothing can be, None to try again."""
         vm = choice.work.item.vm
         request = _placement_request(choice.work, choice.placement_group)
-        context = self._context()
+        # Among equally cheap hosts one is drawn from a seed of its own, kept in the journal.
+        seed = self.rng.getrandbits(63)
+        context = seeded(self._context(), seed)
+        fleet = self.fleet.fleet
+        rows = preemptible_rows(fleet, request, context)
+        residents = await self.ledger.residents([fleet.host_at(row).id for row in rows], vm.priority)
+        # The fleet as it is now (other rounds may have changed it while the residents were read): the
+        # hosts chosen among and the journal's entry are both taken from it, with no await between.
         fleet = self.fleet.fleet
         hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
-        residents = await self.ledger.residents([host.id for host in hosts], vm.priority)
-        victims = cheapest([h for h in hosts if h.id in residents], request.demand, vm.priority, residents, self.rng)
+        victims, drawn_among = drawn(hosts, request.demand, vm.priority, residents, seed)
         if victims is None:
             return False
+        if self.journal is not None:
+            kept = {v.host_id: residents[v.host_id] for v in drawn_among}
+            choice.journal = self.journal.note(fleet, request, context, seed, PreemptionInputs(vm.priority, kept))
+            await self.journal.flush([choice.journal])
         victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
         choice.host_id = victims.host_id
-        choice.journal = None  # chosen by the victims' cost, not by the decision journaled
         group = groups.claim(request, fleet, context)
         placement = replace(self._placement(choice), group=group)
         with traced_step("preempt", [choice.work.item.trace]) as spans:

@@ -389,8 +389,8 @@ def replay(
     ] = None,
 ) -> None:
     """The VM's last decision made again on the exact inputs it saw (the decision journal): the
-    recorded host and score, the replayed ones, and whether they are the same. Exit 5 when the
-    decision was not journaled."""
+    recorded host and score, the replayed ones, and whether they are the same (and, for a preemption,
+    the VMs it preempts). Exit 5 when the decision was not journaled or its entry was pruned."""
     answer = state().client().replay_placement(vm_id, strategy=strategy_name)
     if state().output is not Format.TABLE:
         print(to_json(answer))
@@ -413,6 +413,8 @@ def replay(
     )
     stdout().print(shown)
     stdout().print(f"same {'yes' if answer.same else 'no'} ({answer.hosts} hosts seen)", markup=False)
+    if answer.victims is not None:
+        stdout().print(f"preempts {', '.join(str(v) for v in answer.victims) or 'nothing'}", markup=False)
 
 
 # Hosts

@@ -11,7 +11,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # the command line is wrong (unknown option, bad value), or the API refused the request (422)
     DENIED = 3  # no token, an unknown or revoked one (401), or one without the scope (403, quota included)
     NOT_FOUND = 4  # no such VM, host, group, project or token (404)
-    CONFLICT = 5  # the change is refused in the thing's present state (409)
+    CONFLICT = 5  # the change is refused in the thing's present state (409), or the thing is gone (410)
     UNREACHABLE = 6  # the API cannot be reached, or the configuration cannot be read
     NOT_PLACED = 7  # --wait: a VM ended without a host (unschedulable, failed), a migration rolled back, a drain
     # timed out with VMs left, or the wait timed out
@@ -22,6 +22,7 @@ BY_STATUS = {
     403: ExitCode.DENIED,
     404: ExitCode.NOT_FOUND,
     409: ExitCode.CONFLICT,
+    410: ExitCode.CONFLICT,
     422: ExitCode.USAGE,
 }
 

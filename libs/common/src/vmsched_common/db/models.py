@@ -357,6 +357,8 @@ class ReservationSlotRow(Base):
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
     vm_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The slot's decision record (journal entry included): a VM taking the slot records it as its own.
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
     __table_args__ = (
         Index("ix_reservation_slots_reservation", "reservation_id", "status"),

@@ -28,7 +28,7 @@ from vmsched_api.schemas import (
     VmRequest,
     refusals,
 )
-from vmsched_common.db.journal import IncompleteChain, chain
+from vmsched_common.db.journal import IncompleteChain, PrunedEntry, chain
 from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_common.db.records import VmRecord
 from vmsched_common.decision import Candidate, PlacementRecord
@@ -38,7 +38,7 @@ from vmsched_common.messages import ProjectName, VmDeleted
 from vmsched_common.outbox import publish_rows
 from vmsched_common.settings import Strategy
 from vmsched_placement import decide
-from vmsched_placement.journal import rebuild
+from vmsched_placement.journal import Inputs, rebuild, replay_preemption
 
 router = APIRouter(prefix="/vms", tags=["vms"])
 log = get_logger("vmsched_api")
@@ -173,7 +173,7 @@ async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader
     return Placement(vm_id=vm_id, status=vm.status, decision=decision)
 
 
-@router.get("/{vm_id}/placement/replay", response_model=PlacementReplay, responses=refusals(404, 409))
+@router.get("/{vm_id}/placement/replay", response_model=PlacementReplay, responses=refusals(404, 409, 410))
 async def replay_placement(
     vm_id: UUID,
     services: ServicesDep,
@@ -184,8 +184,11 @@ async def replay_placement(
 ) -> PlacementReplay:
     """The VM's last decision made again on the exact inputs it saw (the hosts' state, the request,
     the strategy, the round-robin cursor, the seed), from the decision journal: the same host, or,
-    with ``?strategy=``, the host another strategy would have chosen. 409 when the decision was not
-    journaled (a preemption, a reservation's slot, an older record) or its journal is incomplete."""
+    with ``?strategy=``, the host another strategy would have chosen. A preemption is chosen again
+    with its victims (the strategy plays no part in it); a VM that took a reservation's slot replays
+    the decision that placed the slot. 409 when the decision was not journaled (a record older than
+    the journal) or its journal is incomplete; 410 when its entry was pruned (older than
+    ``VMSCHED_JOURNAL_RETENTION``)."""
     vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
@@ -198,9 +201,18 @@ async def replay_placement(
     try:
         async with services.engine.connect() as connection:
             bodies = await chain(connection, record.journal.replica, record.journal.seq)
+    except PrunedEntry as error:
+        retention = services.settings.journal_retention
+        raise HTTPException(
+            status.HTTP_410_GONE,
+            f"{error}: decisions are kept {retention:g} s (VMSCHED_JOURNAL_RETENTION); "
+            f"this one was made at {record.decided_at.isoformat()}",
+        ) from None
     except IncompleteChain as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     inputs = rebuild(bodies, str(vm_id), vm.name)
+    if inputs.preemption is not None:
+        return _replay_preemption(vm_id, record, inputs)
     request = inputs.request if strategy is None else replace(inputs.request, strategy=strategy)
     decision = decide(inputs.fleet, request, inputs.context)
     decided = record.candidates[0] if record.candidates else None
@@ -221,6 +233,27 @@ async def replay_placement(
         candidates=candidates,
         same=((None, None) if decided is None else (decided.host, decided.score)) == (decision.host_id, decision.score),
         hosts=len(inputs.fleet),
+    )
+
+
+def _replay_preemption(vm_id: UUID, record: PlacementRecord, inputs: Inputs) -> PlacementReplay:
+    """A preemption chosen again: the hosts it could free, the residents it read, its seed's draw."""
+    assert record.journal is not None
+    victims = replay_preemption(inputs)
+    host = None if victims is None else victims.host_id
+    return PlacementReplay(
+        vm_id=vm_id,
+        journal=record.journal,
+        recorded_strategy=record.strategy,
+        decided_host=record.host,
+        decided_score=None,
+        strategy=inputs.request.strategy,
+        host=host,
+        score=None,
+        candidates=[] if host is None else [Candidate(host=host, score=None)],
+        same=host == record.host,
+        hosts=len(inputs.fleet),
+        victims=None if victims is None else [UUID(v.vm_id) for v in victims.vms],
     )
 
 

@@ -1,0 +1,45 @@
+"""Pruning the decision journal: entries older than ``VMSCHED_JOURNAL_RETENTION`` go, except those a
+decision still inside the retention reads (vmsched_common.db.journal.prune).
+
+One replica per ``VMSCHED_JOURNAL_PRUNE_INTERVAL`` prunes: a Redis lock that lasts the interval, as
+the reconcile takes. Two prunings at once would still be correct (each deletes only what no kept
+decision reads); the lock saves the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from vmsched_common.db import journal
+from vmsched_common.logs import get_logger
+from vmsched_common.snapshot import Snapshot
+
+log = get_logger(__name__)
+
+
+async def prune_once(engine: AsyncEngine, retention: float) -> int:
+    """Prune the entries older than ``retention`` seconds that no kept decision reads; how many went."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=retention)
+    deleted = await journal.prune(engine, cutoff)
+    if deleted:
+        log.info("decision journal pruned", entries=deleted, cutoff=cutoff.isoformat())
+    return deleted
+
+
+async def prune_forever(engine: AsyncEngine, snapshot: Snapshot, retention: float, interval: float) -> None:
+    """Prune every ``interval`` seconds, one replica at a time (a Redis lock held for the interval)."""
+    owner = uuid.uuid4().hex
+    lock_key = f"{snapshot.prefix}:journal-prune-lock"
+    while True:
+        try:
+            if await snapshot.redis.set(lock_key, owner, nx=True, px=int(interval * 1000)):
+                await prune_once(engine, retention)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the loop outlives any one failure; the next pruning retries
+            log.warning("decision journal pruning failed", error=repr(error))
+        await asyncio.sleep(interval)

@@ -3,10 +3,15 @@ tables by default, JSON with -o json, one-line errors with their documented exit
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
+import pty
+import re
+import struct
 import subprocess
+import termios
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -193,6 +198,43 @@ def test_a_reservation_is_created_listed_taken_and_deleted(vmsched: Any, stack: 
         ended = json.loads(vmsched("-o", "json", "reservations", "delete", reservation).stdout)
     assert (ended["status"], ended["held"], ended["used"]) == ("released", 0, 1)
     vmsched("reservations", "show", str(uuid.uuid4()), code=ExitCode.NOT_FOUND)
+
+
+def in_a_terminal(args: list[str], env: dict[str, str], *, columns: int = 160) -> tuple[int, str]:
+    """Run ``args`` with a pseudo-terminal as its standard input, output and error, as a person's
+    shell runs it; returns (exit code, what the terminal showed)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {key: value for key, value in env.items() if key not in ("COLUMNS", "NO_COLOR", "TERM")}
+    process = subprocess.Popen(args, stdin=terminal, stdout=terminal, stderr=terminal, env={**env, "TERM": "xterm"})
+    os.close(terminal)
+    shown = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every holder of the terminal's other end has closed it
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    return process.wait(timeout=60), shown.decode()
+
+
+def test_vmsched_in_a_real_terminal_draws_tables_and_says_errors_in_one_line(stack: Stack, fleet: Fleet) -> None:
+    env = {**os.environ, "VMSCHED_URL": stack.api_url, "VMSCHED_TOKEN": stack.token}
+    code, shown = in_a_terminal([str(BIN / "vmsched"), "hosts", "list"], env)
+    assert code == 0, shown
+    assert "\x1b[" in shown  # a terminal gets rich's styles (a pipe gets none: the test below)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert plain.split()[:3] == ["ID", "STATUS", "CORDONED"], plain
+    assert all(host in plain for host in fleet.hosts), plain
+    code, shown = in_a_terminal([str(BIN / "vmsched"), "vms", "show", str(uuid.uuid4())], env)
+    lines = [line for line in re.sub(r"\x1b\[[0-9;]*m", "", shown).splitlines() if line.strip()]
+    assert (code, len(lines)) == (ExitCode.NOT_FOUND, 1), shown
+    assert lines[0].startswith("vmsched: no VM "), shown
 
 
 def test_a_real_vmsched_vms_list_in_a_terminal_like_process(stack: Stack, fleet: Fleet) -> None:

@@ -140,19 +140,19 @@ async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def test_the_stacks_scheduler_prunes_under_the_lock(stack: Stack, servers: Servers) -> None:
-    """The scheduler runs the pruning loop: it takes the lock at start, for its interval (600 s)."""
-    redis = Redis.from_url(servers.redis_url, decode_responses=True)
-    try:
-        ttl = await eventually(
-            lambda: redis.pttl(f"{servers.redis_key_prefix}:journal-prune-lock"),
-            lambda ms: ms > 0,
-            timeout=30,
-            what="the scheduler's pruning lock",
-        )
-        assert ttl <= 600_000
-    finally:
-        await redis.aclose()
+async def test_the_stacks_scheduler_prunes(stack: Stack) -> None:
+    """The scheduler runs the pruning loop: one replica prunes as it starts, then every interval.
+    (Its Redis lock is no evidence here: a test of the shared stack may flush the installation's
+    keys, the lock's with them, and the loop takes it again only an interval later.)"""
+    pruned = await eventually(
+        lambda: asyncio.sleep(
+            0, [line for line in stack.log_lines("scheduler-1") if line.get("message") == "decision journal pruned"]
+        ),
+        lambda lines: len(lines) > 0,
+        timeout=30,
+        what="the scheduler's first pruning",
+    )
+    assert isinstance(pruned[0]["entries"], int)
 
 
 async def test_a_pruned_decision_answers_410_and_a_kept_one_replays(api: httpx.AsyncClient, servers: Servers) -> None:

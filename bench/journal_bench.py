@@ -113,14 +113,16 @@ def time_stream(hosts: int, decisions: int, seed: int) -> dict[str, Any]:
     }
 
 
-def time_churn(hosts: int, rate: float, decisions: int, seed: int, *, usage: bool = True) -> dict[str, Any]:
-    """``decisions`` decisions at ``rate`` a second while every host is re-read every 5 s (its
-    measured usage new each time, or, ``usage`` False, as it was)."""
+def time_churn(
+    hosts: int, rate: float, decisions: int, seed: int, *, usage: bool = True, strategy: Strategy = Strategy.LEAST_LOADED
+) -> dict[str, Any]:
+    """``decisions`` decisions of ``strategy`` at ``rate`` a second while every host is re-read every
+    5 s (its measured usage new each time, or, ``usage`` False, as it was)."""
     rng = random.Random(seed)
     fleet = Fleet.from_hosts(
         replace(h, status="online", last_heartbeat=NOW) for h in build_hosts(hosts, random.Random(seed))
     )
-    requests = build_requests(decisions, hosts, Strategy.LEAST_LOADED, random.Random(seed + 1))
+    requests = build_requests(decisions, hosts, strategy, random.Random(seed + 1))
     journal = Journal(Weights(), OFFLINE_TIMEOUT)
     phase = sorted((rng.random() * BUMP_INTERVAL, host_id) for host_id in fleet.host_ids)
     sizes: list[int] = []
@@ -153,6 +155,7 @@ def time_churn(hosts: int, rate: float, decisions: int, seed: int, *, usage: boo
     mean = statistics.mean(sizes)
     return {
         "rate": rate,
+        "strategy": strategy.value,
         "decisions": decisions,
         "hosts_reread_per_entry": round(reread / decisions, 1),
         "entry_mean_bytes": round(mean),
@@ -171,6 +174,11 @@ def main() -> int:
         "--rates", default="10,100,1000", help="decisions a second of the churn runs (comma-separated; empty: none)"
     )
     parser.add_argument("--still-usage", action="store_true", help="churn runs: re-read hosts keep their usage")
+    parser.add_argument(
+        "--churn-strategies",
+        default="least_loaded",
+        help="churn runs: one run per rate and strategy (comma-separated; least_utilized reads measured usage)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpu = pin_to_one_cpu()
@@ -184,8 +192,14 @@ def main() -> int:
         "churn": [
             # As many decisions as make a few hundred thousand re-reads at most: the slow rates are short.
             time_churn(
-                args.hosts, rate, min(args.decisions, max(200, int(rate * 60))), args.seed, usage=not args.still_usage
+                args.hosts,
+                rate,
+                min(args.decisions, max(200, int(rate * 60))),
+                args.seed,
+                usage=not args.still_usage,
+                strategy=Strategy(strategy),
             )
+            for strategy in args.churn_strategies.split(",")
             for rate in (float(r) for r in args.rates.split(",") if r)
         ],
     }
@@ -201,7 +215,8 @@ def main() -> int:
     )
     for churn in result["churn"]:
         print(
-            f"with every host re-read every 5 s, {churn['rate']:g} decisions/s: {churn['hosts_reread_per_entry']:g} "
+            f"with every host re-read every 5 s, {churn['rate']:g} {churn['strategy']} decisions/s: "
+            f"{churn['hosts_reread_per_entry']:g} "
             f"hosts re-read per entry, {churn['entry_mean_bytes']} bytes per entry, {churn['bytes_per_decision']} "
             f"bytes per decision amortised, {churn['entry_median_us']:.0f} us per entry (median)"
         )

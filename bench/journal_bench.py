@@ -115,7 +115,13 @@ def time_stream(hosts: int, decisions: int, seed: int) -> dict[str, Any]:
 
 
 def time_churn(
-    hosts: int, rate: float, decisions: int, seed: int, *, usage: bool = True, strategy: Strategy = Strategy.LEAST_LOADED
+    hosts: int,
+    rate: float,
+    decisions: int,
+    seed: int,
+    *,
+    usage: bool = True,
+    strategy: Strategy = Strategy.LEAST_LOADED,
 ) -> dict[str, Any]:
     """``decisions`` decisions of ``strategy`` at ``rate`` a second while every host is re-read every
     5 s (its measured usage new each time, or, ``usage`` False, as it was)."""

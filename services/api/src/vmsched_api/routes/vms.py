@@ -187,8 +187,9 @@ async def replay_placement(
     with ``?strategy=``, the host another strategy would have chosen. A preemption is chosen again
     with its victims (the strategy plays no part in it); a VM that took a reservation's slot replays
     the decision that placed the slot. ``usage: approximate`` when ``?strategy=`` ranks by measured
-    usage the decision did not read (the journal keeps usage only for decisions that read it). 409 when the decision was not journaled (a record older than
-    the journal) or its journal is incomplete; 410 when its entry was pruned (older than
+    usage the decision did not read (the journal keeps usage only for decisions that read it). 409
+    when the decision was not journaled (a record older than the journal) or its journal is
+    incomplete; 410 when its entry was pruned (older than
     ``VMSCHED_JOURNAL_RETENTION``)."""
     vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:

@@ -285,31 +285,7 @@ class Journal:
             del seen[host_id]
             behind.discard(host_id)
             self._beats = None
-        # The rows this entry writes: each one's previous row (None: a host new to the chain).
-        before: dict[str, list[Json] | None] = {}
-        for host_id in candidates:
-            host = fleet.host(host_id)
-            if host is None:
-                continue
-            known = seen.get(host_id)
-            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
-            if known is not None and (known[0] is host or known[0] == host) and not (reads_usage and host_id in behind):
-                seen[host_id] = (host, known[1])
-                continue
-            row = encode_host(host)
-            if known is None:
-                row[_HEARTBEAT] = None if self._fresh(context, host.last_heartbeat) else host.last_heartbeat
-                self._beats = None
-            else:
-                row[_HEARTBEAT] = known[1][_HEARTBEAT]  # kept unless its verdict differs (below)
-                if not reads_usage and row[_USAGE] != known[1][_USAGE]:
-                    row[_USAGE] = known[1][_USAGE]
-                    behind.add(host_id)
-            if reads_usage:
-                behind.discard(host_id)
-            if known is None or row != known[1]:
-                before.setdefault(host_id, None if known is None else known[1])
-            seen[host_id] = (host, row)
+        before = self._host_rows(fleet, candidates, context, reads_usage)
         self._heartbeat_verdicts(columns, context, before)
         hosts: dict[str, Json] = {}
         if checkpoint:
@@ -335,6 +311,38 @@ class Journal:
         if checkpoint:
             entry["k"] = self._settings
         return Entry(self._seq, checkpoint, pack(entry))
+
+    def _host_rows(
+        self, fleet: Fleet, candidates: Iterable[str], context: DecisionContext, reads_usage: bool
+    ) -> dict[str, list[Json] | None]:
+        """Bring the kept rows of ``candidates`` up to date (heartbeats as they were kept, usage only
+        when ``reads_usage``); the rows written, each with its previous row (None: a new host)."""
+        seen, behind = self._seen, self._usage_behind
+        before: dict[str, list[Json] | None] = {}
+        for host_id in candidates:
+            host = fleet.host(host_id)
+            if host is None:
+                continue
+            known = seen.get(host_id)
+            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
+            if known is not None and (known[0] is host or known[0] == host) and not (reads_usage and host_id in behind):
+                seen[host_id] = (host, known[1])
+                continue
+            row = encode_host(host)
+            if known is None:
+                row[_HEARTBEAT] = None if self._fresh(context, host.last_heartbeat) else host.last_heartbeat
+                self._beats = None
+            else:
+                row[_HEARTBEAT] = known[1][_HEARTBEAT]  # kept unless its verdict differs (_heartbeat_verdicts)
+                if not reads_usage and row[_USAGE] != known[1][_USAGE]:
+                    row[_USAGE] = known[1][_USAGE]
+                    behind.add(host_id)
+            if reads_usage:
+                behind.discard(host_id)
+            if known is None or row != known[1]:
+                before[host_id] = None if known is None else known[1]
+            seen[host_id] = (host, row)
+        return before
 
     def _fresh(self, context: DecisionContext, heartbeat: float) -> bool:
         """The offline filter's heartbeat verdict, by the same arithmetic (filters/offline.py)."""

@@ -11,12 +11,13 @@ The fleet is placement_bench's seeded one. Measured, on one CPU:
   or a heartbeat would. Reported: a delta entry's median and p99 time and median size, and the bytes
   per decision amortised over the stream, its checkpoints included (a checkpoint comes every
   ``max(512, fleet size)`` entries, so twice the fleet's size of decisions holds two);
-- the same with the fleet's churn as a scheduler reads it (``--rates``): every host announced again
-  every 5 s (the gateway's ``bump_interval``, a third of the 15 s offline timeout) with a new
-  heartbeat instant and measured usage, which the engine reads (the offline filter, least_utilized),
-  so each entry holds the hosts re-read since the replica's previous decision. At R decisions a
-  second that is 2,000/R hosts per entry on 10,000 hosts. Amortised: the mean entry plus a
-  checkpoint's bytes over the entries between two.
+- the same with the fleet's churn as a scheduler reads it (``--rates``, per strategy of
+  ``--churn-strategies``): every host announced again every 5 s (the gateway's ``bump_interval``, a
+  third of the 15 s offline timeout) with a new heartbeat instant and measured usage: 2,000/R hosts
+  re-read between two decisions at R decisions a second on 10,000 hosts. The journal keeps a
+  heartbeat only when its offline verdict changes, and usage only for decisions whose strategy reads
+  it (``least_utilized``), so the re-reads cost ``least_utilized`` decisions and hardly any other.
+  Amortised: the mean entry plus a checkpoint's bytes over the entries between two.
 """
 
 from __future__ import annotations
@@ -113,14 +114,22 @@ def time_stream(hosts: int, decisions: int, seed: int) -> dict[str, Any]:
     }
 
 
-def time_churn(hosts: int, rate: float, decisions: int, seed: int, *, usage: bool = True) -> dict[str, Any]:
-    """``decisions`` decisions at ``rate`` a second while every host is re-read every 5 s (its
-    measured usage new each time, or, ``usage`` False, as it was)."""
+def time_churn(
+    hosts: int,
+    rate: float,
+    decisions: int,
+    seed: int,
+    *,
+    usage: bool = True,
+    strategy: Strategy = Strategy.LEAST_LOADED,
+) -> dict[str, Any]:
+    """``decisions`` decisions of ``strategy`` at ``rate`` a second while every host is re-read every
+    5 s (its measured usage new each time, or, ``usage`` False, as it was)."""
     rng = random.Random(seed)
     fleet = Fleet.from_hosts(
         replace(h, status="online", last_heartbeat=NOW) for h in build_hosts(hosts, random.Random(seed))
     )
-    requests = build_requests(decisions, hosts, Strategy.LEAST_LOADED, random.Random(seed + 1))
+    requests = build_requests(decisions, hosts, strategy, random.Random(seed + 1))
     journal = Journal(Weights(), OFFLINE_TIMEOUT)
     phase = sorted((rng.random() * BUMP_INTERVAL, host_id) for host_id in fleet.host_ids)
     sizes: list[int] = []
@@ -153,6 +162,7 @@ def time_churn(hosts: int, rate: float, decisions: int, seed: int, *, usage: boo
     mean = statistics.mean(sizes)
     return {
         "rate": rate,
+        "strategy": strategy.value,
         "decisions": decisions,
         "hosts_reread_per_entry": round(reread / decisions, 1),
         "entry_mean_bytes": round(mean),
@@ -171,6 +181,11 @@ def main() -> int:
         "--rates", default="10,100,1000", help="decisions a second of the churn runs (comma-separated; empty: none)"
     )
     parser.add_argument("--still-usage", action="store_true", help="churn runs: re-read hosts keep their usage")
+    parser.add_argument(
+        "--churn-strategies",
+        default="least_loaded,least_utilized",
+        help="churn runs: one run per rate and strategy (comma-separated; least_utilized reads measured usage)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpu = pin_to_one_cpu()
@@ -184,8 +199,14 @@ def main() -> int:
         "churn": [
             # As many decisions as make a few hundred thousand re-reads at most: the slow rates are short.
             time_churn(
-                args.hosts, rate, min(args.decisions, max(200, int(rate * 60))), args.seed, usage=not args.still_usage
+                args.hosts,
+                rate,
+                min(args.decisions, max(200, int(rate * 60))),
+                args.seed,
+                usage=not args.still_usage,
+                strategy=Strategy(strategy),
             )
+            for strategy in args.churn_strategies.split(",")
             for rate in (float(r) for r in args.rates.split(",") if r)
         ],
     }
@@ -201,7 +222,8 @@ def main() -> int:
     )
     for churn in result["churn"]:
         print(
-            f"with every host re-read every 5 s, {churn['rate']:g} decisions/s: {churn['hosts_reread_per_entry']:g} "
+            f"with every host re-read every 5 s, {churn['rate']:g} {churn['strategy']} decisions/s: "
+            f"{churn['hosts_reread_per_entry']:g} "
             f"hosts re-read per entry, {churn['entry_mean_bytes']} bytes per entry, {churn['bytes_per_decision']} "
             f"bytes per decision amortised, {churn['entry_median_us']:.0f} us per entry (median)"
         )

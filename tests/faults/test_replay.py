@@ -77,6 +77,7 @@ async def test_every_decision_of_four_replicas_replays_to_the_same_host_and_scor
         mismatches = [r for r in replays if not r["same"]]
         assert mismatches == []
         assert all(r["host"] == r["decided_host"] and r["score"] == r["decided_score"] for r in replays)
+        assert {r["usage"] for r in replays} == {"exact"}  # as made, every decision reads what it saw
         placed = [r for r in replays if r["host"] is not None]
         assert len(placed) > VMS // 2
         replicas = {r["journal"]["replica"] for r in replays}
@@ -91,9 +92,20 @@ async def test_every_decision_of_four_replicas_replays_to_the_same_host_and_scor
         assert any(o["host"] != o["decided_host"] for o in other)
         for o in other:  # best_fit's host is at least as full (lowest score) as any it ranked after it
             assert o["candidates"][0]["host"] == o["host"]
+        assert {o["usage"] for o in other} == {"exact"}  # best_fit reads no measured usage
+        # least_utilized reads the measured usage a least_loaded decision did not journal (but for a
+        # checkpoint's, which holds every host whole): the replay says its usage is approximate.
+        utilized = await asyncio.gather(*(_replay(api, r["vm_id"], "least_utilized") for r in least_loaded))
 
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
+        checkpoints = {
+            (r["replica"], r["seq"])
+            for r in await conn.fetch(
+                "SELECT replica, seq FROM decision_journal WHERE checkpoint AND replica = ANY($1::text[])",
+                sorted(replicas),
+            )
+        }
         row = await conn.fetchrow(
             "SELECT count(*) AS entries, sum(octet_length(body)) AS bytes, count(*) FILTER (WHERE checkpoint) AS cps "
             "FROM decision_journal WHERE replica = ANY($1::text[])",
@@ -101,6 +113,10 @@ async def test_every_decision_of_four_replicas_replays_to_the_same_host_and_scor
         )
     finally:
         await conn.close()
+    for u in utilized:
+        at_checkpoint = (u["journal"]["replica"], u["journal"]["seq"]) in checkpoints
+        assert u["usage"] == ("exact" if at_checkpoint else "approximate"), u
+    assert any(u["usage"] == "approximate" for u in utilized)
     assert row is not None
     per_decision = row["bytes"] / row["entries"]
     print(

@@ -314,6 +314,11 @@ def test_rebalance_plan_show_apply_and_replay(vmsched: Any, client: Client, flee
         assert "same yes" in replayed
         replay = json.loads(vmsched("-o", "json", "replay", ids[0], "--strategy", "best_fit").stdout)
         assert (replay["strategy"], replay["decided_host"]) == ("best_fit", client.get_vm(ids[0]).hypervisor_id)
+        # least_utilized reads measured usage, which a least_loaded decision journals only at a
+        # checkpoint: the table says so whenever the answer is approximate.
+        what_if = ["replay", ids[0], "--strategy", "least_utilized"]
+        usage = json.loads(vmsched("-o", "json", *what_if).stdout)["usage"]
+        assert ("measured usage approximate" in vmsched(*what_if).stdout) == (usage == "approximate")
 
         # Both VMs on one host: a spread plan moves one of them to the other.
         crowded = fleet.hosts[0]

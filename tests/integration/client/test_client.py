@@ -418,8 +418,10 @@ def test_a_placed_vms_decision_replays_to_the_same_host(client: Client, fleet: F
         assert (replay.host, replay.same) == (placed.hypervisor_id, True)
         assert replay.decided_host == placed.hypervisor_id
         assert replay.score == replay.decided_score
+        assert replay.usage == "exact"
         other = client.replay_placement(vm.id, strategy=Strategy.BEST_FIT)
         assert other.strategy is Strategy.BEST_FIT
+        assert other.usage == "exact"  # best_fit reads no measured usage
         assert other.decided_host == placed.hypervisor_id  # the recorded decision is what it was
         with pytest.raises(NotFound):
             client.replay_placement(uuid.uuid4())

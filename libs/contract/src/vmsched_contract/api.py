@@ -344,6 +344,14 @@ class PlacementReplay(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list, description="the replay's host, then the next best")
     same: bool = Field(description="the replay chose the recorded host with the recorded score")
     hosts: int = Field(description="hosts the decision saw")
+    usage: Literal["exact", "approximate"] = Field(
+        default="exact",
+        description="the hosts' measured usage this replay ranked by: exact (the usage the decision saw, "
+        "or a strategy that reads none; always so for the recorded strategy) or approximate (a ?strategy= "
+        "that reads measured usage, least_utilized, on a decision whose strategy did not: the journal "
+        "keeps usage only for decisions that read it, so each host's is the last one journaled before "
+        "the decision, and the choice may differ from what that strategy would have chosen then)",
+    )
     victims: list[UUID] | None = Field(
         default=None,
         description="a preemption's replay: the VMs it preempts on its host (each preempted VM names the "

@@ -9,7 +9,9 @@ the fields of the hosts that changed since the replica's previous decision (its 
 other replicas' claims it has read, heartbeats), with the request, the instant, the cursor and the
 seed. A decision's inputs are its checkpoint with the entries after it applied in order
 (:func:`rebuild`), so a replay decides on the very fleet the replica decided on, the bookings of
-the round's earlier VMs included.
+the round's earlier VMs included, as far as the decision reads it: a host's heartbeat instant is kept
+only as the offline verdict needs it, and its measured usage only for the decisions whose strategy
+reads usage (:class:`Journal`); every host, request and score of the decision as made is the same.
 
 A preemption's entry also holds what its choice read beside the fleet (:class:`PreemptionInputs`):
 the preemptor's priority and the lower-priority residents of the hosts whose victims cost least
@@ -28,6 +30,7 @@ An entry is JSON compressed with zlib (:func:`pack`).
 from __future__ import annotations
 
 import json
+import math
 import random
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,10 +38,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 from uuid import UUID
 
+import numpy as np
+
 from vmsched_common.groups import GroupPolicy, GroupRule
 from vmsched_common.messages import SelectorOperator
 from vmsched_common.settings import Strategy
-from vmsched_placement.fleet import Fleet, FleetColumns
+from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
     DecisionContext,
     Demand,
@@ -51,6 +56,7 @@ from vmsched_placement.model import (
     Weights,
 )
 from vmsched_placement.preemption import Resident, Victims, drawn, preemptible_rows
+from vmsched_placement.strategies import reads_measured_usage
 from vmsched_placement.taint_rules import Taint, Toleration
 
 # Entries between two checkpoints, at least (and at least the fleet's size): a replay applies at most
@@ -58,6 +64,8 @@ from vmsched_placement.taint_rules import Taint, Toleration
 CHECKPOINT_EVERY = 512
 
 _HOST_FIELDS = tuple(f.name for f in fields(HostState))
+_HEARTBEAT = _HOST_FIELDS.index("last_heartbeat")
+_USAGE = _HOST_FIELDS.index("usage")
 
 Json = Any
 
@@ -98,8 +106,13 @@ def encode_host(host: HostState) -> list[Json]:
     return [_host_value(name, getattr(host, name)) for name in _HOST_FIELDS]
 
 
-def decode_host(row: Sequence[Json]) -> HostState:
-    return HostState(**{name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=True)})
+def decode_host(row: Sequence[Json], now: float) -> HostState:
+    """The host of a journal row, as the decision at ``now`` read it (a heartbeat kept as fresh,
+    ``null``, is rebuilt as ``now``)."""
+    values = {name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=True)}
+    if values["last_heartbeat"] is None:
+        values["last_heartbeat"] = now
+    return HostState(**values)
 
 
 def encode_request(r: PlacementRequest) -> Json:
@@ -185,7 +198,21 @@ class Journal:
     (the round's earlier bookings on it). The fleet's columns keep the ids of the hosts written since
     the last entry (:attr:`FleetColumns.touched`), so an entry costs the hosts that changed, not the
     fleet; only a new copy of the fleet (a full read) is compared host by host, by reference first
-    (host values are replaced on every change), then field by field for those replaced."""
+    (host values are replaced on every change), then field by field for those replaced.
+
+    Two fields move with every heartbeat without changing most decisions; they are kept as far as
+    the decisions read them (docs/placement.md, "Replay"):
+
+    - ``last_heartbeat`` is read only through the offline verdict at the decision's instant
+      (``now - last_heartbeat <= offline_timeout``). The journal keeps ``null`` for a host whose
+      heartbeat is fresh (rebuilt as the decision's instant, age 0) and the real instant for a stale
+      one, and writes a host's again only when the kept value would give another verdict than the
+      real one at this decision's instant: every host is checked at every entry, in one vectorised
+      comparison, so a replay sees every host online or offline as the decision did.
+    - ``usage`` (measured) is read only by strategies with ``READS_MEASURED_USAGE``: a host's new
+      usage is written with the next entry of such a decision (or the next checkpoint), and waits
+      till then; the other decisions' replays rank exactly as made, whatever usage they rebuild.
+    """
 
     def __init__(
         self,
@@ -197,6 +224,7 @@ class Journal:
         checkpoint_age: float | None = None,
     ) -> None:
         self._settings = [weights.cpu, weights.memory, weights.disk, offline_timeout]
+        self._offline_timeout = offline_timeout  # what a replay judges the kept heartbeats by
         self._every = checkpoint_every
         self._at_least_fleet = at_least_fleet  # tests turn it off to checkpoint often on small fleets
         self._seq = 0
@@ -206,8 +234,12 @@ class Journal:
         # pruning may drop a chain whose checkpoint is older than the retention, whole.
         self._checkpoint_age = checkpoint_age
         self._checkpoint_at = 0.0
+        # Per host: its value when last looked at, and its row as the chain holds it.
         self._seen: dict[str, tuple[HostState, list[Json]]] = {}
         self._columns: FleetColumns | None = None  # the fleet's columns at the last entry
+        # The kept heartbeats (inf: fresh), in the row order of ``_columns``; None: to be realigned.
+        self._beats: FloatArray | None = None
+        self._usage_behind: set[str] = set()  # hosts whose kept usage is older than their real one
 
     def restart(self) -> None:
         """The chain's last entries were lost (their write failed): the next entry is a checkpoint."""
@@ -234,38 +266,37 @@ class Journal:
         if checkpoint:
             self._checkpoint_at = context.now
         self._since_checkpoint = 1 if checkpoint else self._since_checkpoint + 1
-        hosts: dict[str, Json] = {}
         seen = self._seen
         columns = fleet.columns
+        reads_usage = checkpoint or reads_measured_usage(request.strategy)
         if checkpoint or columns is not self._columns:
             # Another copy of the fleet (a full read replaced it): every host compared once.
             candidates: list[str] = list(columns.ids)
             gone = sorted(set(seen) - set(columns.ids))
+            self._beats = None
         else:
-            candidates = sorted(columns.touched)
+            touched = columns.touched | self._usage_behind if reads_usage else columns.touched
+            candidates = sorted(touched)
             gone = [host_id for host_id in candidates if host_id in seen and fleet.host(host_id) is None]
         columns.touched = set()
         self._columns = columns
+        behind = self._usage_behind
         for host_id in gone:
             del seen[host_id]
-        for host_id in candidates:
-            host = fleet.host(host_id)
-            if host is None:
-                continue
-            known = seen.get(host_id)
-            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
-            if known is not None and (known[0] is host or known[0] == host):
-                if not checkpoint:
-                    seen[host_id] = (host, known[1])
-                    continue
-                row = known[1]
-            else:
-                row = encode_host(host)
-            if checkpoint or known is None:
-                hosts[host_id] = row
-            elif row != known[1]:
-                hosts[host_id] = {str(i): v for i, (v, old) in enumerate(zip(row, known[1], strict=True)) if v != old}
-            seen[host_id] = (host, row)
+            behind.discard(host_id)
+            self._beats = None
+        before = self._host_rows(fleet, candidates, context, reads_usage)
+        self._heartbeat_verdicts(columns, context, before)
+        hosts: dict[str, Json] = {}
+        if checkpoint:
+            hosts = {host_id: seen[host_id][1] for host_id in columns.ids}
+        else:
+            for host_id, old in before.items():
+                row = seen[host_id][1]
+                if old is None:
+                    hosts[host_id] = row
+                elif row != old:
+                    hosts[host_id] = {str(i): v for i, (v, was) in enumerate(zip(row, old, strict=True)) if v != was}
         entry: dict[str, Json] = {
             "h": hosts,
             "r": encode_request(request),
@@ -280,6 +311,72 @@ class Journal:
         if checkpoint:
             entry["k"] = self._settings
         return Entry(self._seq, checkpoint, pack(entry))
+
+    def _host_rows(
+        self, fleet: Fleet, candidates: Iterable[str], context: DecisionContext, reads_usage: bool
+    ) -> dict[str, list[Json] | None]:
+        """Bring the kept rows of ``candidates`` up to date (heartbeats as they were kept, usage only
+        when ``reads_usage``); the rows written, each with its previous row (None: a new host)."""
+        seen, behind = self._seen, self._usage_behind
+        before: dict[str, list[Json] | None] = {}
+        for host_id in candidates:
+            host = fleet.host(host_id)
+            if host is None:
+                continue
+            known = seen.get(host_id)
+            # Unchanged: the same value, or (after a full read) an equal one; its row is reused.
+            if known is not None and (known[0] is host or known[0] == host) and not (reads_usage and host_id in behind):
+                seen[host_id] = (host, known[1])
+                continue
+            row = encode_host(host)
+            if known is None:
+                row[_HEARTBEAT] = None if self._fresh(context, host.last_heartbeat) else host.last_heartbeat
+                self._beats = None
+            else:
+                row[_HEARTBEAT] = known[1][_HEARTBEAT]  # kept unless its verdict differs (_heartbeat_verdicts)
+                if not reads_usage and row[_USAGE] != known[1][_USAGE]:
+                    row[_USAGE] = known[1][_USAGE]
+                    behind.add(host_id)
+            if reads_usage:
+                behind.discard(host_id)
+            if known is None or row != known[1]:
+                before[host_id] = None if known is None else known[1]
+            seen[host_id] = (host, row)
+        return before
+
+    def _fresh(self, context: DecisionContext, heartbeat: float) -> bool:
+        """The offline filter's heartbeat verdict, by the same arithmetic (filters/offline.py)."""
+        return bool(context.now - heartbeat <= context.offline_timeout)
+
+    def _heartbeat_verdicts(
+        self, columns: FleetColumns, context: DecisionContext, before: dict[str, list[Json] | None]
+    ) -> None:
+        """Write the heartbeat of every host whose kept one gives another verdict at this decision's
+        instant than its real one: ``null`` (fresh) or its real, stale, instant."""
+        seen = self._seen
+        beats = self._beats
+        if beats is None or len(beats) != len(columns.ids):
+            beats = np.fromiter(
+                (_kept_beat(seen[host_id][1][_HEARTBEAT]) for host_id in columns.ids), np.float64, len(columns.ids)
+            )
+            self._beats = beats
+        # The engine's verdict (its timeout) against the replay's (the chain's timeout, as rebuilt).
+        fresh = np.subtract(context.now, columns.last_heartbeat) <= context.offline_timeout
+        kept = np.subtract(context.now, beats) <= self._offline_timeout
+        for index in np.flatnonzero(fresh != kept).tolist():
+            host_id = columns.ids[index]
+            host, row = seen[host_id]
+            value = None if fresh[index] else float(columns.last_heartbeat[index])
+            beats[index] = _kept_beat(value)
+            before.setdefault(host_id, row)
+            row = list(row)
+            row[_HEARTBEAT] = value
+            seen[host_id] = (host, row)
+
+
+def _kept_beat(value: float | None) -> float:
+    """A kept heartbeat as the offline verdict reads it: ``null`` is fresh at any instant."""
+    return math.inf if value is None else float(value)
 
 
 def seeded(context: DecisionContext, seed: int | None) -> DecisionContext:
@@ -302,6 +399,14 @@ class Inputs:
     context: DecisionContext
     seed: int | None
     preemption: PreemptionInputs | None = None  # set for a preemption's entry
+    # Every host's measured usage is the one the decision saw (its strategy read it, or its entry is a
+    # checkpoint); False: each host's is the last one journaled at or before it (the decision's own
+    # strategy did not read usage, so its replay is exact all the same).
+    usage_as_seen: bool = True
+
+    def usage_exact_for(self, strategy: Strategy) -> bool:
+        """Whether deciding again with ``strategy`` reads the measured usage the decision saw."""
+        return self.usage_as_seen or not reads_measured_usage(strategy)
 
 
 def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
@@ -330,9 +435,12 @@ def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
     weights = Weights(settings[0], settings[1], settings[2])
     seed = last["s"]
     context = seeded(DecisionContext(last["n"], settings[3], weights, random.Random(0), last["c"]), seed)
-    fleet = Fleet.from_hosts(decode_host(row) for row in hosts.values())
+    now = last["n"]
+    fleet = Fleet.from_hosts(decode_host(row, now) for row in hosts.values())
     preemption = decode_preemption(last["p"]) if "p" in last else None
-    return Inputs(fleet, decode_request(last["r"], vm_id, name), context, seed, preemption)
+    request = decode_request(last["r"], vm_id, name)
+    usage_as_seen = "k" in last or reads_measured_usage(request.strategy)
+    return Inputs(fleet, request, context, seed, preemption, usage_as_seen)
 
 
 def replay_preemption(inputs: Inputs) -> Victims | None:

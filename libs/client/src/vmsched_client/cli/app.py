@@ -413,6 +413,12 @@ def replay(
     )
     stdout().print(shown)
     stdout().print(f"same {'yes' if answer.same else 'no'} ({answer.hosts} hosts seen)", markup=False)
+    if answer.usage == "approximate":
+        stdout().print(
+            f"measured usage approximate: {answer.strategy.value} reads usage the decision did not journal "
+            "(each host's last journaled one)",
+            markup=False,
+        )
     if answer.victims is not None:
         stdout().print(f"preempts {', '.join(str(v) for v in answer.victims) or 'nothing'}", markup=False)
 

@@ -32,6 +32,11 @@ def strategy_for(name: Strategy | str) -> PlacementStrategy:
         raise UnknownStrategyError(f"unknown strategy {name!r}; valid: {', '.join(sorted(VALID_STRATEGIES))}") from None
 
 
+def reads_measured_usage(name: Strategy) -> bool:
+    """Whether strategy ``name`` ranks hosts by their measured usage (``HostState.usage``)."""
+    return strategy_for(name).READS_MEASURED_USAGE
+
+
 __all__ = [
     "DEFAULT_STRATEGY",
     "STRATEGIES",
@@ -44,5 +49,6 @@ __all__ = [
     "Ranking",
     "RoundRobin",
     "UnknownStrategyError",
+    "reads_measured_usage",
     "strategy_for",
 ]

@@ -30,6 +30,9 @@ class PlacementStrategy(Protocol):
     """A placement strategy. ``NAME`` is the ``Strategy`` value requests name it by."""
 
     NAME: Strategy
+    # Whether its ranking reads the hosts' measured usage (``HostState.usage``): the decision journal
+    # keeps a host's new usage only for the decisions that read it.
+    READS_MEASURED_USAGE: bool
 
     def rank(
         self,

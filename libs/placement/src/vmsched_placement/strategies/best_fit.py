@@ -17,6 +17,7 @@ from vmsched_placement.strategies.scoring import LowestScoreWins, weighted_sum
 
 class BestFit(LowestScoreWins):
     NAME = Strategy.BEST_FIT
+    READS_MEASURED_USAGE = False
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         free, divisor, floats = columns.free, columns.divisor, columns.scratch.floats

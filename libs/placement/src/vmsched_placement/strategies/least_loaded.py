@@ -15,6 +15,7 @@ from vmsched_placement.strategies.scoring import LowestScoreWins, WeightedShares
 
 class LeastLoaded(LowestScoreWins):
     NAME = Strategy.LEAST_LOADED
+    READS_MEASURED_USAGE = False
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         return columns.derived(WeightedShares(context.weights))

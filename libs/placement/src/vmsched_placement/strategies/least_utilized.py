@@ -17,6 +17,7 @@ from vmsched_placement.strategies.scoring import LowestScoreWins, WeightedLoad
 
 class LeastUtilized(LowestScoreWins):
     NAME = Strategy.LEAST_UTILIZED
+    READS_MEASURED_USAGE = True
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         return columns.derived(WeightedLoad(context.weights))

@@ -15,6 +15,7 @@ from vmsched_placement.strategies.base import Ranking
 
 class RandomChoice:
     NAME = Strategy.RANDOM
+    READS_MEASURED_USAGE = False
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         return None

@@ -18,6 +18,7 @@ from vmsched_placement.strategies.base import Ranking
 
 class RoundRobin:
     NAME = Strategy.ROUND_ROBIN
+    READS_MEASURED_USAGE = False
 
     def scores(self, columns: FleetColumns, request: RequestVector, context: DecisionContext) -> FloatArray | None:
         return None

@@ -186,8 +186,10 @@ async def replay_placement(
     the strategy, the round-robin cursor, the seed), from the decision journal: the same host, or,
     with ``?strategy=``, the host another strategy would have chosen. A preemption is chosen again
     with its victims (the strategy plays no part in it); a VM that took a reservation's slot replays
-    the decision that placed the slot. 409 when the decision was not journaled (a record older than
-    the journal) or its journal is incomplete; 410 when its entry was pruned (older than
+    the decision that placed the slot. ``usage: approximate`` when ``?strategy=`` ranks by measured
+    usage the decision did not read (the journal keeps usage only for decisions that read it). 409
+    when the decision was not journaled (a record older than the journal) or its journal is
+    incomplete; 410 when its entry was pruned (older than
     ``VMSCHED_JOURNAL_RETENTION``)."""
     vm = await services.repository.get_vm(vm_id, principal.project_filter(None))
     if vm is None:
@@ -233,6 +235,7 @@ async def replay_placement(
         candidates=candidates,
         same=((None, None) if decided is None else (decided.host, decided.score)) == (decision.host_id, decision.score),
         hosts=len(inputs.fleet),
+        usage="exact" if inputs.usage_exact_for(request.strategy) else "approximate",
     )
 
 

@@ -132,6 +132,9 @@ class MemorySnapshot:
         await self.release_many(victims)
         return Claimed(self._claim_each([claim]), {})
 
+    async def hosts_held(self, claim_ids: Sequence[UUID]) -> dict[UUID, str]:
+        return {claim_id: self.claims[str(claim_id)][0] for claim_id in claim_ids if str(claim_id) in self.claims}
+
     async def next_round_robin(self, count: int = 1) -> int:
         first = self.cursor + 1
         self.cursor += count

@@ -137,6 +137,23 @@ async def test_a_redelivered_vm_is_announced_again_on_the_same_host_and_claimed_
     assert in_pg == in_snapshot == VM
 
 
+async def test_vms_whose_earlier_delivery_claimed_but_never_committed_are_placed_where_they_hold(
+    world: World,
+) -> None:
+    # The first delivery of the batch claimed the whole host, then PostgreSQL went down before the
+    # commit. Redelivered, each VM must not be turned away by its own claim.
+    await world.add_host("hv-1", HOST)
+    vms = [await world.add_vm(VM, name=f"held-{n}") for n in range(4)]
+    for vm in vms:
+        await world.claim_without_commit(vm.vm_id, "hv-1", VM)
+    outcomes = await world.round.run(items(*vms))
+    assert [o.assignment.hypervisor_id if isinstance(o, Assigned) else o for o in outcomes] == ["hv-1"] * 4
+    in_pg, in_snapshot = await world.allocated("hv-1")
+    assert in_pg == in_snapshot == Resources(cpu=8, memory_mb=16384, disk_gb=40)  # each claimed once
+    for vm in vms:
+        assert (await world.vm(vm.vm_id)).status is VmStatus.SCHEDULED
+
+
 async def test_exclusions_are_set_aside_when_no_other_host_fits(world: World) -> None:
     await world.add_host("hv-1", HOST)
     await world.add_host("hv-2", HOST, labels={"zone": "far"})

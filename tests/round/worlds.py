@@ -115,6 +115,10 @@ class World(Protocol):
         """An operator's pause that PostgreSQL has and the snapshot not yet."""
         ...
 
+    async def claim_without_commit(self, vm_id: UUID, host_id: str, resources: Resources) -> None:
+        """An earlier delivery's claim for the VM whose commit never happened (PostgreSQL was down)."""
+        ...
+
     async def set_online_hosts(self, count: int) -> None:
         """Make PostgreSQL know ``count`` online hosts (as after a Redis flush)."""
         ...
@@ -224,6 +228,10 @@ class MemoryWorld:
     async def target_claimed_on(self, vm_id: UUID) -> str | None:
         held = self.snapshot.claims.get(target_claim_id(vm_id))
         return None if held is None else held[0]
+
+    async def claim_without_commit(self, vm_id: UUID, host_id: str, resources: Resources) -> None:
+        (result,) = (await self.snapshot.claim_many([Claim(vm_id, host_id, resources)], time.time())).results
+        assert result.outcome == "claimed"
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         other = uuid.uuid4()
@@ -398,6 +406,10 @@ class ServersWorld:
 
     async def target_claimed_on(self, vm_id: UUID) -> str | None:
         return await self.snapshot.claim_of(target_claim_id(vm_id))
+
+    async def claim_without_commit(self, vm_id: UUID, host_id: str, resources: Resources) -> None:
+        (result,) = (await self.snapshot.claim_many([Claim(vm_id, host_id, resources)], time.time())).results
+        assert result.outcome == "claimed"
 
     async def take_behind_the_fleets_back(self, host_id: str, resources: Resources) -> None:
         (result,) = (await self.snapshot.claim_many([Claim(uuid.uuid4(), host_id, resources)], time.time())).results

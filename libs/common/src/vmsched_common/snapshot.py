@@ -534,6 +534,16 @@ class Snapshot:
         host: str | None = await self.redis.hget(self.claim_key(claim_id), "host")  # type: ignore[assignment]
         return host
 
+    async def hosts_held(self, claim_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The host each of ``claim_ids`` holds a claim on, for those that hold one (one round trip)."""
+        if not claim_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for claim_id in claim_ids:
+                pipe.hget(self.claim_key(claim_id), "host")
+            hosts: list[str | None] = await pipe.execute()
+        return {claim_id: host for claim_id, host in zip(claim_ids, hosts, strict=True) if host is not None}
+
     async def next_round_robin(self, count: int = 1) -> int:
         """A cursor shared by every scheduler replica, so the rotation holds across them: the first
         of ``count`` consecutive values reserved for the caller."""

@@ -63,6 +63,10 @@ class ClaimStore(Protocol):
         """The first of ``count`` consecutive values of the cursor every replica shares."""
         ...
 
+    async def hosts_held(self, claim_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The host each of ``claim_ids`` holds a claim on, for those that hold one."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:

@@ -203,6 +203,7 @@ class SchedulingRound:
                 return []
         groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
         choices, fleet = await self._decide_all(open_vms, groups)
+        choices = await self._without_own_claims(choices, fleet, groups)
         placing = [c for c in choices if c.decision.host_id is not None]
         nowhere = [c for c in choices if c.decision.host_id is None]
         if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
@@ -246,6 +247,24 @@ class SchedulingRound:
         if self.journal is not None:
             await self.journal.flush([c.journal for c in choices if c.journal is not None])
         return choices, fleet
+
+    async def _without_own_claims(self, choices: list[_Choice], fleet: Fleet, groups: RoundGroups) -> list[_Choice]:
+        """A VM no host fits may have been turned away by its own claim: an earlier delivery of its
+        message claimed a host and could not commit (PostgreSQL down, say), and the snapshot counts
+        that claim. Such VMs are decided again with their own claims taken off the round's copy of
+        the fleet; the claim step then binds each to the host its claim holds (outcome ``held``)."""
+        nowhere = [c for c in choices if c.decision.host_id is None]
+        held = await self.claims.hosts_held([c.work.item.vm.vm_id for c in nowhere]) if nowhere else {}
+        if not held:
+            return choices
+        redo = []
+        for choice in nowhere:
+            host = held.get(choice.work.item.vm.vm_id)
+            if host is not None and host in fleet:
+                fleet.release(host, demand_of(choice.work.item.vm.resources))
+                redo.append(choice.work)
+        decided_again = {c.work.index: c for c in (await self._decide_all(redo, groups))[0]} if redo else {}
+        return [decided_again.get(c.work.index, c) for c in choices]
 
     def _decide(self, work: _Open, context: DecisionContext, groups: RoundGroups) -> _Choice:
         vm = work.item.vm

@@ -54,6 +54,7 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/e2e_bench.py
 	$(PY) bench/rebalance_bench.py
 	$(PY) bench/drain_bench.py
+	$(PY) bench/journal_bench.py
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -82,6 +83,17 @@ async def vm_status(api: httpx.AsyncClient, vm_id: str, *wanted: str) -> dict[st
     return found
 
 
+async def bring_end_forward(servers: Servers, reservation_id: str) -> None:
+    """Move a held reservation's ``ends_at`` to now: the sweep ends it on the row's ``ends_at`` alone,
+    and waiting out an ``ends_at`` far enough ahead for the steps before it would only be idle time."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        moved = await conn.execute("UPDATE reservations SET ends_at = now() WHERE id = $1::uuid", reservation_id)
+    finally:
+        await conn.close()
+    assert moved == "UPDATE 1", moved
+
+
 async def allocated_cpu(admin: httpx.AsyncClient, host: str) -> int:
     cpu: int = (await admin.get(f"/v1/hosts/{host}")).json()["allocated"]["cpu"]
     return cpu
@@ -91,7 +103,7 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
     stack: Stack, servers: Servers, admin: httpx.AsyncClient, host: str
 ) -> None:
     mine, theirs = await new_project(admin), await new_project(admin)
-    ends_at = datetime.now(UTC) + timedelta(seconds=25)
+    ends_at = datetime.now(UTC) + timedelta(minutes=10)
     reservation = await reserve(admin, mine, host, ends_at=ends_at.isoformat())
     assert (reservation["status"], reservation["hosts"], reservation["held"], reservation["used"]) == (
         "held",
@@ -99,6 +111,7 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         2,
         0,
     )
+    assert datetime.fromisoformat(reservation["ends_at"]) == ends_at  # the end the sweep reads below
     assert await allocated_cpu(admin, host) == 6  # two slots of 3 of the host's 8
     async with (
         api_client(stack.api_url, (await new_token(admin, mine, "vms:write"))["token"], timeout=30) as me,
@@ -135,6 +148,7 @@ async def test_a_reservation_keeps_another_projects_vm_off_the_held_room_and_exp
         assert (too_big.status_code, too_big.json()["detail"][0]["type"]) == (422, "reservation_unusable")
 
         # At ends_at the slot still held goes back to the host; the VM keeps the room it took.
+        await bring_end_forward(servers, reservation["id"])
         expired = (
             await eventually(
                 lambda: admin.get(f"/v1/reservations/{reservation['id']}"),

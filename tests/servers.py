@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import redis
 
 from vmsched_common.agent_identity import host_of_username
@@ -41,6 +42,11 @@ class Servers:
     # Runs ``rabbitmqctl <args>`` against this run's broker (the local node or the container's).
     rabbitmqctl: Callable[..., str] = field(default=lambda *args: _rabbitmqctl(*args), repr=False)
 
+    @property
+    def broker(self) -> BrokerAccounts:
+        """This run's broker's virtual hosts and users, through its management API."""
+        return BrokerAccounts.of(self.env())
+
     def env(self, **overrides: str) -> dict[str, str]:
         """Environment for a vmsched process (or Settings) that talks to these servers."""
         env = {
@@ -56,6 +62,49 @@ class Servers:
     @property
     def asyncpg_dsn(self) -> str:
         return self.database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+@dataclass(frozen=True)
+class BrokerAccounts:
+    """Virtual hosts, users and permissions through RabbitMQ's management API: one HTTP call each,
+    where every ``rabbitmqctl`` starts an Erlang VM of its own (a second or two, many times a run)."""
+
+    management_url: str
+
+    @classmethod
+    def of(cls, env: dict[str, str]) -> BrokerAccounts:
+        return cls(Settings.from_environment({**os.environ, **env}).management_url)
+
+    def add_vhost(self, vhost: str, user: str) -> None:
+        """Create ``vhost`` and give ``user`` every permission on it."""
+        self._call("PUT", f"vhosts/{quote(vhost, safe='')}")
+        self.grant(vhost, user)
+
+    def delete_vhost(self, vhost: str) -> None:
+        self._call("DELETE", f"vhosts/{quote(vhost, safe='')}")
+
+    def add_user(self, user: str, password: str) -> None:
+        self._call("PUT", f"users/{quote(user, safe='')}", {"password": password, "tags": ""})
+
+    def delete_user(self, user: str) -> None:
+        self._call("DELETE", f"users/{quote(user, safe='')}")
+
+    def grant(self, vhost: str, user: str) -> None:
+        """Every permission (configure, write, read) on ``vhost`` to ``user``."""
+        every = {"configure": ".*", "write": ".*", "read": ".*"}
+        self._call("PUT", f"permissions/{quote(vhost, safe='')}/{quote(user, safe='')}", every)
+
+    def queue_type(self, vhost: str, queue: str) -> str:
+        found = self._call("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json()
+        kind: str = found["type"]
+        return kind
+
+    def _call(self, method: str, path: str, body: dict[str, str] | None = None) -> httpx.Response:
+        url = httpx.URL(self.management_url)
+        auth = (url.username, url.password) if url.username else None
+        base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"
+        with httpx.Client(auth=auth, timeout=60) as client:
+            return client.request(method, f"{base}/{path}", json=body).raise_for_status()
 
 
 def docker_engine_answers() -> bool:
@@ -126,9 +175,8 @@ def _local(run_id: str) -> Iterator[Servers]:
     database = f"vmsched_test_{run_id}"
     prefix = f"vmsched-test-{run_id}"
 
-    _rabbitmqctl("add_vhost", vhost)
-    user = urlsplit(base_amqp).username or "guest"
-    _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+    broker = BrokerAccounts.of({"VMSCHED_AMQP_URL": base_amqp})
+    broker.add_vhost(vhost, urlsplit(base_amqp).username or "guest")
     parts = urlsplit(base_amqp)
     amqp = urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", ""))
     db_parts = urlsplit(base_db)
@@ -137,7 +185,7 @@ def _local(run_id: str) -> Iterator[Servers]:
         yield Servers(amqp, base_redis, database_url, prefix, run_id)
     finally:
         with contextlib.suppress(Exception):
-            _rabbitmqctl("delete_vhost", vhost)
+            broker.delete_vhost(vhost)
         with contextlib.suppress(Exception):
             delete_agent_users(
                 Settings.from_environment({**os.environ, "VMSCHED_AMQP_URL": amqp}).management_url, vhost
@@ -153,8 +201,6 @@ def _local(run_id: str) -> Iterator[Servers]:
 def delete_agent_users(management_url: str, vhost: str) -> None:
     """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host), in
     one call to the management API: hundreds of ``rabbitmqctl delete_user`` take minutes."""
-    import httpx
-
     url = httpx.URL(management_url)
     auth = (url.username, url.password) if url.username else None
     base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"

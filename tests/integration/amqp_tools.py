@@ -138,9 +138,8 @@ async def drop_connection(connection: AbstractRobustConnection, timeout: float =
 async def fresh_vhost(servers: Servers) -> AsyncIterator[str]:
     """The URL of a virtual host of its own, removed afterwards."""
     vhost = f"vmsched-test-{uuid.uuid4().hex[:10]}"
-    servers.rabbitmqctl("add_vhost", vhost)
+    servers.broker.add_vhost(vhost, "guest")
     try:
-        servers.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         yield servers.amqp_url.rsplit("/", 1)[0] + "/" + vhost
     finally:
-        servers.rabbitmqctl("delete_vhost", vhost)
+        servers.broker.delete_vhost(vhost)

@@ -147,9 +147,8 @@ async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: 
     """gateway.heartbeats was a classic queue; RabbitMQ refuses to declare it quorum over that.
     Its messages are disposable, so declare_topology replaces it."""
     vhost = f"vmsched-test-old-{uuid.uuid4().hex[:8]}"
-    servers.rabbitmqctl("add_vhost", vhost)
+    servers.broker.add_vhost(vhost, "guest")
     try:
-        servers.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         url = servers.amqp_url.rsplit("/", 1)[0] + "/" + vhost
         connection = await aio_pika.connect(url)
         async with connection:
@@ -166,7 +165,6 @@ async def test_a_heartbeat_queue_left_by_an_older_version_is_replaced(settings: 
             assert await ready_messages(broker, topology.GATEWAY_HEARTBEAT_QUEUE) == 0
         finally:
             await broker.stop()
-        listed = servers.rabbitmqctl("list_queues", "-p", vhost, "name", "type")
-        assert f"{topology.GATEWAY_HEARTBEAT_QUEUE.name}\tquorum" in listed
+        assert servers.broker.queue_type(vhost, topology.GATEWAY_HEARTBEAT_QUEUE.name) == "quorum"
     finally:
-        servers.rabbitmqctl("delete_vhost", vhost)
+        servers.broker.delete_vhost(vhost)

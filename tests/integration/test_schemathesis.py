@@ -41,9 +41,7 @@ def lone_api(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """An API process with servers of its own: its own database, virtual host and Redis prefix."""
     run = uuid.uuid4().hex[:8]
     vhost = f"vmsched-fuzz-{run}"
-    servers.rabbitmqctl("add_vhost", vhost)
-    user = urlsplit(servers.amqp_url).username or "guest"
-    servers.rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+    servers.broker.add_vhost(vhost, urlsplit(servers.amqp_url).username or "guest")
     amqp = urlsplit(servers.amqp_url)
     database = urlsplit(servers.database_url)
     database_name = f"{database.path.lstrip('/')}_fuzz_{run}"
@@ -65,7 +63,7 @@ def lone_api(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         stack.stop()
         drop_database(servers.database_url, database_name)
-        servers.rabbitmqctl("delete_vhost", vhost)
+        servers.broker.delete_vhost(vhost)
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,8 @@ def secret_env(servers: Servers) -> Iterator[tuple[Secrets, dict[str, str]]]:
     local connections: its password is sent to no one, but sits in the setting all the same)."""
     secrets = Secrets()
     vhost = urlsplit(servers.amqp_url).path.lstrip("/") or "/"
-    servers.rabbitmqctl("add_user", secrets.user, secrets.amqp)
-    servers.rabbitmqctl("set_permissions", "-p", vhost, secrets.user, ".*", ".*", ".*")
+    servers.broker.add_user(secrets.user, secrets.amqp)
+    servers.broker.grant(vhost, secrets.user)
     admin_redis = redis.Redis.from_url(servers.redis_url)
     admin_redis.acl_setuser(
         secrets.user, enabled=True, passwords=[f"+{secrets.redis}"], keys=["*"], channels=["*"], commands=["+@all"]
@@ -65,7 +65,7 @@ def secret_env(servers: Servers) -> Iterator[tuple[Secrets, dict[str, str]]]:
     finally:
         admin_redis.acl_deluser(secrets.user)
         admin_redis.close()
-        servers.rabbitmqctl("delete_user", secrets.user)
+        servers.broker.delete_user(secrets.user)
 
 
 def leaks(text: str, secrets: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.servers import Servers, provide_servers
-from vmsched_common.db.engine import create_engine, ensure_database
+from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.settings import Settings
 
@@ -33,25 +33,45 @@ def settings(servers: Servers) -> Settings:
     return Settings.from_environment(servers.env())
 
 
+async def on_the_server(servers: Servers, statement: str) -> None:
+    """Run ``statement`` (CREATE or DROP DATABASE) on this run's PostgreSQL, connected to "postgres"."""
+    url = make_url(servers.database_url)
+    admin = await asyncpg.connect(
+        host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
+    )
+    try:
+        await admin.execute(statement)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(scope="session")
+async def schema_template(servers: Servers) -> AsyncIterator[str]:
+    """The name of a database migrated once, that each private database is a copy of: copying takes
+    a tenth of a second, creating and migrating a fresh one about a second (over a hundred tests).
+    Nothing connects to it after its migration (PostgreSQL copies only a database nobody is on)."""
+    url = make_url(servers.database_url)
+    template = url.set(database=f"{url.database}_template")
+    await upgrade_schema(template.render_as_string(hide_password=False))
+    try:
+        yield str(template.database)
+    finally:
+        await on_the_server(servers, f'DROP DATABASE IF EXISTS "{template.database}" WITH (FORCE)')
+
+
 @pytest.fixture
-async def private_engine(servers: Servers, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
+async def private_engine(
+    servers: Servers, schema_template: str, request: pytest.FixtureRequest
+) -> AsyncIterator[AsyncEngine]:
     """A migrated database of this test's own, for code that works on every row (no running stack
     touches the same rows at the same moment), dropped afterwards."""
     url = make_url(servers.database_url)
     own = re.sub(r"\W+", "_", request.node.name[:24].lower())
     private = url.set(database=f"{url.database}_{own}_{uuid.uuid4().hex[:6]}")
-    dsn = private.render_as_string(hide_password=False)
-    await ensure_database(dsn)
-    await upgrade_schema(dsn)
-    engine = create_engine(dsn, pool_size=2)
+    await on_the_server(servers, f'CREATE DATABASE "{private.database}" TEMPLATE "{schema_template}"')
+    engine = create_engine(private.render_as_string(hide_password=False), pool_size=2)
     try:
         yield engine
     finally:
         await engine.dispose()
-        admin = await asyncpg.connect(
-            host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
-        )
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await on_the_server(servers, f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devtools.stack import Stack, free_port
+from devtools.stack import Stack, free_port, wait_for
 from tests.servers import Servers
 
 pytestmark = pytest.mark.integration
@@ -36,6 +36,20 @@ def stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     running = Stack(env=stack_env(servers), log_dir=log_dir, api_port=free_port())
     with running.running(schedulers=1):
         yield running
+
+
+@pytest.fixture(scope="session")
+def replica(stack: Stack, servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Another API process on the same servers, with the same bootstrap token: started once for the
+    tests about two replicas (each works with projects and tokens of its own)."""
+    log_dir = Path(tmp_path_factory.mktemp("replica-logs"))
+    second = Stack(env=stack_env(servers, VMSCHED_BOOTSTRAP_TOKEN=stack.token), log_dir=log_dir, api_port=free_port())
+    try:
+        api = second.start_api()
+        wait_for(api.is_ready, 60, "the second API replica to be ready")
+        yield second
+    finally:
+        second.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 
 from devtools.stack import Stack, api_client
 from tests.fleets import enrolled_fleet
-from tests.integration.test_identity import new_project, new_token, second_replica, vm
+from tests.integration.test_identity import new_project, new_token, vm
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
@@ -175,7 +174,7 @@ async def test_a_placement_arrives_with_its_host(stack: Stack, servers: Servers,
 
 
 async def test_last_event_id_on_another_replica_gets_exactly_the_missed_events(
-    stack: Stack, servers: Servers, admin: httpx.AsyncClient, tmp_path: Path
+    stack: Stack, replica: Stack, admin: httpx.AsyncClient
 ) -> None:
     project = await new_project(admin)
     token = (await new_token(admin, project, "vms:write"))["token"]
@@ -187,11 +186,10 @@ async def test_last_event_id_on_another_replica_gets_exactly_the_missed_events(
     # Wait until the missed VMs are decided, so that their events are in the stream.
     async with following(stack.api_url, token, last_event_id=last_id) as probe:
         await probe.until(_decided(*missed))
-    with second_replica(stack, servers, tmp_path) as replica:
-        async with following(replica.api_url, token, last_event_id=last_id) as resumed:
-            again = await resumed.until(_decided(*missed))
-            sentinel = await _create(stack.api_url, token, "sentinel")
-            after = await resumed.until(_decided(sentinel))
+    async with following(replica.api_url, token, last_event_id=last_id) as resumed:
+        again = await resumed.until(_decided(*missed))
+        sentinel = await _create(stack.api_url, token, "sentinel")
+        after = await resumed.until(_decided(sentinel))
     replayed = [event for event in again + after if not event.vm_ids() & {sentinel}]
     assert sorted((e.type, vm_id) for e in replayed for vm_id in e.vm_ids()) == sorted(_decided(*missed))
     assert all(event.id > last_id for event in again)

@@ -5,21 +5,19 @@ events that name the project; the first token from the command line."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import aio_pika
 import httpx
 import pytest
 
-from devtools.stack import BIN, Stack, api_client, free_port, wait_for
+from devtools.stack import BIN, Stack, api_client
 from tests.integration.amqp_tools import wait_for_message
 from tests.integration.conftest import stack_env
 from tests.integration.waiting import eventually
@@ -57,20 +55,8 @@ async def admin(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-@contextlib.contextmanager
-def second_replica(stack: Stack, servers: Servers, log_dir: Path) -> Iterator[Stack]:
-    """Another API process on the same servers, with the same bootstrap token."""
-    replica = Stack(env=stack_env(servers, VMSCHED_BOOTSTRAP_TOKEN=stack.token), log_dir=log_dir, api_port=free_port())
-    try:
-        api = replica.start_api()
-        wait_for(api.is_ready, 60, "the second API replica to be ready")
-        yield replica
-    finally:
-        replica.stop()
-
-
 async def test_a_token_is_shown_once_listed_without_its_secret_and_revoked_on_every_replica(
-    stack: Stack, servers: Servers, admin: httpx.AsyncClient, tmp_path: Path
+    stack: Stack, replica: Stack, admin: httpx.AsyncClient
 ) -> None:
     project = await new_project(admin)
     token = await new_token(admin, project, "vms:write")
@@ -81,19 +67,18 @@ async def test_a_token_is_shown_once_listed_without_its_secret_and_revoked_on_ev
     assert token["token"] not in json.dumps(listed)
     assert "token" not in listed[0]
 
-    with second_replica(stack, servers, tmp_path) as replica:
-        async with (
-            api_client(stack.api_url, token["token"], timeout=30) as on_a,
-            api_client(replica.api_url, token["token"], timeout=30) as on_b,
-        ):
-            for api in (on_a, on_b):  # both replicas know it (and may have cached it)
-                assert (await api.get("/v1/vms")).status_code == 200
-            assert (await admin.delete(f"/v1/tokens/{token['id']}")).status_code == 204
-            refused = await on_a.get("/v1/vms")
-            assert refused.status_code == 401  # the revoking replica: at once
-            assert refused.headers["WWW-Authenticate"] == 'Bearer realm="vmsched", error="invalid_token"'
-            # The other: as soon as PostgreSQL's notice reaches it (milliseconds).
-            await eventually(lambda: on_b.get("/v1/vms"), lambda r: r.status_code == 401, timeout=2, what="B refusing")
+    async with (
+        api_client(stack.api_url, token["token"], timeout=30) as on_a,
+        api_client(replica.api_url, token["token"], timeout=30) as on_b,
+    ):
+        for api in (on_a, on_b):  # both replicas know it (and may have cached it)
+            assert (await api.get("/v1/vms")).status_code == 200
+        assert (await admin.delete(f"/v1/tokens/{token['id']}")).status_code == 204
+        refused = await on_a.get("/v1/vms")
+        assert refused.status_code == 401  # the revoking replica: at once
+        assert refused.headers["WWW-Authenticate"] == 'Bearer realm="vmsched", error="invalid_token"'
+        # The other: as soon as PostgreSQL's notice reaches it (milliseconds).
+        await eventually(lambda: on_b.get("/v1/vms"), lambda r: r.status_code == 401, timeout=2, what="B refusing")
     revoked = (await admin.get(f"/v1/tokens/{token['id']}")).json()
     assert revoked["revoked_at"] is not None
     assert (await admin.delete(f"/v1/tokens/{uuid.uuid4()}")).status_code == 404
@@ -264,14 +249,17 @@ def create_token(servers: Servers, *args: str) -> subprocess.CompletedProcess[st
 
 
 async def test_the_first_token_comes_from_the_command_line(stack: Stack, servers: Servers) -> None:
-    made = await asyncio.to_thread(create_token, servers, "--project", "default", "--scope", "vms:read")
+    # Both at once (neither needs the other): each is a process that takes a second or two to start.
+    made, refused = await asyncio.gather(
+        asyncio.to_thread(create_token, servers, "--project", "default", "--scope", "vms:read"),
+        asyncio.to_thread(create_token, servers, "--project", "nope", "--scope", "admin"),
+    )
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip()
     assert secret.startswith("vmsched_")
     async with api_client(stack.api_url, secret, timeout=30) as api:
         assert (await api.get("/v1/vms", params={"limit": 1})).status_code == 200
         assert (await api.post("/v1/vms", json=vm("no"))).status_code == 403
-    refused = await asyncio.to_thread(create_token, servers, "--project", "nope", "--scope", "admin")
     assert (refused.returncode, refused.stderr.strip()) == (
         1,
         "vmsched-api: no project nope (an admin token creates it: POST /v1/projects)",
@@ -292,41 +280,40 @@ async def test_the_served_app_has_no_asyncapi_try_and_its_pages_load_only_its_ow
 
 
 async def test_fifty_concurrent_requests_on_two_replicas_against_room_for_ten_accept_exactly_ten(
-    stack: Stack, servers: Servers, admin: httpx.AsyncClient, tmp_path: Path
+    stack: Stack, replica: Stack, admin: httpx.AsyncClient
 ) -> None:
     project = await new_project(admin, instances=10, cpu=1000)
     token = (await new_token(admin, project, "vms:write"))["token"]
     # They wait for room (no host has their label), holding their share of the quota meanwhile.
-    with second_replica(stack, servers, tmp_path) as replica:
-        async with (
-            api_client(stack.api_url, token, timeout=60) as on_a,
-            api_client(replica.api_url, token, timeout=60) as on_b,
-        ):
-            answers = await asyncio.gather(
-                *((on_a if i % 2 else on_b).post("/v1/vms", json=vm(f"race-{i}", wait_s=600)) for i in range(50))
-            )
-            statuses = sorted(answer.status_code for answer in answers)
-            assert statuses == [202] * 10 + [403] * 40, statuses
-            refusal = next(answer.json() for answer in answers if answer.status_code == 403)
-            assert refusal == {
-                "reason": "quota_exceeded",
-                "resource": "instances",
-                "limit": 10,
-                "used": 10,
-                "requested": 1,
-            }
-            shown = (await on_a.get(f"/v1/projects/{project}")).json()["usage"]
-            assert (shown["instances"], shown["cpu"]) == (10, 10)
+    async with (
+        api_client(stack.api_url, token, timeout=60) as on_a,
+        api_client(replica.api_url, token, timeout=60) as on_b,
+    ):
+        answers = await asyncio.gather(
+            *((on_a if i % 2 else on_b).post("/v1/vms", json=vm(f"race-{i}", wait_s=600)) for i in range(50))
+        )
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [202] * 10 + [403] * 40, statuses
+        refusal = next(answer.json() for answer in answers if answer.status_code == 403)
+        assert refusal == {
+            "reason": "quota_exceeded",
+            "resource": "instances",
+            "limit": 10,
+            "used": 10,
+            "requested": 1,
+        }
+        shown = (await on_a.get(f"/v1/projects/{project}")).json()["usage"]
+        assert (shown["instances"], shown["cpu"]) == (10, 10)
 
-            # A batch past the quota is refused whole; a VM that ends gives its share back.
-            batch = await on_b.post("/v1/vms/batch", json={"vms": [vm("b1"), vm("b2")]})
-            assert batch.status_code == 403
-            assert batch.json()["requested"] == 2
-            accepted = [answer.json()["id"] for answer in answers if answer.status_code == 202]
-            assert (await on_a.delete(f"/v1/vms/{accepted[0]}")).status_code == 202
-            assert (await on_b.post("/v1/vms", json=vm("after", wait_s=600))).status_code == 202
-            for vm_id in accepted[1:]:
-                await on_a.delete(f"/v1/vms/{vm_id}")
+        # A batch past the quota is refused whole; a VM that ends gives its share back.
+        batch = await on_b.post("/v1/vms/batch", json={"vms": [vm("b1"), vm("b2")]})
+        assert batch.status_code == 403
+        assert batch.json()["requested"] == 2
+        accepted = [answer.json()["id"] for answer in answers if answer.status_code == 202]
+        assert (await on_a.delete(f"/v1/vms/{accepted[0]}")).status_code == 202
+        assert (await on_b.post("/v1/vms", json=vm("after", wait_s=600))).status_code == 202
+        for vm_id in accepted[1:]:
+            await on_a.delete(f"/v1/vms/{vm_id}")
 
 
 async def test_a_request_past_a_resource_limit_names_it(stack: Stack, admin: httpx.AsyncClient) -> None:

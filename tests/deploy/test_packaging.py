@@ -109,18 +109,32 @@ def test_the_migration_runs_as_python_dash_m() -> None:
     assert MIGRATION_MODULE in runnable_modules()
 
 
-def _help(command: list[str]) -> str:
-    # --help parses arguments and exits: no settings are read, no server is contacted.
-    result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+def _helps(*commands: list[str]) -> list[str]:
+    """Each command's --help output. --help parses arguments and exits: no settings are read, no
+    server is contacted. All at once: each is a Python process that spends a second importing."""
+    running = [
+        subprocess.Popen([*c, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands
+    ]
+    outputs = []
+    for command, process in zip(commands, running, strict=True):
+        stdout, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, (command, stderr)
+        outputs.append(stdout)
+    return outputs
 
 
 def test_the_commands_with_a_help_option_answer_it_as_module_and_as_script() -> None:
     # The API, scheduler and gateway take no options (they start serving at once): not run here.
     bin_directory = Path(sys.executable).parent
-    assert "simulate" in _help([sys.executable, "-m", "vmsched_agent"])
-    assert "simulate" in _help([str(bin_directory / "vmsched-agent")])
-    assert "migration" in _help([sys.executable, "-m", MIGRATION_MODULE])
-    assert "VMSCHED_ROUTER_CELLS" in _help([sys.executable, "-m", "vmsched_router"])
-    assert "cell router" in _help([str(bin_directory / "vmsched-router")])
+    agent_module, agent_script, migration, router_module, router_script = _helps(
+        [sys.executable, "-m", "vmsched_agent"],
+        [str(bin_directory / "vmsched-agent")],
+        [sys.executable, "-m", MIGRATION_MODULE],
+        [sys.executable, "-m", "vmsched_router"],
+        [str(bin_directory / "vmsched-router")],
+    )
+    assert "simulate" in agent_module
+    assert "simulate" in agent_script
+    assert "migration" in migration
+    assert "VMSCHED_ROUTER_CELLS" in router_module
+    assert "cell router" in router_script

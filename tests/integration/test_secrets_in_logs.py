@@ -8,6 +8,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -111,13 +112,17 @@ def test_a_service_that_cannot_start_names_the_server_not_the_password(
         "VMSCHED_DATABASE_URL": f"postgresql+asyncpg://postgres:{secrets.database}@127.0.0.1:{closed}/vmsched",
         "PATH": "/usr/bin:/bin",
     }
-    for script in ("vmsched-api", "vmsched-scheduler", "vmsched-gateway"):
-        done = subprocess.run([str(BIN / script)], env=unreachable, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stderr
-        assert f"127.0.0.1:{closed}" in done.stderr
-        assert leaks(done.stdout + done.stderr, secrets.all()) == [], script
     bad_token = {**env, "VMSCHED_BOOTSTRAP_TOKEN": "too-short-secret", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([str(BIN / "vmsched-api")], env=bad_token, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert "VMSCHED_BOOTSTRAP_TOKEN" in done.stderr
-    assert "too-short-secret" not in done.stderr
+    # All four at once: each is a process that spends a second or two starting before it fails.
+    scripts = ("vmsched-api", "vmsched-scheduler", "vmsched-gateway")
+    starts = [(str(BIN / script), unreachable) for script in scripts] + [(str(BIN / "vmsched-api"), bad_token)]
+    running = [subprocess.Popen([argv], env=e, stdout=PIPE, stderr=PIPE, text=True) for argv, e in starts]
+    done = [(*process.communicate(timeout=120), process.returncode) for process in running]
+    for script, (stdout, stderr, code) in zip(scripts, done, strict=False):
+        assert code == 1, stderr
+        assert f"127.0.0.1:{closed}" in stderr
+        assert leaks(stdout + stderr, secrets.all()) == [], script
+    _, stderr, code = done[-1]
+    assert code == 2
+    assert "VMSCHED_BOOTSTRAP_TOKEN" in stderr
+    assert "too-short-secret" not in stderr

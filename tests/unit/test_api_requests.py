@@ -73,8 +73,10 @@ def in_process(app: Any, token: str | None = TOKEN) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def api() -> AsyncIterator[httpx.AsyncClient]:
+    """One app for the module's refusals and probes: they change nothing it holds (built per test, it
+    cost a few tenths of a second each)."""
     settings = Settings(bootstrap_token=TOKEN)
     app = build_app(settings, migrate=False, services=in_memory_services(settings))
     async with in_process(app) as client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tests.servers import Servers
@@ -29,6 +30,18 @@ async def enroll(servers: Servers, host_ids: Iterable[str]) -> dict[str, AgentCr
 
         enrolled = await asyncio.gather(*(one(host_id) for host_id in host_ids))
     return {credentials.host_id: credentials for credentials in enrolled}
+
+
+def credentials_file(servers: Servers, host_ids: Sequence[str], path: Path) -> Path:
+    """What ``vmsched-gateway enroll-agent`` would print for ``host_ids`` (one JSON line each), in
+    ``path`` (its owner's alone), for ``vmsched-agent simulate --credentials``: enrolled here, without
+    starting a gateway process for it (the command itself has its tests in test_agent_identity.py)."""
+    enrolled = asyncio.run(enroll(servers, host_ids))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text("".join(enrolled[host_id].model_dump_json() + "\n" for host_id in host_ids))
+    return path
 
 
 async def enrolled_fleet(servers: Servers, hosts: Sequence[HostSpec], **options: Any) -> SimulatedFleet:

@@ -172,8 +172,8 @@ class Accepting:
         pass
 
 
-@pytest.fixture
-async def accepting() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
+@pytest.fixture(scope="module")
+async def accepting_app() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
     settings = Settings(default_vm_cpu=2, default_vm_memory_mb=3072, bootstrap_token=TOKEN)
     stores = Accepting()
     recording: Any = stores
@@ -181,6 +181,16 @@ async def accepting() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
     app = build_app(settings, migrate=False, services=services)
     async with in_process(app) as client:
         yield client, stores
+
+
+@pytest.fixture
+def accepting(accepting_app: tuple[httpx.AsyncClient, Accepting]) -> tuple[httpx.AsyncClient, Accepting]:
+    """The module's accepting app (built once: a few tenths of a second each), with nothing recorded:
+    what earlier tests had it record is forgotten."""
+    _, stores = accepting_app
+    stores.defaults.clear()
+    stores.sent.clear()
+    return accepting_app
 
 
 async def test_a_vm_that_omits_cpu_and_memory_gets_the_default_amounts(

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from devtools.stack import Service, Stack, wait_for
+from tests.fleets import credentials_file
+from tests.servers import Servers
 from vmsched_client import Client
 
 pytestmark = pytest.mark.integration
@@ -29,10 +31,10 @@ class Fleet:
 
 
 @pytest.fixture(scope="package")
-def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(stack: Stack, servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     suite = f"client-{uuid.uuid4().hex[:6]}"
     hosts = [f"{suite}-0001", f"{suite}-0002"]
-    credentials = stack.enroll_agents(hosts, Path(tmp_path_factory.mktemp("credentials")) / "agents.jsonl")
+    credentials = credentials_file(servers, hosts, Path(tmp_path_factory.mktemp("credentials")) / "agents.jsonl")
     agents = stack.start_agents(
         f"agents-{suite}",
         *("--count", "2", "--prefix", suite, "--credentials", str(credentials), "--labels", f"suite={suite}"),

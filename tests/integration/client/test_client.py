@@ -13,8 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from devtools.stack import Stack, wait_for
+from tests.fleets import credentials_file
 from tests.integration.client.conftest import Fleet
 from tests.integration.waiting import eventually
+from tests.servers import Servers
 from vmsched_client import PLACED, AsyncClient, Client, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from vmsched_client.calls import Call, create_vm
 from vmsched_client.sse import Event
@@ -122,10 +124,10 @@ def test_hosts_are_cordoned_uncordoned_labelled_and_explained(client: Client, fl
 
 
 def test_a_silent_host_is_deleted(
-    client: Client, stack: Stack, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+    client: Client, stack: Stack, servers: Servers, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     host = f"{fleet.suite}-gone-0001"
-    credentials = stack.enroll_agents([host], tmp_path_factory.mktemp("gone") / "agent.jsonl")
+    credentials = credentials_file(servers, [host], tmp_path_factory.mktemp("gone") / "agent.jsonl")
     agent = stack.start_agents(
         f"agent-{host}", "--count", "1", "--prefix", f"{fleet.suite}-gone", "--credentials", str(credentials)
     )

@@ -1,15 +1,15 @@
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import asyncpg
 import pytest
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.servers import Servers, provide_servers
+from tests.servers import Servers, copy_database, drop_database, provide_servers
 from vmsched_common.db.engine import create_engine
 from vmsched_common.db.migrate import upgrade_schema
 from vmsched_common.settings import Settings
@@ -33,22 +33,10 @@ def settings(servers: Servers) -> Settings:
     return Settings.from_environment(servers.env())
 
 
-async def on_the_server(servers: Servers, statement: str) -> None:
-    """Run ``statement`` (CREATE or DROP DATABASE) on this run's PostgreSQL, connected to "postgres"."""
-    url = make_url(servers.database_url)
-    admin = await asyncpg.connect(
-        host=url.host, port=url.port or 5432, user=url.username, password=url.password, database="postgres"
-    )
-    try:
-        await admin.execute(statement)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture(scope="session")
 async def schema_template(servers: Servers) -> AsyncIterator[str]:
     """The name of a database migrated once, that each private database is a copy of: copying takes
-    a tenth of a second, creating and migrating a fresh one about a second (over a hundred tests).
+    a tenth of a second, creating and migrating a fresh one about a second (some thirty tests, and the fuzzed API).
     Nothing connects to it after its migration (PostgreSQL copies only a database nobody is on)."""
     url = make_url(servers.database_url)
     template = url.set(database=f"{url.database}_template")
@@ -56,7 +44,7 @@ async def schema_template(servers: Servers) -> AsyncIterator[str]:
     try:
         yield str(template.database)
     finally:
-        await on_the_server(servers, f'DROP DATABASE IF EXISTS "{template.database}" WITH (FORCE)')
+        await asyncio.to_thread(drop_database, servers.database_url, str(template.database))
 
 
 @pytest.fixture
@@ -68,10 +56,10 @@ async def private_engine(
     url = make_url(servers.database_url)
     own = re.sub(r"\W+", "_", request.node.name[:24].lower())
     private = url.set(database=f"{url.database}_{own}_{uuid.uuid4().hex[:6]}")
-    await on_the_server(servers, f'CREATE DATABASE "{private.database}" TEMPLATE "{schema_template}"')
+    await asyncio.to_thread(copy_database, servers.database_url, schema_template, str(private.database))
     engine = create_engine(private.render_as_string(hide_password=False), pool_size=2)
     try:
         yield engine
     finally:
         await engine.dispose()
-        await on_the_server(servers, f'DROP DATABASE IF EXISTS "{private.database}" WITH (FORCE)')
+        await asyncio.to_thread(drop_database, servers.database_url, str(private.database))

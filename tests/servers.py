@@ -213,20 +213,30 @@ def delete_agent_users(management_url: str, vhost: str) -> None:
 
 def drop_database(base_db: str, database: str) -> None:
     """Drop ``database`` on the server of ``base_db`` (the connections it still has are cut)."""
+    _on_the_server(base_db, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def copy_database(base_db: str, template: str, database: str) -> None:
+    """Create ``database`` on the server of ``base_db`` as a copy of ``template`` (nobody may be on it)."""
+    _on_the_server(base_db, f'CREATE DATABASE "{database}" TEMPLATE "{template}"')
+
+
+def _on_the_server(base_db: str, statement: str) -> None:
     import asyncio
 
     parts = urlsplit(base_db.replace("postgresql+asyncpg://", "postgresql://", 1))
 
-    async def drop() -> None:
+    async def run() -> None:
         conn = await asyncpg.connect(
             host=parts.hostname,
             port=parts.port or 5432,
             user=parts.username or "postgres",
+            password=parts.password,
             database="postgres",
         )
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            await conn.execute(statement)
         finally:
             await conn.close()
 
-    asyncio.run(drop())
+    asyncio.run(run())

@@ -26,7 +26,7 @@ from schemathesis.schemas import APIOperation, BaseSchema
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from devtools.stack import Stack, bearer, free_port, wait_for
-from tests.servers import Servers, drop_database
+from tests.servers import Servers, copy_database, drop_database
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +37,16 @@ TOKEN = secrets.token_urlsafe(32)
 
 
 @pytest.fixture(scope="module")
-def lone_api(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """An API process with servers of its own: its own database, virtual host and Redis prefix."""
+def lone_api(servers: Servers, schema_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """An API process with servers of its own: its own database (a copy of the run's migrated
+    template: the API finds its schema current), virtual host and Redis prefix."""
     run = uuid.uuid4().hex[:8]
     vhost = f"vmsched-fuzz-{run}"
     servers.broker.add_vhost(vhost, urlsplit(servers.amqp_url).username or "guest")
     amqp = urlsplit(servers.amqp_url)
     database = urlsplit(servers.database_url)
     database_name = f"{database.path.lstrip('/')}_fuzz_{run}"
+    copy_database(servers.database_url, schema_template, database_name)
     stack = Stack(
         env=servers.env(
             VMSCHED_AMQP_URL=urlunsplit((amqp.scheme, amqp.netloc, "/" + quote(vhost, safe=""), "", "")),

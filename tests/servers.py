@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
@@ -94,12 +95,20 @@ class BrokerAccounts:
         every = {"configure": ".*", "write": ".*", "read": ".*"}
         self._call("PUT", f"permissions/{quote(vhost, safe='')}/{quote(user, safe='')}", every)
 
+    def delete_agent_users(self, vhost: str) -> None:
+        """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host),
+        in one call: hundreds of ``rabbitmqctl delete_user`` take minutes."""
+        users = self._call("GET", "users?columns=name").json()
+        agents = [user["name"] for user in users if host_of_username(user["name"], vhost) is not None]
+        if agents:
+            self._call("POST", "users/bulk-delete", {"users": agents})
+
     def queue_type(self, vhost: str, queue: str) -> str:
         found = self._call("GET", f"queues/{quote(vhost, safe='')}/{quote(queue, safe='')}").json()
         kind: str = found["type"]
         return kind
 
-    def _call(self, method: str, path: str, body: dict[str, str] | None = None) -> httpx.Response:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         url = httpx.URL(self.management_url)
         auth = (url.username, url.password) if url.username else None
         base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"
@@ -187,28 +196,13 @@ def _local(run_id: str) -> Iterator[Servers]:
         with contextlib.suppress(Exception):
             broker.delete_vhost(vhost)
         with contextlib.suppress(Exception):
-            delete_agent_users(
-                Settings.from_environment({**os.environ, "VMSCHED_AMQP_URL": amqp}).management_url, vhost
-            )
+            broker.delete_agent_users(vhost)
         with contextlib.suppress(Exception):
             drop_database(base_db, database)
         with contextlib.suppress(Exception):
             client = redis.Redis.from_url(base_redis)
             for key in client.scan_iter(match=f"{prefix}:*", count=1000):
                 client.delete(key)
-
-
-def delete_agent_users(management_url: str, vhost: str) -> None:
-    """Delete the broker users enrolled for agents of ``vhost`` (users outlive their virtual host), in
-    one call to the management API: hundreds of ``rabbitmqctl delete_user`` take minutes."""
-    url = httpx.URL(management_url)
-    auth = (url.username, url.password) if url.username else None
-    base = str(url.copy_with(username=None, password=None)).rstrip("/") + "/api"
-    with httpx.Client(auth=auth, timeout=60) as client:
-        users = client.get(f"{base}/users", params={"columns": "name"}).raise_for_status().json()
-        agents = [user["name"] for user in users if host_of_username(user["name"], vhost) is not None]
-        if agents:
-            client.post(f"{base}/users/bulk-delete", json={"users": agents}).raise_for_status()
 
 
 def drop_database(base_db: str, database: str) -> None:

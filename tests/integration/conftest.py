@@ -23,9 +23,6 @@ def stack_env(servers: Servers, **overrides: str) -> dict[str, str]:
         # A failed on_failure VM comes back after this, not the default 15 s a test would idle through
         # (test_preemption); long enough that a test still sees it failed right after its failure.
         VMSCHED_RESTART_DELAY="4",
-        # Drains and rebalancing plans take their next step sooner than the default second: a drain
-        # test otherwise idles up to a second between each of its migrations.
-        VMSCHED_MIGRATION_SWEEP_INTERVAL="0.2",
         # Many tests share one token: a limit meant for one client would turn their polling into 429s
         # (the limit has tests of its own, tests/unit/test_api_auth.py).
         VMSCHED_RATE_LIMIT="0",

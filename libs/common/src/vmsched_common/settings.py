@@ -167,9 +167,6 @@ class Settings(BaseSettings):
     # source, the target's share is given back. Longer than RESEND_STALE_AFTER, so that a step's
     # command lost on the way is sent again before the migration is given up.
     migration_timeout: PositiveSeconds = 600.0
-    # How often the gateway steps every drain and rebalancing plan (starts its next migrations once
-    # earlier ones ended, within its max_parallel).
-    migration_sweep_interval: PositiveSeconds = 1.0
     # The cell router (vmsched-router, docs/scaling.md "Cells"): the cells it routes to, as JSON
     # ([{"name": "a", "url": "http://cell-a-api:8000", "token": "..."}, ...]), the database of its own
     # that maps each VM to its cell, where it listens, how often it reads each cell's summary, how long

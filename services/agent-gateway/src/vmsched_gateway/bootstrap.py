@@ -131,8 +131,8 @@ def build_app(settings: Settings) -> FastStream:
         background.start(
             tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
         )
-        background.start(drains.forever(settings.migration_sweep_interval))
-        background.start(rebalances.forever(settings.migration_sweep_interval))
+        background.start(drains.forever())
+        background.start(rebalances.forever())
         if settings.agent_auth is AgentAuth.OFF:
             log.warning("VMSCHED_AGENT_AUTH=off: any broker user may send any host's heartbeats and VM reports")
         log.info("gateway ready", agent_auth=settings.agent_auth.value)

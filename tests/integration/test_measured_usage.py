@@ -114,6 +114,36 @@ async def test_a_scheduler_sees_new_usage_at_the_hosts_next_announcement_not_bef
     assert seen() == 14.0
 
 
+async def test_a_scheduler_keeps_a_hosts_usage_till_its_usage_refresh_interval_is_over(snapshot: Snapshot) -> None:
+    now = time.time()
+    first = dataclasses.replace(
+        online_host("hv-u3", CAPACITY), heartbeat_at=now, usage=Usage(cpu_used=1, memory_used_mb=0)
+    )
+    await snapshot.record_heartbeats([first], bump_interval=BUMP)
+    cache = FleetCache(snapshot, usage_refresh_interval=2.0)
+    await cache.refresh()
+
+    def seen() -> tuple[float | None, float]:
+        host = cache.fleet.host("hv-u3")
+        assert host is not None
+        return (None if host.usage is None else host.usage.cpu_used), host.last_heartbeat
+
+    assert seen() == (1.0, now)
+    # Announced with a new usage within the interval: the heartbeat is taken, the usage kept.
+    announced = dataclasses.replace(first, heartbeat_at=now + BUMP, usage=Usage(cpu_used=14, memory_used_mb=0))
+    await snapshot.record_heartbeats([announced], bump_interval=BUMP)
+    await cache.refresh(force_full=True)
+    assert seen() == (1.0, now + BUMP)
+    # Read again once the interval is over: the usage it brings is taken.
+    async def reread() -> tuple[float | None, float]:
+        await cache.reread(["hv-u3"])
+        return seen()
+
+    await eventually(
+        reread, lambda view: view == (14.0, now + BUMP), timeout=15, what="the usage taken once the interval is over"
+    )
+
+
 async def test_a_least_utilized_vm_lands_on_the_host_that_measures_less_busy(stack: Stack, servers: Servers) -> None:
     """Two empty hosts alike but for their measured usage; the busy one has the lower id."""
     suite = f"usage-{uuid.uuid4().hex[:6]}"

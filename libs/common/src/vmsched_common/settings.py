@@ -184,6 +184,10 @@ class Settings(BaseSettings):
     # (in the background; rounds read only what changed).
     scheduler_prefetch: Annotated[int, Field(ge=1, le=10_000)] = 64
     snapshot_full_refresh: PositiveSeconds = 30.0
+    # A scheduler takes a host's new measured usage (least_utilized) at most this often: between two,
+    # its reads of the host keep the usage it holds, so the decision journal records a host's usage
+    # once per interval, not at every re-announcement (docs/performance.md). 0: at every read.
+    usage_refresh_interval: Annotated[float, Field(ge=0)] = 30.0
     reconcile_interval: PositiveSeconds = 30.0
     # How often one scheduler replica places pending reservations and ends those past ends_at.
     reservation_interval: PositiveSeconds = 1.0

@@ -9,6 +9,10 @@ the old one between two of a round's steps: no round waits for it.
 Refreshes are single-flight: a scheduler handles dozens of messages at once, and without the lock
 each of them would issue its own read of the same changes. A caller that waited while another
 refresh ran, started after it asked, takes that refresh's result.
+
+Every read of a host goes through the :class:`UsageCadence`: the copy takes a host's new measured
+usage at most once per ``usage_refresh_interval`` (VMSCHED_USAGE_REFRESH_INTERVAL), whatever else
+about the host it takes at once.
 """
 
 from __future__ import annotations
@@ -18,16 +22,21 @@ import time
 from collections.abc import Iterable, Mapping
 
 from vmsched_common.logs import get_logger
-from vmsched_common.snapshot import OwnChange, Snapshot
+from vmsched_common.snapshot import OwnChange, Snapshot, SnapshotHost
 from vmsched_placement import Fleet
 from vmsched_placement.inputs import to_host_state
+from vmsched_placement.model import HostState
+from vmsched_scheduler.usage_cadence import UsageCadence
 
 log = get_logger(__name__)
 
 
 class FleetCache:
-    def __init__(self, snapshot: Snapshot, *, min_refresh_interval: float = 0.0) -> None:
+    def __init__(
+        self, snapshot: Snapshot, *, min_refresh_interval: float = 0.0, usage_refresh_interval: float = 0.0
+    ) -> None:
         self.snapshot = snapshot
+        self._usage = UsageCadence(usage_refresh_interval)
         self.fleet = Fleet.from_hosts([])
         self._seq = -1
         self._min_refresh_interval = min_refresh_interval
@@ -75,7 +84,23 @@ class FleetCache:
 
     async def _read_whole(self) -> tuple[int, Fleet]:
         seq, records = await self.snapshot.read_all()
-        return seq, Fleet.from_hosts(to_host_state(record) for record in records.values())
+        now = time.monotonic()
+        self._usage.retain(records)
+        return seq, Fleet.from_hosts(self._as_read(record, now) for record in records.values())
+
+    def _as_read(self, record: SnapshotHost, now: float) -> HostState:
+        """The engine's view of a host just read: all of it, but the usage at the cadence's pace."""
+        return self._usage.keep(to_host_state(record), now)
+
+    def _take(self, records: Mapping[str, SnapshotHost | None]) -> None:
+        """Fold hosts just read into the copy: None is a host gone."""
+        now = time.monotonic()
+        for host_id, record in records.items():
+            if record is None:
+                self.fleet.remove(host_id)
+                self._usage.forget(host_id)
+            else:
+                self.fleet.upsert(self._as_read(record, now))
 
     def _replace(self, seq: int, fleet: Fleet, began: float) -> None:
         """Take ``fleet``, read whole at change number ``seq`` or later. What changed after ``seq`` is
@@ -97,12 +122,7 @@ class FleetCache:
             if not ((mine := own.get(host_id)) is not None and mine.seq == at and mine.before <= self._seq)
         ]
         if stale:
-            records = await self.snapshot.read_hosts(stale)
-            for host_id, record in records.items():
-                if record is None:
-                    self.fleet.remove(host_id)
-                else:
-                    self.fleet.upsert(to_host_state(record))
+            self._take(await self.snapshot.read_hosts(stale))
         # A Redis flush resets the change counter: start over from a full read.
         if seq < self._seq or (not changed and await self.snapshot.current_seq() < self._seq):
             self._replace(*await self._read_whole(), began)
@@ -115,8 +135,4 @@ class FleetCache:
         wanted = sorted(set(host_ids))
         if not wanted:
             return
-        for host_id, record in (await self.snapshot.read_hosts(wanted)).items():
-            if record is None:
-                self.fleet.remove(host_id)
-            else:
-                self.fleet.upsert(to_host_state(record))
+        self._take(await self.snapshot.read_hosts(wanted))

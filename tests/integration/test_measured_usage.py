@@ -134,6 +134,7 @@ async def test_a_scheduler_keeps_a_hosts_usage_till_its_usage_refresh_interval_i
     await snapshot.record_heartbeats([announced], bump_interval=BUMP)
     await cache.refresh(force_full=True)
     assert seen() == (1.0, now + BUMP)
+
     # Read again once the interval is over: the usage it brings is taken.
     async def reread() -> tuple[float | None, float]:
         await cache.reread(["hv-u3"])

@@ -84,9 +84,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size or 8)
     redis = connect_redis(settings)
     snapshot = Snapshot(redis, settings.redis_key_prefix)
-    fleet = FleetCache(
-        snapshot, min_refresh_interval=0.02, usage_refresh_interval=settings.usage_refresh_interval
-    )
+    fleet = FleetCache(snapshot, min_refresh_interval=0.02, usage_refresh_interval=settings.usage_refresh_interval)
     weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
     groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
     scheduling_round = MigrationRound(

@@ -17,6 +17,10 @@ The fleet is placement_bench's seeded one. Measured, on one CPU:
   re-read between two decisions at R decisions a second on 10,000 hosts. The journal keeps a
   heartbeat only when its offline verdict changes, and usage only for decisions whose strategy reads
   it (``least_utilized``), so the re-reads cost ``least_utilized`` decisions and hardly any other.
+  Each re-read goes through the scheduler's own ``UsageCadence`` (``--usage-refresh``, as
+  VMSCHED_USAGE_REFRESH_INTERVAL, default 30 s): a host takes its new usage at most once per
+  interval, the times it last took one spread over the interval before the run (a scheduler that has
+  run a while); ``--usage-refresh 0`` takes it at every re-read (the scheduler before the setting).
   Amortised: the mean entry plus a checkpoint's bytes over the entries between two.
 """
 
@@ -48,6 +52,7 @@ from bench.placement_bench import (  # noqa: E402
 from vmsched_common.settings import Strategy  # noqa: E402
 from vmsched_placement import DecisionContext, Fleet, Weights, decide  # noqa: E402
 from vmsched_placement.journal import Journal  # noqa: E402
+from vmsched_scheduler.usage_cadence import UsageCadence  # noqa: E402
 
 BUMP_INTERVAL = 5.0  # the gateway announces an unchanged host every offline timeout / 3 (15 s / 3)
 STRATEGIES = [Strategy.LEAST_LOADED, Strategy.BEST_FIT, Strategy.ROUND_ROBIN, Strategy.LEAST_UTILIZED]
@@ -122,12 +127,17 @@ def time_churn(
     *,
     usage: bool = True,
     strategy: Strategy = Strategy.LEAST_LOADED,
+    usage_refresh: float = 30.0,
 ) -> dict[str, Any]:
     """``decisions`` decisions of ``strategy`` at ``rate`` a second while every host is re-read every
-    5 s (its measured usage new each time, or, ``usage`` False, as it was)."""
+    5 s (its measured usage new each time, or, ``usage`` False, as it was), the scheduler taking a
+    host's new usage at most once per ``usage_refresh`` seconds."""
     rng = random.Random(seed)
+    cadence = UsageCadence(usage_refresh)
     fleet = Fleet.from_hosts(
-        replace(h, status="online", last_heartbeat=NOW) for h in build_hosts(hosts, random.Random(seed))
+        # Each host's usage taken at some time in the interval before the run: the steady state.
+        cadence.keep(replace(h, status="online", last_heartbeat=NOW), NOW - rng.random() * usage_refresh)
+        for h in build_hosts(hosts, random.Random(seed))
     )
     requests = build_requests(decisions, hosts, strategy, random.Random(seed + 1))
     journal = Journal(Weights(), OFFLINE_TIMEOUT)
@@ -135,6 +145,7 @@ def time_churn(
     sizes: list[int] = []
     spent: list[float] = []
     reread = 0  # announcements read so far: host phase[reread % hosts], in period reread // hosts
+    renewed = 0  # re-reads whose usage the scheduler took (a change the journal may write)
 
     def next_at() -> float:
         return NOW + (reread // hosts) * BUMP_INTERVAL + phase[reread % hosts][0]
@@ -147,7 +158,9 @@ def time_churn(
             measured = host.usage
             if measured is not None and usage:
                 measured = replace(measured, cpu_used=measured.cpu_used * rng.uniform(0.95, 1.05))
-            fleet.upsert(replace(host, last_heartbeat=next_at(), usage=measured))
+            seen = cadence.keep(replace(host, last_heartbeat=next_at(), usage=measured), next_at())
+            renewed += seen.usage is not host.usage
+            fleet.upsert(seen)
             reread += 1
         own = replace(context(number), now=now)
         decision = decide(fleet, request, own)
@@ -164,7 +177,9 @@ def time_churn(
         "rate": rate,
         "strategy": strategy.value,
         "decisions": decisions,
+        "usage_refresh_s": usage_refresh,
         "hosts_reread_per_entry": round(reread / decisions, 1),
+        "usage_taken_per_entry": round(renewed / decisions, 1),
         "entry_mean_bytes": round(mean),
         "entry_median_us": round(statistics.median(spent) * 1e6, 1),
         "bytes_per_decision": round(mean + checkpoint / max(512, hosts)),
@@ -186,6 +201,12 @@ def main() -> int:
         default="least_loaded,least_utilized",
         help="churn runs: one run per rate and strategy (comma-separated; least_utilized reads measured usage)",
     )
+    parser.add_argument(
+        "--usage-refresh",
+        type=float,
+        default=30.0,
+        help="churn runs: seconds a re-read host keeps its usage (VMSCHED_USAGE_REFRESH_INTERVAL; 0: none)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpu = pin_to_one_cpu()
@@ -205,6 +226,7 @@ def main() -> int:
                 args.seed,
                 usage=not args.still_usage,
                 strategy=Strategy(strategy),
+                usage_refresh=args.usage_refresh,
             )
             for strategy in args.churn_strategies.split(",")
             for rate in (float(r) for r in args.rates.split(",") if r)
@@ -223,8 +245,8 @@ def main() -> int:
     for churn in result["churn"]:
         print(
             f"with every host re-read every 5 s, {churn['rate']:g} {churn['strategy']} decisions/s: "
-            f"{churn['hosts_reread_per_entry']:g} "
-            f"hosts re-read per entry, {churn['entry_mean_bytes']} bytes per entry, {churn['bytes_per_decision']} "
+            f"{churn['hosts_reread_per_entry']:g} hosts re-read per entry ({churn['usage_taken_per_entry']:g} with "
+            f"usage taken, every {churn['usage_refresh_s']:g} s at most), {churn['entry_mean_bytes']} bytes per entry, {churn['bytes_per_decision']} "
             f"bytes per decision amortised, {churn['entry_median_us']:.0f} us per entry (median)"
         )
     if args.out:

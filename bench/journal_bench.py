@@ -218,11 +218,12 @@ def main() -> int:
         "checkpoint": time_checkpoints(args.hosts, args.runs, args.seed),
         "stream": time_stream(args.hosts, args.decisions, args.seed),
         "churn": [
-            # As many decisions as make a few hundred thousand re-reads at most: the slow rates are short.
+            # As many decisions as make a few hundred thousand re-reads at most: the slow rates are short,
+            # but each run spans four usage intervals at least, for the usage taken at its steady pace.
             time_churn(
                 args.hosts,
                 rate,
-                min(args.decisions, max(200, int(rate * 60))),
+                min(args.decisions, max(200, int(rate * max(60.0, 4 * args.usage_refresh)))),
                 args.seed,
                 usage=not args.still_usage,
                 strategy=Strategy(strategy),

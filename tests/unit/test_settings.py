@@ -121,3 +121,14 @@ def test_a_migration_timeout_shorter_than_a_resend_is_refused(
         load_settings("vmsched-gateway")
     err = capsys.readouterr().err
     assert "VMSCHED_MIGRATION_TIMEOUT (60) must be longer than VMSCHED_RESEND_STALE_AFTER (120)" in err
+
+
+def test_the_usage_refresh_interval_is_30_s_by_default_0_or_more(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert Settings.from_environment({}).usage_refresh_interval == 30.0
+    assert Settings.from_environment({"VMSCHED_USAGE_REFRESH_INTERVAL": "0"}).usage_refresh_interval == 0.0
+    monkeypatch.setenv("VMSCHED_USAGE_REFRESH_INTERVAL", "-1")
+    with pytest.raises(SystemExit):
+        load_settings("vmsched-scheduler")
+    assert "VMSCHED_USAGE_REFRESH_INTERVAL" in capsys.readouterr().err

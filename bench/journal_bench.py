@@ -247,8 +247,9 @@ def main() -> int:
         print(
             f"with every host re-read every 5 s, {churn['rate']:g} {churn['strategy']} decisions/s: "
             f"{churn['hosts_reread_per_entry']:g} hosts re-read per entry ({churn['usage_taken_per_entry']:g} with "
-            f"usage taken, every {churn['usage_refresh_s']:g} s at most), {churn['entry_mean_bytes']} bytes per entry, {churn['bytes_per_decision']} "
-            f"bytes per decision amortised, {churn['entry_median_us']:.0f} us per entry (median)"
+            f"usage taken, every {churn['usage_refresh_s']:g} s at most), {churn['entry_mean_bytes']} bytes per entry, "
+            f"{churn['bytes_per_decision']} bytes per decision amortised, "
+            f"{churn['entry_median_us']:.0f} us per entry (median)"
         )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

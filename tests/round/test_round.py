@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from uuid import UUID, uuid4
 
 from tests.round.worlds import World
@@ -172,6 +173,19 @@ async def test_no_host_while_postgresql_knows_more_online_hosts_is_tried_again_l
     vm = await world.add_vm(VM)
     (outcome,) = await world.round.run(items(vm))
     assert isinstance(outcome, Later)
+    assert (await world.vm(vm.vm_id)).status is VmStatus.PENDING
+
+
+async def test_no_online_host_in_the_snapshot_while_postgresql_knows_some_is_tried_again_later(world: World) -> None:
+    # After a Redis flush the scheduler's copy may still hold hosts the flush took, their last
+    # heartbeats long past (refused claims drop the live ones first): it has as many hosts as
+    # PostgreSQL knows online, but none online itself. Here the round's clock is an hour ahead.
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    world.round.clock = lambda: time.time() + 3600
+    vm = await world.add_vm(VM)
+    (outcome,) = await world.round.run(items(vm))
+    assert isinstance(outcome, Later), outcome
     assert (await world.vm(vm.vm_id)).status is VmStatus.PENDING
 
 

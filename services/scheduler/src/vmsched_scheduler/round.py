@@ -206,9 +206,7 @@ class SchedulingRound:
         choices = await self._without_own_claims(choices, fleet, groups)
         placing = [c for c in choices if c.decision.host_id is not None]
         nowhere = [c for c in choices if c.decision.host_id is None]
-        if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
-            # After a Redis flush the snapshot lacks hosts until their next heartbeat: "no host" now
-            # would be premature.
+        if nowhere and await self._snapshot_behind(nowhere):
             await self.fleet.refresh(force_full=True)
             for choice in nowhere:
                 outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
@@ -219,6 +217,17 @@ class SchedulingRound:
             nowhere = [c for c in nowhere if not await self._preempt(c, groups, outcomes)]
         again += await self._settle(claimed, nowhere, outcomes)
         return again
+
+    async def _snapshot_behind(self, nowhere: list[_Choice]) -> bool:
+        """Whether "no host" now would be premature: PostgreSQL knows more online hosts than the
+        snapshot holds, or knows some while the snapshot has none online. After a Redis flush the
+        snapshot lacks hosts until their next heartbeat, and this copy may still hold hosts the flush
+        took (a refused claim drops them one by one: those left can be the dead ones)."""
+        online = await self.ledger.online_hosts()
+        if len(self.fleet.fleet) < online:
+            return True
+        none_online = any(c.decision.reason == NO_AVAILABLE_AGENTS and not c.gang_failure for c in nowhere)
+        return none_online and online > 0
 
     def _context(self) -> DecisionContext:
         """What a decision needs from outside the engine, at this instant."""

@@ -8,8 +8,6 @@ decision reads); the lock saves the work.
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_common.db import journal
 from vmsched_common.logs import get_logger
 from vmsched_common.snapshot import Snapshot
+from vmsched_scheduler.one_replica import every_interval_on_one_replica
 
 log = get_logger(__name__)
 
@@ -32,14 +31,10 @@ async def prune_once(engine: AsyncEngine, retention: float) -> int:
 
 async def prune_forever(engine: AsyncEngine, snapshot: Snapshot, retention: float, interval: float) -> None:
     """Prune every ``interval`` seconds, one replica at a time (a Redis lock held for the interval)."""
-    owner = uuid.uuid4().hex
-    lock_key = f"{snapshot.prefix}:journal-prune-lock"
-    while True:
-        try:
-            if await snapshot.redis.set(lock_key, owner, nx=True, px=int(interval * 1000)):
-                await prune_once(engine, retention)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # the loop outlives any one failure; the next pruning retries
-            log.warning("decision journal pruning failed", error=repr(error))
-        await asyncio.sleep(interval)
+    await every_interval_on_one_replica(
+        snapshot,
+        "journal-prune-lock",
+        interval,
+        lambda: prune_once(engine, retention),
+        "decision journal pruning failed",
+    )

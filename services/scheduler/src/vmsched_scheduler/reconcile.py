@@ -18,7 +18,6 @@ the scheduler turned VMs away from a host with room (Redis over-counting; never 
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -33,6 +32,7 @@ from vmsched_common.db.shares import HOLDINGS, SHARES
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import add_counts
 from vmsched_common.snapshot import CommittedVm, Snapshot
+from vmsched_scheduler.one_replica import every_interval_on_one_replica
 
 log = get_logger(__name__)
 
@@ -201,14 +201,6 @@ async def _reconcile_host(
 
 async def reconcile_forever(engine: AsyncEngine, snapshot: Snapshot, interval: float) -> None:
     """Reconcile every ``interval`` seconds; a Redis lock lets one replica at a time do it."""
-    owner = uuid.uuid4().hex
-    lock_key = f"{snapshot.prefix}:reconcile-lock"
-    while True:
-        try:
-            if await snapshot.redis.set(lock_key, owner, nx=True, px=int(interval * 1000)):
-                await reconcile(engine, snapshot)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # the loop outlives any one failure; the next round retries
-            log.warning("reconcile failed", error=repr(error))
-        await asyncio.sleep(interval)
+    await every_interval_on_one_replica(
+        snapshot, "reconcile-lock", interval, lambda: reconcile(engine, snapshot), "reconcile failed"
+    )

@@ -19,6 +19,7 @@ from vmsched_api import quota
 from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
+from vmsched_api.request_phases import Phase, timed
 from vmsched_api.reservation_store import check_reservations_fit
 from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
 from vmsched_common.db import moves, vm_writes
@@ -220,11 +221,25 @@ class Repository:
         statement = inserting.returning(
             *(VmRow.__table__.c[name] for name in VM_FIELDS), quota.LIMITED, sort_by_parameter_order=True
         )
+        with timed(Phase.COMMIT):
+            return await self._insert(statement, values, bodies, idempotency_key, defaults, project)
+
+    async def _insert(
+        self,
+        statement: Any,
+        values: list[dict[str, Any]],
+        bodies: Sequence[VmRequest],
+        idempotency_key: str | None,
+        defaults: VmDefaults,
+        project: str,
+    ) -> tuple[list[VmRecord], bool]:
         async with self.engine.begin() as connection:
-            await check_groups_exist(connection, [body.server_group for body in bodies], project)
-            await check_reservations_fit(connection, bodies, defaults, project)
+            with timed(Phase.CHECKS):
+                await check_groups_exist(connection, [body.server_group for body in bodies], project)
+                await check_reservations_fit(connection, bodies, defaults, project)
             rows = (await connection.execute(statement, values)).all()
-            await quota.enforce(connection, project, rows)
+            with timed(Phase.CHECKS):
+                await quota.enforce(connection, project, rows)
             if not rows and idempotency_key is not None:
                 existing = (
                     await connection.execute(

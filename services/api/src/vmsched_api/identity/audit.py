@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vmsched_api.identity.scopes import Principal
+from vmsched_api.request_phases import Phase, timed
 from vmsched_common.batching import Batcher
 from vmsched_common.db.engine import lone_statement, retry_on_dead_connection
 from vmsched_common.db.models import AuditRow
@@ -155,7 +156,8 @@ async def _record(scope: Scope, start: Message) -> None:
     )
     try:
         trail: AuditLog = scope["app"].state.services.audit
-        await trail.record(entry)
+        with timed(Phase.AUDIT):
+            await trail.record(entry)
     except Exception as error:
         log.error(
             "audit record not written",

@@ -23,6 +23,7 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.audit import PRINCIPAL
 from vmsched_api.identity.rate_limit import retry_after_header
 from vmsched_api.identity.scopes import Principal, Scope
+from vmsched_api.request_phases import Phase, timed
 
 REALM = 'Bearer realm="vmsched"'
 
@@ -49,7 +50,8 @@ async def authenticate(request: Request, services: ServicesDep) -> Principal:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
         raise _unauthorized("the Authorization header must be: Bearer <token>", "invalid_request")
-    principal = await services.authenticator.principal(secret)
+    with timed(Phase.AUTH):
+        principal = await services.authenticator.principal(secret)
     if principal is None:
         raise _unauthorized("the token is unknown, expired or revoked", "invalid_token")
     setattr(request.state, PRINCIPAL, principal)

@@ -14,6 +14,7 @@ from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.identity.scopes import Scope
 from vmsched_api.repository import IdempotencyConflict, to_vm
+from vmsched_api.request_phases import Phase, timed
 from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.schemas import (
     QUOTA_REFUSAL,
@@ -35,7 +36,7 @@ from vmsched_common.decision import Candidate, PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import ProjectName, VmDeleted
-from vmsched_common.outbox import publish_rows
+from vmsched_common.outbox import publish_implied
 from vmsched_common.settings import Strategy
 from vmsched_placement import decide
 from vmsched_placement.journal import Inputs, rebuild, replay_preemption
@@ -53,7 +54,10 @@ async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
     """Publish after the commit. If the broker is unreachable the VM is still accepted: the sweeper
     publishes it once the broker is back (rows stay marked unpublished until then)."""
     try:
-        await publish_rows(services.publisher, services.engine, rows, marks=services.published)
+        with timed(Phase.PUBLISH):
+            await publish_implied(services.publisher, rows)
+        with timed(Phase.MARK):
+            await services.published.submit([str(vm.id) for vm in rows])
     except Exception as error:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 

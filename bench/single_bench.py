@@ -7,9 +7,9 @@ On one stack (API, 2 schedulers, gateway: devtools.Stack) and an independent fle
 the queue contract (bench/e2e_fleet.py), on an own vhost, database and Redis prefix, each run:
 
 - ``hop``: the broker's raw hop flat out, in the same run: confirmed publishes of 256-byte messages
-  (about a one-VM ``vm.create``) to one quorum queue, consumed and acked (messages/s). A placement crosses three hops (``vm.create``,
-  ``vm.assigned``, the agent's command), so ``hop / 3`` is the ceiling RabbitMQ alone would set if
-  every VM travelled alone: the batch target is 0.75x of it;
+  (about a one-VM ``vm.create``) to one quorum queue, consumed and acked (messages/s). A placement
+  crosses three hops (``vm.create``, ``vm.assigned``, the agent's command), so ``hop / 3`` is the
+  ceiling RabbitMQ alone would set if every VM travelled alone: the batch target is 0.75x of it;
 - ``lone``: one client posting one VM after another: the response's p50 and p99;
 - ``clients32``: 32 clients posting as fast as answers come: accepted POSTs/s, response p50/p99,
   and CPU per placement of every process on the machine (until every VM reached its agent);

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.repository import Repository
 from vmsched_api.schemas import VmDefaults, VmRequest
+from vmsched_api.vm_acceptance import Accepted, CreateRequest, VmAcceptance
 from vmsched_common.db.engine import create_engine, failed_on_dead_connection
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.outbox import published_marks
@@ -18,6 +19,12 @@ from vmsched_common.outbox import published_marks
 pytestmark = pytest.mark.integration
 
 DEFAULTS = VmDefaults(cpu=4, memory_mb=8192)
+
+
+def asking(name: str) -> CreateRequest:
+    return CreateRequest(
+        bodies=[VmRequest(name=name, cpu=1, memory_mb=512, disk_gb=1)], project="default", defaults=DEFAULTS
+    )
 
 
 async def _kill_pooled_connections(engine: AsyncEngine) -> int:
@@ -38,16 +45,17 @@ async def _kill_pooled_connections(engine: AsyncEngine) -> int:
 
 async def test_the_api_survives_connections_postgresql_closed(private_engine: AsyncEngine) -> None:
     repository = Repository(private_engine)
-    (vm,), _ = await repository.create_vms(
-        [VmRequest(name="before", cpu=1, memory_mb=512, disk_gb=1)], defaults=DEFAULTS
-    )
+    acceptance = VmAcceptance(private_engine)
+    (before,) = await acceptance.accept([asking("before")])
+    assert isinstance(before, Accepted)
+    (vm,) = before.vms
     assert await _kill_pooled_connections(private_engine) >= 1
 
-    (created,), replayed = await repository.create_vms(
-        [VmRequest(name="after", cpu=1, memory_mb=512, disk_gb=1)], defaults=DEFAULTS
-    )
+    (after,) = await acceptance.accept([asking("after")])
 
-    assert not replayed
+    assert isinstance(after, Accepted)
+    assert not after.replayed
+    (created,) = after.vms
     assert created.status is VmStatus.PENDING
     assert (await repository.get_vm(vm.id)) is not None
     # Once: the failed attempt committed nothing.

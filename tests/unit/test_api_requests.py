@@ -17,6 +17,8 @@ from vmsched_api.identity.audit import AuditEntry
 from vmsched_api.identity.authenticator import Authenticator
 from vmsched_api.identity.rate_limit import RateLimiter
 from vmsched_api.schemas import VmDefaults, VmRequest
+from vmsched_api.vm_acceptance import Accepted, CreateRequest, Outcome
+from vmsched_api.vm_intake import VmIntake
 from vmsched_common.db.records import VmRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.messages import RestartPolicy, VmToPlace
@@ -58,6 +60,7 @@ def in_memory_services(settings: Settings, **stores: Any) -> Services:
             "broker": untouchable,
             "publisher": untouchable,
             "published": untouchable,
+            "intake": untouchable,
             "authenticator": Authenticator(bootstrap=settings.bootstrap_token, store=untouchable),
             "rate_limiter": RateLimiter(settings.rate_limit, settings.rate_burst),
             "audit": audit,
@@ -122,24 +125,25 @@ async def test_liveness_answers_without_servers(api: httpx.AsyncClient) -> None:
 
 
 class Accepting:
-    """The repository, publisher and published marks of an API that accepts VMs, in memory: what the
-    routes hand them is recorded."""
+    """The acceptance, publisher and published marks of an API that accepts VMs, in memory, behind a
+    real intake: what the routes hand them is recorded."""
 
     def __init__(self) -> None:
         self.defaults: list[VmDefaults] = []
         self.sent: list[VmToPlace] = []
+        self.intake = VmIntake(self, self, self)  # type: ignore[arg-type]
 
-    async def create_vms(
-        self,
-        bodies: Sequence[VmRequest],
-        idempotency_key: str | None = None,
-        *,
-        defaults: VmDefaults,
-        all_or_nothing: bool = False,
-        project: str = "default",
-    ) -> tuple[list[VmRecord], bool]:
-        self.defaults.append(defaults)
-        return [self._record(body, defaults) for body in bodies], False
+    async def accept(self, requests: Sequence[CreateRequest]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for request in requests:
+            self.defaults.append(request.defaults)
+            outcomes.append(Accepted([self._record(body, request.defaults) for body in request.bodies]))
+        return outcomes
+
+    async def published(self) -> list[VmToPlace]:
+        """What was sent to the schedulers, once the intake's publishes (after the answers) ended."""
+        await self.intake.drain()
+        return self.sent
 
     @staticmethod
     def _record(body: VmRequest, defaults: VmDefaults) -> VmRecord:
@@ -177,7 +181,7 @@ async def accepting_app() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
     settings = Settings(default_vm_cpu=2, default_vm_memory_mb=3072, bootstrap_token=TOKEN)
     stores = Accepting()
     recording: Any = stores
-    services = in_memory_services(settings, repository=recording, publisher=recording, published=recording)
+    services = in_memory_services(settings, publisher=recording, published=recording, intake=stores.intake)
     app = build_app(settings, migrate=False, services=services)
     async with in_process(app) as client:
         yield client, stores
@@ -201,7 +205,7 @@ async def test_a_vm_that_omits_cpu_and_memory_gets_the_default_amounts(
     assert response.status_code == 202, response.text
     assert (response.json()["cpu"], response.json()["memory_mb"]) == (2, 3072)  # this API's settings
     assert stores.defaults == [VmDefaults(cpu=2, memory_mb=3072)]
-    (sent,) = stores.sent
+    (sent,) = await stores.published()
     assert (sent.resources.cpu, sent.resources.memory_mb, sent.resources.disk_gb) == (2, 3072, 10)
 
 
@@ -221,7 +225,7 @@ async def test_a_batch_takes_the_defaults_per_vm(accepting: tuple[httpx.AsyncCli
     response = await api.post("/v1/vms/batch", json={"vms": vms})
     assert response.status_code == 202, response.text
     assert [(vm["cpu"], vm["memory_mb"]) for vm in response.json()["items"]] == [(2, 3072), (1, 256)]
-    assert [(vm.resources.cpu, vm.resources.memory_mb) for vm in stores.sent] == [(2, 3072), (1, 256)]
+    assert [(vm.resources.cpu, vm.resources.memory_mb) for vm in await stores.published()] == [(2, 3072), (1, 256)]
 
 
 def test_the_default_amounts_are_orchards_unless_set() -> None:
@@ -236,7 +240,7 @@ async def test_a_wait_out_of_bounds_is_refused_naming_the_field(
         response = await api.post("/v1/vms", json={"name": "w", "disk_gb": 1, "wait_s": wait_s})
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"] == ["body", "wait_s"]
-    assert stores.sent == []
+    assert await stores.published() == []
 
 
 async def test_an_all_or_nothing_batch_that_would_wait_is_refused(
@@ -247,7 +251,7 @@ async def test_an_all_or_nothing_batch_that_would_wait_is_refused(
     response = await api.post("/v1/vms/batch", json=body)
     assert response.status_code == 422
     assert "wait_s" in response.text
-    assert stores.sent == []
+    assert await stores.published() == []
 
 
 @pytest.mark.parametrize(
@@ -278,7 +282,7 @@ async def test_a_bad_extra_resource_is_refused_naming_the_field(
     batch = await api.post("/v1/vms/batch", json={"vms": [{"name": "ok", "disk_gb": 1}, vm]})
     assert batch.status_code == 422
     assert (field.replace("body.", "body.vms.1.", 1), kind) in problems(batch.json())
-    assert stores.sent == []
+    assert await stores.published() == []
 
 
 async def test_a_vm_asking_for_extra_resources_shows_them_and_sends_them_to_the_schedulers(
@@ -291,7 +295,7 @@ async def test_a_vm_asking_for_extra_resources_shows_them_and_sends_them_to_the_
     assert response.json()["extra"] == asked
     plain = await api.post("/v1/vms", json={"name": "plain", "disk_gb": 1})
     assert plain.json()["extra"] == {}
-    accel, without = stores.sent
+    accel, without = await stores.published()
     assert (accel.resources.extra, without.resources.extra) == (asked, {})
     # What vm.create carries, and therefore what a retry of it asks for again.
     assert VmToPlace.model_validate_json(accel.model_dump_json()).resources.extra == asked

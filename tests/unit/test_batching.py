@@ -117,3 +117,26 @@ def test_a_batcher_needs_room_for_one_item_and_one_flush() -> None:
         Batcher(flush, name="test", max_size=0)
     with pytest.raises(ValueError, match="at least 1"):
         Batcher(flush, name="test", max_in_flight=0)
+
+
+async def test_with_no_delay_a_lone_item_waits_for_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone request finds nothing in flight and starts at once: no timer is ever set."""
+    loop = asyncio.get_running_loop()
+
+    def no_timers(*_: object) -> asyncio.TimerHandle:
+        raise AssertionError("a timer was set")
+
+    monkeypatch.setattr(loop, "call_later", no_timers)
+    flushes: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        flushes.append(items)
+        await asyncio.sleep(0)
+        return items
+
+    batcher = Batcher(flush, name="test", max_size=100, max_delay=0.0)
+    assert await batcher.submit(1) == 1
+    # Arriving together (in one turn of the loop), they go together; then the next lone one alone.
+    assert await asyncio.gather(*(batcher.submit(n) for n in (2, 3, 4))) == [2, 3, 4]
+    assert await batcher.submit(5) == 5
+    assert flushes == [[1], [2, 3, 4], [5]]

@@ -4,8 +4,9 @@ Consumers handle messages concurrently (up to the prefetch); each submits its it
 own result. At most ``max_in_flight`` flushes run at once, and the items that arrive while they run
 wait for one to end and then go together, up to ``max_size`` a flush (a group commit): under load
 the batches grow by themselves, and an item that arrives when nothing runs waits at most
-``max_delay`` for company. One flush is one PostgreSQL statement or one Redis pipeline instead of
-one per message.
+``max_delay`` for company (with ``max_delay=0`` it waits for no timer: only for the callers ready in
+the same turn of the event loop, as a group commit does). One flush is one PostgreSQL statement or
+one Redis pipeline instead of one per message.
 
 A timer alone (flush every few milliseconds, as many flushes at once as timers fire) keeps batches
 small exactly when it matters: in the scheduler under full load, 3 items a flush on average,
@@ -44,7 +45,7 @@ class Batcher(Generic[T, R]):
         self._max_delay = max_delay
         self._max_in_flight = max_in_flight
         self._waiting: list[tuple[T, asyncio.Future[R]]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._running: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: T) -> R:
@@ -53,7 +54,13 @@ class Batcher(Generic[T, R]):
         if len(self._waiting) >= self._max_size:
             self._start_flushes()
         elif self._timer is None and len(self._running) < self._max_in_flight:
-            self._timer = asyncio.get_running_loop().call_later(self._max_delay, self._start_flushes)
+            loop = asyncio.get_running_loop()
+            # No delay: start as soon as the callers that are ready in this turn of the loop joined.
+            self._timer = (
+                loop.call_soon(self._start_flushes)
+                if self._max_delay <= 0
+                else loop.call_later(self._max_delay, self._start_flushes)
+            )
         return await future
 
     def _start_flushes(self) -> None:

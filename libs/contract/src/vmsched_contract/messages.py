@@ -334,6 +334,11 @@ class Assignment(BaseModel):
     attempt: int
     scheduled_at: datetime
     project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the VM")
+    preempted: bool | None = Field(
+        default=None,
+        description="whether the VM took the room of VMs it preempted (its create then waits for their "
+        "deletion); absent: not known here (an announcement repeated from PostgreSQL, or an older scheduler)",
+    )
 
 
 class VmAssigned(Message):

@@ -22,7 +22,9 @@ class AssignmentRelay:
     async def on_assigned(self, event: VmAssigned) -> None:
         assignments = event.assignments
         if self.preemptors is not None:
-            held = await self.preemptors.awaiting_victims([a.vm_id for a in assignments])
+            # Only a VM that preempted (or may have: an announcement that does not say) can have
+            # victims to wait for; the others cost no read.
+            held = await self.preemptors.awaiting_victims([a.vm_id for a in assignments if a.preempted is not False])
             if held:
                 # Sent when their agents report the victims deleted (see preemptors).
                 log.info("creates held until the VMs they preempted are deleted", vms=len(held))

@@ -42,6 +42,8 @@ from vmsched_api.routes import (
 )
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.schemas import ErrorDetail
+from vmsched_api.vm_acceptance import VmAcceptance
+from vmsched_api.vm_intake import VmIntake
 from vmsched_common import events, topology
 from vmsched_common.amqp import declare_event_stream, declare_topology, make_broker, ready_messages
 from vmsched_common.connections import connect_redis
@@ -150,6 +152,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         redis = connect_redis(settings)
         token_store = TokenStore(engine)
         token_cache = TokenCache()
+        marks = published_marks(engine)
         live = Services(
             settings=settings,
             engine=engine,
@@ -157,7 +160,8 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
             snapshot=Snapshot(redis, settings.redis_key_prefix),
             broker=broker,
             publisher=publisher,
-            published=published_marks(engine),
+            published=marks,
+            intake=VmIntake(VmAcceptance(engine), publisher, marks),
             authenticator=Authenticator(bootstrap=settings.bootstrap_token, store=token_store, cache=token_cache),
             rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
             audit=AuditLog(engine),
@@ -174,6 +178,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
             for task in (sweeper, listener):
                 task.cancel()
             await asyncio.gather(sweeper, listener, return_exceptions=True)
+            await live.intake.drain()
             await live.audit.drain()
             await live.published.drain()
             await redis.aclose()

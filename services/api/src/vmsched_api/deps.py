@@ -15,6 +15,7 @@ from vmsched_api.identity.rate_limit import RateLimiter
 from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.repository import Repository
+from vmsched_api.vm_intake import VmIntake
 from vmsched_common.outbox import PublishedMarks
 from vmsched_common.publishing import Publisher
 from vmsched_common.settings import Settings
@@ -30,6 +31,7 @@ class Services:
     broker: RabbitBroker
     publisher: Publisher
     published: PublishedMarks
+    intake: VmIntake
     authenticator: Authenticator
     rate_limiter: RateLimiter
     audit: AuditLog

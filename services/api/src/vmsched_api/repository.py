@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import uuid
-from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -15,24 +10,20 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_api import quota
 from vmsched_api.cursors import decode_cursor, encode_cursor
-from vmsched_api.group_store import check_groups_exist
 from vmsched_api.inventory import OperatorFields, patched
-from vmsched_api.request_phases import Phase, timed
-from vmsched_api.reservation_store import check_reservations_fit
-from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm, VmDefaults, VmRequest
+from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm
 from vmsched_common.db import moves, vm_writes
 from vmsched_common.db.engine import retry_on_dead_connection
 from vmsched_common.db.inventory import RATIOS, overlay
-from vmsched_common.db.models import SchedulerSettingRow, VmRow
+from vmsched_common.db.models import SchedulerSettingRow
 from vmsched_common.db.moves import PowerAction
-from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, VM_FIELDS, HostRecord, VmRecord
+from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, HostRecord, VmRecord
 from vmsched_common.db.shares import HOLDINGS
 from vmsched_common.drain import DrainState
 from vmsched_common.fit import RESOURCES
 from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import DEFAULT_PROJECT, HostStatus
+from vmsched_common.messages import HostStatus
 from vmsched_common.settings import Strategy
 from vmsched_common.snapshot import MeasuredUsage
 from vmsched_common.vm_changes import Change, delete_requested
@@ -67,20 +58,6 @@ class HostRemoval(StrEnum):
     DELETED = "deleted"
     UNKNOWN = "unknown"
     OCCUPIED = "occupied"
-
-
-class IdempotencyConflict(Exception):
-    """The Idempotency-Key was used before with a different request body."""
-
-
-def request_hash(body: VmRequest) -> str:
-    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-
-
-def _wait_s(body: VmRequest, defaults: VmDefaults) -> int:
-    """How long the VM may wait for room; a VM naming a reservation waits for none (its room is a
-    slot, there or not)."""
-    return 0 if body.reservation is not None else body.waits(defaults)
 
 
 def to_vm(vm: VmRecord) -> Vm:
@@ -163,94 +140,6 @@ class Repository:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-
-    @retry_on_dead_connection
-    async def create_vms(
-        self,
-        bodies: Sequence[VmRequest],
-        idempotency_key: str | None = None,
-        *,
-        defaults: VmDefaults,
-        all_or_nothing: bool = False,
-        project: str = DEFAULT_PROJECT,
-    ) -> tuple[list[VmRecord], bool]:
-        """Insert pending VMs in one statement, with ``defaults`` for the amounts a body leaves out
-        (the row holds what the VM got); ``all_or_nothing``: as one gang, which never waits. Returns
-        (the VMs, replayed: an earlier request's); the idempotency hash is the body's, so a replay
-        matches whatever the defaults are by then. Raises QuotaExceeded (nothing inserted) when the
-        VMs would take ``project`` past a limit of its quota."""
-        accepted = datetime.now(UTC)
-        gang = uuid.uuid4() if all_or_nothing else None
-        if all_or_nothing:
-            defaults = replace(defaults, wait_s=0)
-        values = [
-            {
-                "id": uuid.uuid4(),
-                "name": body.name,
-                "status": VmStatus.PENDING.value,
-                "cpu": body.resources(defaults).cpu,
-                "memory_mb": body.resources(defaults).memory_mb,
-                "disk_gb": body.disk_gb,
-                "gpu": body.gpu,
-                "extra": body.extra,
-                "labels": body.labels,
-                "host_selector": [term.model_dump(mode="json") for term in body.host_selector],
-                "tolerations": [toleration.model_dump(mode="json") for toleration in body.tolerations],
-                "strategy": body.strategy.value if body.strategy else None,
-                "restart_policy": body.restart_policy.value,
-                "idempotency_key": idempotency_key,
-                "request_hash": request_hash(body) if idempotency_key else None,
-                "server_group": body.server_group,
-                "wait_s": _wait_s(body, defaults),
-                "wait_until": accepted + timedelta(seconds=_wait_s(body, defaults))
-                if _wait_s(body, defaults)
-                else None,
-                "gang_id": gang,
-                "priority": body.priority,
-                "project": project,
-                "reservation": body.reservation,
-            }
-            for body in bodies
-        ]
-        # executemany form: one compiled (and cached) statement sent as multi-row VALUES pages,
-        # rows returned in the order given. A .values([...]) statement is compiled anew for every
-        # batch size, which cost a fifth of the API's CPU under load.
-        inserting = insert(VmRow)
-        if idempotency_key is not None:
-            inserting = inserting.on_conflict_do_nothing(index_elements=["project", "idempotency_key"])
-        statement = inserting.returning(
-            *(VmRow.__table__.c[name] for name in VM_FIELDS), quota.LIMITED, sort_by_parameter_order=True
-        )
-        with timed(Phase.COMMIT):
-            return await self._insert(statement, values, bodies, idempotency_key, defaults, project)
-
-    async def _insert(
-        self,
-        statement: Any,
-        values: list[dict[str, Any]],
-        bodies: Sequence[VmRequest],
-        idempotency_key: str | None,
-        defaults: VmDefaults,
-        project: str,
-    ) -> tuple[list[VmRecord], bool]:
-        async with self.engine.begin() as connection:
-            with timed(Phase.CHECKS):
-                await check_groups_exist(connection, [body.server_group for body in bodies], project)
-                await check_reservations_fit(connection, bodies, defaults, project)
-            rows = (await connection.execute(statement, values)).all()
-            with timed(Phase.CHECKS):
-                await quota.enforce(connection, project, rows)
-            if not rows and idempotency_key is not None:
-                existing = (
-                    await connection.execute(
-                        text(f"{_VM_SELECT} WHERE project = :project AND idempotency_key = :key"),
-                        {"project": project, "key": idempotency_key},
-                    )
-                ).one()
-                if existing.request_hash != request_hash(bodies[0]):
-                    raise IdempotencyConflict(idempotency_key)
-                return [VmRecord.from_row(existing)], True
-        return [VmRecord.from_row(row) for row in rows], False
 
     @retry_on_dead_connection
     async def get_vm(self, vm_id: UUID, project: str | None = None) -> VmRecord | None:

@@ -562,7 +562,7 @@ class SchedulingRound:
             victims=[str(record.id) for record in preempted],
         )
         outcomes[choice.work.index] = Assigned(
-            _assignment(vm, placement, result.scheduled_at),
+            _assignment(vm, placement, result.scheduled_at, preempted=bool(preempted)),
             True,
             self._log_lines(vm, placement),
             tuple(preempted),
@@ -761,7 +761,8 @@ def _placement_request(work: _Open, group: PlacementGroup | None) -> PlacementRe
     )
 
 
-def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> Assignment:
+def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime, *, preempted: bool = False) -> Assignment:
+    """The VM placed by this round (``preempted``: by taking the room of lower-priority VMs)."""
     return Assignment(
         vm_id=vm.vm_id,
         name=vm.name,
@@ -771,6 +772,7 @@ def _assignment(vm: VmToPlace, placement: Placement, scheduled_at: datetime) -> 
         attempt=vm.attempt,
         scheduled_at=scheduled_at,
         project=vm.project,
+        preempted=preempted,
     )
 
 

@@ -3,7 +3,9 @@ what it asked and how it ended, by one ASGI middleware, whatever the route and w
 (refused ones included: a 401, 403, 413, 422 or 429 is recorded as well).
 
 The record is written before the response leaves (rows of concurrent requests go in one
-statement): a client that got an answer has its request on the trail. A change whose record could
+statement): a client that got an answer has its request on the trail. A handler may write its
+request's row itself, in the transaction of the change it records (the VM intake does: one commit
+for a group of requests and their rows), and says so with :func:`mark_audited`. A change whose record could
 not be written (PostgreSQL went away between the two) is logged as an error instead.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vmsched_api.identity.scopes import Principal
@@ -35,6 +37,8 @@ AUDITED_PREFIX = "/v1/"
 READ_ONLY_POSTS = frozenset({"/v1/placement/simulate"})
 # The request state's key for the principal a request acted as (set by identity.auth).
 PRINCIPAL = "principal"
+# The request state's key saying its audit row is written already (see mark_audited).
+AUDITED = "audited"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,69 @@ class AuditEntry:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class AuditStub:
+    """Who made a request and what it asked, before it is known how it ends: what a handler that
+    writes its request's audit row itself (in the transaction of the change) starts from."""
+
+    token_id: str | None
+    project: str | None
+    action: str
+    path: str
+
+    @classmethod
+    def of(cls, scope: Scope) -> AuditStub:
+        principal: Principal | None = scope.get("state", {}).get(PRINCIPAL)
+        return cls(
+            token_id=principal.token_id if principal else None,
+            project=principal.project if principal else None,
+            action=action_of(scope),
+            path=scope["path"],
+        )
+
+    def entry(self, status: int, target: str) -> AuditEntry:
+        return AuditEntry(
+            id=None,
+            at=datetime.now(UTC),
+            token_id=self.token_id,
+            project=self.project,
+            action=self.action,
+            target=target,
+            status=status,
+        )
+
+
+def action_of(scope: Scope) -> str:
+    """``<method> <route template>``, e.g. ``DELETE /v1/vms/{vm_id}`` (the path when no route matched)."""
+    # The /v1 router's routes know their path below /v1 only.
+    below_v1 = getattr(scope.get("route"), "path", None)
+    template = f"{AUDITED_PREFIX.rstrip('/')}{below_v1}" if below_v1 else scope["path"]
+    return f"{scope['method']} {template}"
+
+
+def mark_audited(scope: Scope) -> None:
+    """The request's audit row is written (by its handler, with its change): the middleware skips it."""
+    scope.setdefault("state", {})[AUDITED] = True
+
+
+async def write_audit(connection: AsyncConnection, entries: Sequence[AuditEntry]) -> None:
+    """Insert audit rows on ``connection`` (in the caller's transaction, or alone)."""
+    if not entries:
+        return
+    rows = [
+        {
+            "at": entry.at,
+            "token_id": entry.token_id,
+            "project": entry.project,
+            "action": entry.action[:128],
+            "target": entry.target[:512],
+            "status": entry.status,
+        }
+        for entry in entries
+    ]
+    await connection.execute(insert(AuditRow), rows)
+
+
 class AuditLog:
     """The audit table: written in batches (one statement for the requests of a moment), read by page."""
 
@@ -75,19 +142,8 @@ class AuditLog:
 
     @retry_on_dead_connection
     async def _insert(self, entries: list[AuditEntry]) -> Sequence[None]:
-        rows = [
-            {
-                "at": entry.at,
-                "token_id": entry.token_id,
-                "project": entry.project,
-                "action": entry.action[:128],
-                "target": entry.target[:512],
-                "status": entry.status,
-            }
-            for entry in entries
-        ]
         async with lone_statement(self.engine) as connection:
-            await connection.execute(insert(AuditRow), rows)
+            await write_audit(connection, entries)
         return [None] * len(entries)
 
     @retry_on_dead_connection
@@ -132,7 +188,7 @@ class AuditMiddleware:
             return
 
         async def audited(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and not scope.get("state", {}).get(AUDITED):
                 await _record(scope, message)
             await send(message)
 
@@ -140,20 +196,8 @@ class AuditMiddleware:
 
 
 async def _record(scope: Scope, start: Message) -> None:
-    principal: Principal | None = scope.get("state", {}).get(PRINCIPAL)
-    # The /v1 router's routes know their path below /v1 only.
-    below_v1 = getattr(scope.get("route"), "path", None)
-    template = f"{AUDITED_PREFIX.rstrip('/')}{below_v1}" if below_v1 else scope["path"]
     location = next((value.decode() for name, value in start.get("headers", []) if name == b"location"), None)
-    entry = AuditEntry(
-        id=None,
-        at=datetime.now(UTC),
-        token_id=principal.token_id if principal else None,
-        project=principal.project if principal else None,
-        action=f"{scope['method']} {template}",
-        target=location or scope["path"],
-        status=int(start["status"]),
-    )
+    entry = AuditStub.of(scope).entry(int(start["status"]), location or scope["path"])
     try:
         trail: AuditLog = scope["app"].state.services.audit
         with timed(Phase.AUDIT):

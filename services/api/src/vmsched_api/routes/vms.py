@@ -6,15 +6,16 @@ from dataclasses import replace
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response, status
 from pydantic import ValidationError
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
+from vmsched_api.identity.audit import AuditStub, mark_audited
 from vmsched_api.identity.auth import VmsReader, VmsWriter
 from vmsched_api.identity.scopes import Scope
-from vmsched_api.repository import IdempotencyConflict, to_vm
-from vmsched_api.request_phases import Phase, timed
+from vmsched_api.quota import QuotaExceeded
+from vmsched_api.repository import to_vm
 from vmsched_api.reservation_store import UnknownReservation
 from vmsched_api.schemas import (
     QUOTA_REFUSAL,
@@ -29,6 +30,7 @@ from vmsched_api.schemas import (
     VmRequest,
     refusals,
 )
+from vmsched_api.vm_acceptance import Accepted, CreateRequest, IdempotencyConflict
 from vmsched_common.db.journal import IncompleteChain, PrunedEntry, chain
 from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_common.db.records import VmRecord
@@ -36,7 +38,7 @@ from vmsched_common.decision import Candidate, PlacementRecord
 from vmsched_common.lifecycle import VmStatus
 from vmsched_common.logs import get_logger
 from vmsched_common.messages import ProjectName, VmDeleted
-from vmsched_common.outbox import publish_implied
+from vmsched_common.outbox import publish_rows
 from vmsched_common.settings import Strategy
 from vmsched_placement import decide
 from vmsched_placement.journal import Inputs, rebuild, replay_preemption
@@ -51,65 +53,77 @@ IdempotencyKey = Annotated[
 
 
 async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
-    """Publish after the commit. If the broker is unreachable the VM is still accepted: the sweeper
+    """Publish after the commit. If the broker is unreachable the change still stands: the sweeper
     publishes it once the broker is back (rows stay marked unpublished until then)."""
     try:
-        with timed(Phase.PUBLISH):
-            await publish_implied(services.publisher, rows)
-        with timed(Phase.MARK):
-            await services.published.submit([str(vm.id) for vm in rows])
+        await publish_rows(services.publisher, services.engine, rows, marks=services.published)
     except Exception as error:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
+
+
+async def _accept(request: Request, services: ServicesDep, asked: CreateRequest) -> Accepted:
+    """Hand the request to the intake (which writes its audit row with its outcome); a refusal of
+    this request alone becomes its HTTP answer."""
+    try:
+        accepted = await services.intake.create(asked)
+    except (QuotaExceeded, IdempotencyConflict, UnknownServerGroup, UnknownReservation):
+        mark_audited(request.scope)
+        raise
+    mark_audited(request.scope)
+    return accepted
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses={**refusals(409), **QUOTA_REFUSAL})
 async def create_vm(
     body: VmRequest,
+    request: Request,
     services: ServicesDep,
     response: Response,
     principal: VmsWriter,
     idempotency_key: IdempotencyKey = None,
 ) -> Vm:
     """Ask for a VM, in the token's project (403 ``quota_exceeded`` past its quota)."""
+    asked = CreateRequest(
+        bodies=[body],
+        project=principal.project,
+        defaults=VmDefaults.of(services.settings),
+        idempotency_key=idempotency_key,
+        audit=AuditStub.of(request.scope),
+    )
     try:
-        vms, replayed = await services.repository.create_vms(
-            [body], idempotency_key, defaults=VmDefaults.of(services.settings), project=principal.project
-        )
+        accepted = await _accept(request, services, asked)
     except IdempotencyConflict as error:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
-            f"Idempotency-Key {error} was already used with a different request body",
-        ) from None
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except UnknownServerGroup as error:
         raise _unknown_group(error, ["body", "server_group"]) from None
     except UnknownReservation as error:
         raise _unusable_reservation(error, ["body", "reservation"]) from None
-    response.headers["Location"] = f"/v1/vms/{vms[0].id}"
-    if replayed:
+    response.headers["Location"] = f"/v1/vms/{accepted.vms[0].id}"
+    if accepted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    else:
-        await _publish(services, vms)
-    return to_vm(vms[0])
+    return to_vm(accepted.vms[0])
 
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch, responses=QUOTA_REFUSAL)
-async def create_vms(body: VmBatchRequest, services: ServicesDep, principal: VmsWriter) -> VmBatch:
+async def create_vms(body: VmBatchRequest, request: Request, services: ServicesDep, principal: VmsWriter) -> VmBatch:
     """Ask for up to 1,000 VMs at once, in the token's project: all of them within its quota, or none."""
+    asked = CreateRequest(
+        bodies=body.vms,
+        project=principal.project,
+        defaults=VmDefaults.of(services.settings),
+        all_or_nothing=body.all_or_nothing,
+        audit=AuditStub.of(request.scope),
+        single=False,
+    )
     try:
-        vms, _ = await services.repository.create_vms(
-            body.vms,
-            defaults=VmDefaults.of(services.settings),
-            all_or_nothing=body.all_or_nothing,
-            project=principal.project,
-        )
+        accepted = await _accept(request, services, asked)
     except UnknownServerGroup as error:
         first = next(i for i, vm in enumerate(body.vms) if vm.server_group == error.group_id)
         raise _unknown_group(error, ["body", "vms", first, "server_group"]) from None
     except UnknownReservation as error:
         first = next(i for i, vm in enumerate(body.vms) if vm.reservation == error.reservation_id)
         raise _unusable_reservation(error, ["body", "vms", first, "reservation"]) from None
-    await _publish(services, vms)
-    return VmBatch(items=[to_vm(vm) for vm in vms])
+    return VmBatch(items=[to_vm(vm) for vm in accepted.vms])
 
 
 def _unknown_group(error: UnknownServerGroup, loc: list[str | int]) -> HTTPException:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
 import pytest
 
 from vmsched_agent.hosts import HostSpec
-from vmsched_agent.simulator import FakeHypervisor, HostFull, SimulatedFailure
+from vmsched_agent.simulator import CreateGate, FakeHypervisor, HostFull, SimulatedFailure
 from vmsched_common.messages import AgentCommand, CommandAction, Overcommit, Resources
 
 HOST = HostSpec(id="h1", capacity=Resources(cpu=4, memory_mb=8192, disk_gb=100, gpu=0))
@@ -119,3 +120,31 @@ async def test_hosts_differ_in_how_busy_their_vms_are_and_a_host_measures_nothin
     assert len(busy) == 20
     assert all(0.2 <= share <= 0.9 for share in busy)
     assert FakeHypervisor(HOST, measure_usage=False).usage() is None
+
+
+async def test_a_create_gate_lets_the_allowed_creates_through_and_holds_the_rest_until_opened() -> None:
+    hypervisor = FakeHypervisor(HOST)
+    gate = CreateGate(allowed=2)
+    hypervisor.gate = gate
+    first, second, held = create(), create(), create()
+    await hypervisor.create_vm(first)
+    await hypervisor.create_vm(second)
+
+    waiting = asyncio.create_task(hypervisor.create_vm(held))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert set(hypervisor.vms) == {first.vm_id, second.vm_id}
+
+    gate.open()
+    await asyncio.wait_for(waiting, timeout=5)
+    assert held.vm_id in hypervisor.vms
+
+
+async def test_a_create_that_fails_after_its_passage_gives_it_back() -> None:
+    hypervisor = FakeHypervisor(HOST)
+    hypervisor.gate = CreateGate(allowed=1)
+    with pytest.raises(HostFull):
+        await hypervisor.create_vm(create(cpu=5))  # more than the host has
+
+    await asyncio.wait_for(hypervisor.create_vm(create(cpu=1)), timeout=5)  # the passage is still there
+    assert hypervisor.used.cpu == 1

@@ -31,6 +31,7 @@ SUITE = "restart"
 HOSTS = 20
 VMS = 600
 SCHEDULERS = 2
+STRIKE_AFTER = 100  # VMs running when the strike comes
 
 
 @dataclasses.dataclass
@@ -76,22 +77,27 @@ async def restart_fleet(restart_stack: Stack, own: Own) -> AsyncIterator[Simulat
 async def place_through(
     stack: Stack, own: Own, fleet: SimulatedFleet, seed: int, strike: str
 ) -> tuple[int, dict[str, int]]:
-    """Submit VMS VMs, do ``strike`` once 100 run, wait for every VM to settle; the invariants hold
-    and the snapshot equals PostgreSQL again. How many VMs were still on their way when it struck,
-    and the VMs by status."""
+    """Submit VMS VMs, do ``strike`` once 100 run (the agents hold every later create until it has
+    struck, so it strikes mid-run however fast the rest is), wait for every VM to settle; the
+    invariants hold and the snapshot equals PostgreSQL again. How many VMs were still on their way
+    when it struck, and the VMs by status."""
     servers = own.servers
     rng = random.Random(seed)
     async with stack.async_client(timeout=120) as api:
         bodies = [mixed_vm(rng, i, f"{SUITE}-{strike}") | {"labels": {"suite": SUITE}} for i in range(VMS)]
-        vm_ids = await submit(api, bodies)
-        await wait_running(servers, vm_ids, 100)
-        on_their_way = await unsettled(servers, vm_ids)
-        if strike == "redis":
-            await asyncio.to_thread(own.redis.kill)
-            await asyncio.to_thread(own.redis.start)  # empty, as a Redis without persistence comes back
-        else:
-            await asyncio.to_thread(own.postgres.kill)
-            await asyncio.to_thread(own.postgres.start)  # recovers from its WAL
+        gate = fleet.hold_creates(allowed=STRIKE_AFTER)
+        try:
+            vm_ids = await submit(api, bodies)
+            await wait_running(servers, vm_ids, STRIKE_AFTER)
+            on_their_way = await unsettled(servers, vm_ids)
+            if strike == "redis":
+                await asyncio.to_thread(own.redis.kill)
+                await asyncio.to_thread(own.redis.start)  # empty, as a Redis without persistence comes back
+            else:
+                await asyncio.to_thread(own.postgres.kill)
+                await asyncio.to_thread(own.postgres.start)  # recovers from its WAL
+        finally:
+            gate.open()
         await wait_settled(servers, vm_ids, timeout=240)
     report = await check(servers.asyncpg_dsn, vm_ids, fleet)
     assert report.problems == []
@@ -103,7 +109,8 @@ async def place_through(
         what="the Redis snapshot equal to PostgreSQL",
         interval=1.0,
     )
-    assert on_their_way > 0, "struck after the run, not in the middle of it"
+    # Only STRIKE_AFTER creates passed the gate before the strike: the rest were on their way.
+    assert on_their_way == VMS - STRIKE_AFTER, "struck after the run, not in the middle of it"
     return on_their_way, report.by_status
 
 

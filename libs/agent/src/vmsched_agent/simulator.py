@@ -73,6 +73,28 @@ HYPERVISOR_MEMORY_MB = 1024
 BUSY_RANGE = (0.2, 0.9)
 
 
+class CreateGate:
+    """Lets the first ``allowed`` creates through and holds every later one until :meth:`open`: a
+    test stops a run midway, so that whatever it does next provably happens with VMs on their way."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+        self._opened = asyncio.Event()
+
+    async def passage(self) -> None:
+        if self.allowed > 0:
+            self.allowed -= 1
+            return
+        await self._opened.wait()
+
+    def give_back(self) -> None:
+        """A create that passed and then failed: its passage counts for the next one."""
+        self.allowed += 1
+
+    def open(self) -> None:
+        self._opened.set()
+
+
 class FakeHypervisor:
     """Creates VMs in memory, instantly or after ``create_delay`` seconds. Refuses a VM that does not
     fit in what is left (with ``check_capacity``), and any create with probability ``fail_rate``.
@@ -121,6 +143,7 @@ class FakeHypervisor:
         self.stopped: set[UUID] = set()
         # Its own generator: drawing it must not change the seeded failures of ``rng``.
         self.busy = busy if busy is not None else random.Random(f"busy:{host.id}").uniform(*BUSY_RANGE)
+        self.gate: CreateGate | None = None  # set by SimulatedFleet.hold_creates
 
     @property
     def used(self) -> Resources:
@@ -148,12 +171,20 @@ class FakeHypervisor:
             self._used = self._used.minus(resources)
 
     async def create_vm(self, command: AgentCommand) -> None:
-        if self.fail_rate and self._rng.random() < self.fail_rate:
-            raise SimulatedFailure(f"simulated failure (fail rate {self.fail_rate:g})")
-        if self.check_capacity:
-            missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
-            if missing:
-                raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
+        gate = self.gate
+        if gate is not None:
+            await gate.passage()
+        try:
+            if self.fail_rate and self._rng.random() < self.fail_rate:
+                raise SimulatedFailure(f"simulated failure (fail rate {self.fail_rate:g})")
+            if self.check_capacity:
+                missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
+                if missing:
+                    raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
+        except Exception:
+            if gate is not None:
+                gate.give_back()
+            raise
         self._hold(command.vm_id, command.resources)  # held from now, so concurrent creates see it
         if self.create_delay > 0:
             try:
@@ -376,6 +407,14 @@ class SimulatedFleet:
         for counts in self.commands_received.values():
             total.update(counts)
         return total
+
+    def hold_creates(self, allowed: int) -> CreateGate:
+        """From now on, every host carries out ``allowed`` more creates (all hosts together) and
+        holds the later ones (their VMs stay ``scheduled``) until the gate returned is opened."""
+        gate = CreateGate(allowed)
+        for hypervisor in self.hypervisors.values():
+            hypervisor.gate = gate
+        return gate
 
     def received(self, host_id: str) -> list[AgentCommand]:
         """Every command ``host_id`` carried out, in order (``record_commands``): recorded before its

@@ -1,7 +1,8 @@
 """From ``vm.create`` messages to scheduling rounds and back: the consumer's side of the scheduler.
 
 Every VM of every message a replica holds goes into the next round (up to ``max_vms`` a round;
-what arrives while a round runs goes into the one after it, so rounds grow with the load). A
+what arrives while a round runs goes into the one after it, so rounds grow with the load). A VM
+that finds no round running starts one at once: no timer waits for company. A
 message is answered once all its VMs are settled: one ``vm.assigned`` with those that found a
 host, one ``vm.unschedulable`` with those that did not, one ``vm.waiting`` with those that wait for
 room; then the handler returns and the message is acked. A VM a round could not settle
@@ -52,7 +53,7 @@ class PlacementIntake:
         *,
         send_deletes: Callable[[Sequence[VmRecord]], Awaitable[None]] | None = None,
         max_vms: int,
-        max_delay: float = 0.003,
+        max_delay: float = 0.0,
         later_limit: float = 60.0,
     ) -> None:
         self.round = scheduling_round
@@ -185,7 +186,7 @@ class MigrationIntake:
         publisher: Publisher,
         *,
         max_moves: int,
-        max_delay: float = 0.003,
+        max_delay: float = 0.0,
         later_limit: float = 60.0,
     ) -> None:
         self.round = migration_round

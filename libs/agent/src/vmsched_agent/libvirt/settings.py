@@ -84,9 +84,10 @@ def describe(error: ValidationError, flags: set[str]) -> str:
     parts = []
     for item in error.errors():
         field = str(item["loc"][0]) if item["loc"] else ""
-        name = f"--{field.replace('_', '-')}" if field in flags else (ENV_PREFIX + field).upper()
-        message = str(item["msg"]).removeprefix("Value error, ")
+        flag, variable = f"--{field.replace('_', '-')}", (ENV_PREFIX + field).upper()
         if item["type"] == "missing":
-            message = f"required (--{field.replace('_', '-')} or {(ENV_PREFIX + field).upper()})"
-        parts.append(f"{name}: {message}")
+            parts.append(f"{flag} or {variable}: required")
+            continue
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{flag if field in flags else variable}: {message}")
     return "invalid configuration: " + "; ".join(parts)

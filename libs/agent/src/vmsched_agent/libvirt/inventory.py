@@ -69,7 +69,10 @@ def domain_type(capabilities_xml: str) -> str:
     for choice in _DOMAIN_TYPES:
         if choice in offered:
             return choice
-    raise NoDomainType(f"the host offers no domain type for hvm guests (it offers: {', '.join(sorted(offered))})")
+    raise NoDomainType(
+        "the host offers no domain type for hardware-virtualised (hvm) guests: is KVM or QEMU installed, "
+        "and is this the system libvirt (qemu:///system)?"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,7 +171,7 @@ class LibvirtHost(Protocol):
 class OpensHosts(Protocol):
     """Opens a connection to the libvirt at ``uri`` (raises :class:`HostError`)."""
 
-    def __call__(self, uri: str) -> LibvirtHost: ...
+    def __call__(self, uri: str, /) -> LibvirtHost: ...
 
 
 @dataclass(frozen=True, slots=True, order=True)

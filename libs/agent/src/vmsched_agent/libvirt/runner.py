@@ -85,6 +85,37 @@ def discover(host: LibvirtHost, settings: LibvirtAgentSettings) -> Discovery:
     )
 
 
+def build_hypervisor(
+    connection: LibvirtConnection,
+    settings: LibvirtAgentSettings,
+    found: Discovery,
+    template: DomainTemplate,
+    opener: OpensHosts,
+) -> LibvirtHypervisor:
+    """The hypervisor of a host ``found`` so, on ``connection`` (``opener``: for a migration's
+    rollback, which talks to the target's libvirt)."""
+    setup = HostSetup(
+        host_id=settings.host_id,
+        pool=settings.pool,
+        network=settings.network,
+        volume_format=settings.volume_format,
+        template=template,
+        domain_type=found.domain_type,
+        backing=found.backing,
+        gpus=found.gpus,
+        shared_storage=settings.shared_storage,
+        start_timeout=settings.start_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
+    )
+    lifecycle = Lifecycle(setup)
+    return LibvirtHypervisor(
+        connection,
+        lifecycle,
+        LiveMigration(lifecycle, opener, settings.migration_uri),
+        UsageMeter(found.node.cpus),
+    )
+
+
 class LibvirtAgent:
     """``vmsched-agent libvirt``: one host's agent on libvirt. ``opener`` opens libvirt connections
     (default: libvirt-python's; tests hand in one that stands in for what the test driver lacks).
@@ -144,26 +175,7 @@ class LibvirtAgent:
         try:
             found = self.discovery = await self.connection.call(lambda host: discover(host, settings))
             self._report(found)
-            setup = HostSetup(
-                host_id=settings.host_id,
-                pool=settings.pool,
-                network=settings.network,
-                volume_format=settings.volume_format,
-                template=self.template,
-                domain_type=found.domain_type,
-                backing=found.backing,
-                gpus=found.gpus,
-                shared_storage=settings.shared_storage,
-                start_timeout=settings.start_timeout,
-                shutdown_timeout=settings.shutdown_timeout,
-            )
-            lifecycle = Lifecycle(setup)
-            self._hypervisor = LibvirtHypervisor(
-                self.connection,
-                lifecycle,
-                LiveMigration(lifecycle, self._opener, settings.migration_uri),
-                UsageMeter(found.node.cpus),
-            )
+            self._hypervisor = build_hypervisor(self.connection, settings, found, self.template, self._opener)
             capabilities = [Capability.POWER]
             if settings.migration_uri is not None:  # others could not reach this host's libvirt
                 capabilities.append(Capability.MIGRATE)

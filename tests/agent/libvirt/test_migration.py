@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.agent.libvirt.conftest import command, settings_for
+from tests.agent.libvirt.fakes import MigratingHost
 from vmsched_agent.libvirt.connection import LibvirtConnection
 from vmsched_agent.libvirt.host import VirtHost
 from vmsched_agent.libvirt.hypervisor import LibvirtHypervisor
@@ -25,7 +26,6 @@ from vmsched_agent.libvirt.lifecycle import NoRoom, NotDone
 from vmsched_agent.libvirt.live_migration import CannotMigrate
 from vmsched_agent.libvirt.ports import (
     DomainState,
-    HostError,
     LibvirtHost,
     MigrationFlags,
     NoSuchDomain,
@@ -33,33 +33,6 @@ from vmsched_agent.libvirt.ports import (
 from vmsched_agent.libvirt.runner import build_hypervisor, discover
 from vmsched_agent.libvirt.template import DomainTemplate
 from vmsched_contract.messages import AgentCommand, CommandAction, MigrationOrder, Resources
-
-
-class MigratingHost(VirtHost):
-    """A real test-driver host whose ``migrate`` moves the domain to another one of ``hosts``."""
-
-    def __init__(self, real: VirtHost, hosts: dict[str, MigratingHost]) -> None:
-        super().__init__(real.uri, real._connection)
-        self.hosts = hosts
-        self.migrations: list[tuple[str, str, MigrationFlags]] = []
-
-    def migrate(self, name: str, target_uri: str, flags: MigrationFlags) -> None:
-        target = self.hosts.get(target_uri)
-        if target is None:
-            raise HostError(f"unable to connect to server at '{target_uri}'")
-        self.migrations.append((name, target_uri, flags))
-        xml = self.domain_xml(name)
-        if flags.copy_storage:  # QEMU copies the disk into a volume the target made beforehand
-            volume = f"{name}.qcow2"
-            if target.volume("vmsched", volume) is None:
-                raise HostError(f"Storage volume not found: no storage vol with matching name '{volume}'")
-        target.define(xml)
-        target.start(name)
-        self.destroy(name)  # shut off here, still defined
-
-    def close(self) -> None:
-        """The test's hosts live as long as the test: an agent (or a rollback) closing its
-        connection must not end one."""
 
 
 @dataclass

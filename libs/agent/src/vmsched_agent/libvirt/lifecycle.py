@@ -75,6 +75,9 @@ class Lifecycle:
     def __init__(self, setup: HostSetup) -> None:
         self.setup = setup
         self._gpu_lock = threading.Lock()
+        # Held from the room check until the volume exists: two creates at once must not both take
+        # the last room in the pool.
+        self._room_lock = threading.Lock()
 
     # -- create ----------------------------------------------------------------------------------
     def create(self, host: LibvirtHost, command: AgentCommand) -> None:
@@ -84,14 +87,7 @@ class Lifecycle:
         vm_id = command.vm_id
         name = str(vm_id)
         disk = setup.disk_of(vm_id)
-        check_room(host.pool(setup.pool), command.resources.disk_gb)
-        if host.volume(disk.pool, disk.volume) is not None:
-            # Named by this VM's id, with no domain holding it (else the agent would know the VM):
-            # what a create that died half-way left behind.
-            host.delete_volume(disk.pool, disk.volume)
-        host.create_volume(
-            disk.pool, volume_xml(disk.volume, command.resources.disk_gb, setup.volume_format, setup.backing)
-        )
+        self.make_volume(host, vm_id, command.resources.disk_gb, setup.backing)
         try:
             with self._gpu_lock:  # held until the domain is defined, so the next create sees its GPUs taken
                 gpus = self._free_gpus(host, command.resources.gpu)
@@ -118,6 +114,16 @@ class Lifecycle:
         except BaseException:
             _quietly(lambda: host.delete_volume(disk.pool, disk.volume))
             raise
+
+    def make_volume(self, host: LibvirtHost, vm_id: UUID, disk_gb: int, backing: Backing | None) -> None:
+        """The VM's volume, once the pool is seen to have room for it (raises :class:`NoRoom`)."""
+        disk = self.setup.disk_of(vm_id)
+        with self._room_lock:
+            check_room(host.pool(self.setup.pool), disk_gb)
+            # One named by this VM's id that no domain holds (else the agent would know the VM) is
+            # what a create or a migration that died half-way left behind.
+            remove_volume(host, disk)
+            host.create_volume(disk.pool, volume_xml(disk.volume, disk_gb, self.setup.volume_format, backing))
 
     def _free_gpus(self, host: LibvirtHost, wanted: int) -> tuple[PciAddress, ...]:
         if wanted == 0:

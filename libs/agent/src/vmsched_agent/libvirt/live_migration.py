@@ -23,9 +23,9 @@ migration removes a volume: both hosts see the same one.
 
 from __future__ import annotations
 
-from vmsched_agent.libvirt.lifecycle import Lifecycle, NotDone, check_room, remove_volume
+from vmsched_agent.libvirt.lifecycle import Lifecycle, NotDone, remove_volume
 from vmsched_agent.libvirt.ports import HostError, LibvirtHost, MigrationFlags, NoSuchDomain, OpensHosts
-from vmsched_agent.libvirt.template import metadata_disk, volume_xml
+from vmsched_agent.libvirt.template import metadata_disk
 from vmsched_contract.messages import AgentCommand
 
 
@@ -59,11 +59,8 @@ class LiveMigration:
             raise CannotMigrate(f"a domain named {name} is already defined on {setup.host_id} ({state.value})")
         if setup.shared_storage:
             return
-        disk = setup.disk_of(command.vm_id)
-        check_room(host.pool(setup.pool), command.resources.disk_gb)
-        remove_volume(host, disk)  # left by an earlier migration of this VM that died half-way
         # Empty, without the base image: the copy fills it with the whole disk, base layers included.
-        host.create_volume(disk.pool, volume_xml(disk.volume, command.resources.disk_gb, setup.volume_format))
+        self.lifecycle.make_volume(host, command.vm_id, command.resources.disk_gb, backing=None)
 
     def finish(self, host: LibvirtHost, command: AgentCommand) -> None:
         name = str(command.vm_id)

@@ -11,6 +11,7 @@ PY := .venv/bin/python
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
 .venv/.synced: pyproject.toml uv.lock */*/pyproject.toml | $(if $(findstring .tools,$(UV)),.tools/bin/uv)
+	@pkg-config --exists libvirt 2>/dev/null || { echo "libvirt-python (the libvirt agent, in the dev environment) builds against libvirt's headers: apt-get install libvirt-dev pkg-config" >&2; exit 1; }
 	$(UV) sync --frozen --quiet
 	touch $@
 

@@ -19,7 +19,11 @@ BROKER = {"aio_pika", "aiormq", "faststream"}
 
 def loaded_after(code: str) -> set[str]:
     """The top-level modules a fresh interpreter holds after running ``code``."""
-    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    # (a module set to None in sys.modules is one blocked from importing, not one loaded)
+    probe = (
+        f"{code}\nimport sys, json\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m, module in sys.modules.items() if module is not None})))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     return set(json.loads(done.stdout.splitlines()[-1]))
 
@@ -59,3 +63,33 @@ def test_the_agent_sdk_imports_no_database_nor_redis(module: str) -> None:
 def test_the_agent_sdk_installs_no_database_nor_redis() -> None:
     installed = dependencies("libs/agent") | dependencies("libs/common")
     assert not installed & {"sqlalchemy", "asyncpg", "alembic", "redis", "hiredis"}
+
+
+def test_the_agent_sdk_imports_and_describes_the_libvirt_agent_without_libvirt_installed() -> None:
+    # libvirt-python is an extra (vmsched-agent[libvirt]): blocked here as if it were not installed.
+    blocked = "import sys; sys.modules['libvirt'] = None\n"
+    loaded = loaded_after(
+        blocked + "import vmsched_agent, vmsched_agent.cli, vmsched_agent.libvirt\n"
+        "vmsched_agent.cli.build_parser().parse_args(['libvirt', '--uri', 'qemu:///system', '--host-id', 'hv'])"
+    )
+    assert "vmsched_agent" in loaded
+    assert "libvirt" not in loaded
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            blocked + "import vmsched_agent.cli as cli; sys.exit(cli.main(['libvirt', '--uri', 'qemu:///system', "
+            "'--host-id', 'hv-0001']))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "libvirt-python is not installed: pip install 'vmsched-agent[libvirt]'" in refused.stderr
+
+
+def test_libvirt_python_is_the_agents_extra_not_a_dependency() -> None:
+    project = tomllib.loads((ROOT / "libs/agent/pyproject.toml").read_text())["project"]
+    assert not any(requirement.startswith("libvirt") for requirement in project["dependencies"])
+    assert project["optional-dependencies"]["libvirt"] == ["libvirt-python==12.8.0"]

@@ -81,7 +81,9 @@ class Agent:
     hypervisor implements: ``migrate`` for :class:`~vmsched_agent.MigratesVms`, ``power`` for
     :class:`~vmsched_agent.ControlsPower`. Declare fewer to keep vmsched from asking (a host without
     ``migrate`` is never a migration's source or target). ``stopped`` are the VMs among ``vm_ids``
-    that are powered off when the agent starts.
+    that are powered off when the agent starts. ``migration_uri``: where other hosts' hypervisors
+    reach this one's for a live migration (the heartbeats announce it; the gateway hands it to a
+    migration's source in its commands' ``migration.target_uri``).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class Agent:
         vm_ids: Iterable[UUID] = (),
         stopped: Iterable[UUID] = (),
         capabilities: Iterable[Capability | str] | None = None,
+        migration_uri: str | None = None,
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -132,6 +135,7 @@ class Agent:
         self.capabilities: tuple[str, ...] = tuple(
             sorted({str(c) for c in (implemented(hypervisor) if capabilities is None else capabilities)})
         )
+        self.migration_uri = migration_uri
         self._draining = False
         self._usage: Usage | None = None
         self._usage_failing = False
@@ -228,6 +232,7 @@ class Agent:
             instance_id=self._instance_id,
             leaving=leaving,
             capabilities=list(self.capabilities),
+            migration_uri=self.migration_uri,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``vmsched-agent simulate --count N``: a fleet of fake hypervisors in one process."""
+"""``vmsched-agent simulate --count N``: a fleet of fake hypervisors in one process; and
+``vmsched-agent libvirt --uri URI --host-id ID``, a real host's agent (vmsched_agent.libvirt.command)."""
 
 from __future__ import annotations
 
@@ -170,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the gateway to declare every host's queue (default: 120)",
     )
     behaviour.add_argument("--max-concurrent-commands", type=_positive(int), default=4, help="per host (default: 4)")
+    # The libvirt agent's options: its own module (it needs no libvirt to be described, only to run).
+    from vmsched_agent.libvirt import command as libvirt_command
+
+    libvirt_command.add_parser(commands)
     return parser
 
 
@@ -284,6 +289,10 @@ def _without_password(url: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
+    if options.command == "libvirt":
+        from vmsched_agent.libvirt import command as libvirt_command
+
+        return libvirt_command.main(options)
     if options.hosts_from is None and options.count is None:
         parser.error("simulate: give --count N or --hosts-from FILE")
     settings = load_settings(SERVICE)

@@ -430,6 +430,10 @@ class Capability(StrEnum):
 MAX_CAPABILITIES = 32
 
 
+# A hypervisor's URI (libvirt's qemu+tls://host/system, ...): one line of printable text.
+MigrationUri = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x20\x7f]+$")]
+
+
 class AgentHeartbeat(Message):
     """``agent.heartbeat``: an agent says it is alive and what it offers."""
 
@@ -463,6 +467,16 @@ class AgentHeartbeat(Message):
         default_factory=list,
         description="what the agent can do beyond create and delete: 'migrate' (a host without it is never a "
         "migration's source or target), 'power' (stop and start); absent: neither",
+    )
+
+    # Added in schema version 1 without a new version: an agent that cannot migrate sends none.
+    # Left out when absent, as Resources.extra: what every other agent sends stays as it was.
+    migration_uri: MigrationUri | None = Field(
+        default=None,
+        exclude_if=lambda uri: uri is None,
+        description="where other hosts' hypervisors reach this one's for a live migration (the libvirt agent's "
+        "libvirt URI, e.g. qemu+tls://hv-0001/system); the gateway hands it to a migration's source as "
+        "the command's migration.target_uri; absent: the host names none",
     )
 
     def can(self, capability: Capability) -> bool:
@@ -500,6 +514,12 @@ class MigrationOrder(BaseModel):
     number: Annotated[int, Field(ge=1)]
     source: HostId
     target: HostId
+    target_uri: MigrationUri | None = Field(
+        default=None,
+        exclude_if=lambda uri: uri is None,
+        description="the target's migration URI, as its heartbeats announce it (set on the source's migrate "
+        "and rollback_migration commands when the target announces one)",
+    )
 
 
 class AgentCommand(Message):

@@ -44,18 +44,18 @@ _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
-                       agent_instance, capabilities, last_heartbeat)
+                       agent_instance, capabilities, migration_uri, last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
            CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
            t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance,
-           CAST(t.capabilities AS jsonb), now()
+           CAST(t.capabilities AS jsonb), t.migration_uri, now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
                   CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]),
-                  CAST(:capabilities AS text[]))
+                  CAST(:capabilities AS text[]), CAST(:migration_uris AS text[]))
            AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
-                instance, capabilities)
+                instance, capabilities, migration_uri)
     ON CONFLICT (id) DO UPDATE
        SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
@@ -63,7 +63,7 @@ _UPSERT_HOSTS = text(
            agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
            {overlay(agent="excluded", operator="hosts")},
            agent_instance = excluded.agent_instance, capabilities = excluded.capabilities,
-           last_heartbeat = excluded.last_heartbeat
+           migration_uri = excluded.migration_uri, last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
               memory_ratio, disk_ratio, (xmax = 0) AS inserted
@@ -173,6 +173,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat], holders: Mapping[str, Hold
         "disk_ratios": [b.overcommit.disk for b in beats],
         "instances": [holders[b.agent_id].instance_id for b in beats],
         "capabilities": [capabilities_json(b.capabilities) for b in beats],
+        "migration_uris": [b.migration_uri for b in beats],
     }
 
 

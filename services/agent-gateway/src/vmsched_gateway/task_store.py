@@ -9,6 +9,7 @@ One VM at a time: the row locked, the change computed by the pure functions, wri
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -46,6 +47,12 @@ _TOUCH_STALE_TASKS = text(
                    ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED)
     RETURNING {VM_COLUMNS}
     """
+)
+
+
+# The migration URIs the hosts' agents announce (hosts.migration_uri, from their heartbeats).
+_MIGRATION_URIS = text(
+    "SELECT id, migration_uri FROM hosts WHERE id = ANY(CAST(:ids AS text[])) AND migration_uri IS NOT NULL"
 )
 
 
@@ -90,6 +97,12 @@ class TaskStore:
             ]
             landed = {change.after.id for change in await vm_writes.apply(connection, [s.change for s in steps])}
         return [step for step in steps if step.change.after.id in landed]
+
+    async def migration_uris(self, hosts: Collection[str]) -> dict[str, str]:
+        """The migration URI each of ``hosts`` announces (hosts that announce none are left out)."""
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(_MIGRATION_URIS, {"ids": sorted(hosts)})).all()
+        return {row.id: row.migration_uri for row in rows}
 
     async def touch_stale_tasks(self, stale_after: float, limit: int = 500) -> list[VmRecord]:
         """VMs whose task has waited ``stale_after`` seconds, marked so the next call skips them."""

@@ -19,7 +19,7 @@ from vmsched_common.messages import (
     VmMigrationFailed,
     VmStatusReport,
 )
-from vmsched_common.migration import Step
+from vmsched_common.migration import Order, Step
 from vmsched_common.publishing import Publisher
 from vmsched_common.snapshot import Snapshot, target_claim_id
 from vmsched_common.vm_changes import power_command
@@ -30,6 +30,9 @@ log = get_logger("vmsched_gateway")
 
 # Answers to commands sent after a migration ended: nothing waits on them.
 _AFTERMATH = frozenset({CommandAction.CLEANUP_MIGRATION, CommandAction.ABORT_MIGRATION})
+# The source's commands that reach out to the target's hypervisor (to hand the VM over, or to take it
+# back): they carry the target's migration URI, as its heartbeats announce it.
+_TOWARDS_TARGET = frozenset({CommandAction.MIGRATE, CommandAction.ROLLBACK_MIGRATION})
 
 
 @dataclass
@@ -78,8 +81,7 @@ class Tasks:
             elif capacity is Capacity.RELEASE_TARGET:
                 await self.snapshot.release(target_claim_id(vm.id))
             for order in step.orders:
-                await self.queues.ensure(order.host)
-                await self.publisher.command(order.host, order.command)
+                await self.send(order)
             number = step.change.before.migrations
             if step.migrated:
                 await self.publisher.vm_migrated(
@@ -102,6 +104,18 @@ class Tasks:
             elif capacity is Capacity.KEEP:
                 log.info("migration step", task=vm.task.value if vm.task else None)
 
+    async def send(self, order: Order) -> None:
+        """Put a migration's command on its host's queue, with the target's migration URI when the
+        source needs it to reach the target's hypervisor."""
+        command = order.command
+        towards = command.migration
+        if command.action in _TOWARDS_TARGET and towards is not None and towards.target_uri is None:
+            uri = (await self.store.migration_uris([towards.target])).get(towards.target)
+            if uri is not None:
+                command = command.model_copy(update={"migration": towards.model_copy(update={"target_uri": uri})})
+        await self.queues.ensure(order.host)
+        await self.publisher.command(order.host, command)
+
     async def sweep(self, *, migration_timeout: float, resend_after: float) -> None:
         """Roll back migrations in flight too long; send again what tasks have waited on too long."""
         for step in await self.store.time_out_migrations(migration_timeout):
@@ -114,8 +128,7 @@ class Tasks:
                     await self.publisher.vm_migrate(migration.request_of(vm, now))
                 elif (order := migration.awaited(vm)) is not None:
                     log.warning("migration step unanswered; sending its command again", host=order.host)
-                    await self.queues.ensure(order.host)
-                    await self.publisher.command(order.host, order.command)
+                    await self.send(order)
                 elif (action := power_command(vm)) is not None and vm.hypervisor_id is not None:
                     log.warning(f"{action.value} unanswered; sending it again", host=vm.hypervisor_id)
                     await self.publisher.command(vm.hypervisor_id, vm.command(action))

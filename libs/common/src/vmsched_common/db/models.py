@@ -189,6 +189,9 @@ class HostRow(Base):
     # What its agent declares it can do beyond create and delete (messages.Capability): "migrate",
     # "power"; from its last heartbeat.
     capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # Where other hosts' hypervisors reach this one's for a live migration (its heartbeats'
+    # migration_uri; NULL: its agent names none). Handed to a migration's source (MigrationOrder.target_uri).
+    migration_uri: Mapped[str | None] = mapped_column(String(1024))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal servers clean asyncapi docs
+.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal bench-single servers clean asyncapi docs
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -49,9 +49,13 @@ bench-placement: .venv/.synced ## one decision over 10,000 hosts, every strategy
 bench-journal: .venv/.synced ## the decision journal: a checkpoint and an entry over 10,000 hosts, bytes per decision
 	$(PY) bench/journal_bench.py
 
+bench-single: .venv/.synced servers ## one VM per request: a lone client, 32 clients, an open loop, batches (about 15 minutes)
+	$(PY) bench/single_bench.py
+
 bench: .venv/.synced servers ## the end-to-end performance harness (never part of make test)
 	$(PY) bench/placement_bench.py
 	$(PY) bench/broker_floor.py
+	$(PY) bench/single_bench.py
 	$(PY) bench/e2e_bench.py
 	$(PY) bench/rebalance_bench.py
 	$(PY) bench/drain_bench.py

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aio_pika
+import asyncpg
 import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,11 +300,36 @@ def to_agent_ms(fleets: Sequence[Fleet], sent: dict[str, float]) -> list[float]:
     return [(received[vm] - at) * 1000 for vm, at in sent.items() if vm in received]
 
 
+async def legs(database_url: str, fleets: Sequence[Fleet], sent: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Where the way to the agent goes, p50 and p99 ms of each leg (one machine, one clock): ``api``,
+    request due to its VM row committed (``created_at``: the transaction's start); ``scheduler``, to
+    the placement committed (``scheduled_at``); ``relay``, to the agent taking the command."""
+    connection = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        rows = await connection.fetch(
+            "SELECT id::text AS id, extract(epoch FROM created_at) AS created, "
+            "extract(epoch FROM scheduled_at) AS scheduled FROM vms WHERE id = ANY($1::uuid[])",
+            list(sent),
+        )
+    finally:
+        await connection.close()
+    received = {vm: at for f in fleets for vm, at in f.receipts.items() if vm in sent}
+    found: dict[str, list[float]] = {"api": [], "scheduler": [], "relay": []}
+    for row in rows:
+        if row["scheduled"] is None or row["id"] not in received:
+            continue
+        created, scheduled = float(row["created"]), float(row["scheduled"])
+        found["api"].append((created - sent[row["id"]]) * 1000)
+        found["scheduler"].append((scheduled - created) * 1000)
+        found["relay"].append((received[row["id"]] - scheduled) * 1000)
+    return {leg: {"p50": ms(values, 50), "p99": ms(values, 99)} for leg, values in found.items()}
+
+
 async def settle(fleets: Sequence[Fleet], sent: dict[str, float]) -> int:
     return await asyncio.to_thread(wait_received, fleets, sent)
 
 
-PHASES = ("lone", "clients32", "open100", "open300", "batch")
+PHASES = ("hop", "lone", "clients32", "open100", "open300", "batch")
 
 
 async def one_run(
@@ -312,8 +338,9 @@ async def one_run(
     load = Load(stack)
     run: dict[str, Any] = {}
 
-    run["hop_per_s"] = round(await raw_hop(stack.env["VMSCHED_AMQP_URL"]), 1)
-    print(f"  hop: {run['hop_per_s']} messages/s", flush=True)
+    if "hop" in phases:
+        run["hop_per_s"] = round(await raw_hop(stack.env["VMSCHED_AMQP_URL"]), 1)
+        print(f"  hop: {run['hop_per_s']} messages/s", flush=True)
 
     if "lone" in phases:
         run["lone"] = await lone(stack, fleets, load, seconds)
@@ -324,10 +351,10 @@ async def one_run(
     for rate in (100.0, 300.0):
         key = f"open{rate:g}"
         if key in phases:
-            run[key] = await open_phase(fleets, load, rate, seconds)
+            run[key] = await open_phase(stack, fleets, load, rate, seconds)
             print(f"  {key}: {run[key]}", flush=True)
     if "batch" in phases:
-        run["batch"] = await batch_phase(stack, fleets, load, label, run["hop_per_s"])
+        run["batch"] = await batch_phase(stack, fleets, load, label, run.get("hop_per_s"))
         print(f"  batch: {run['batch']}", flush=True)
     return run
 
@@ -345,6 +372,7 @@ async def lone(stack: Stack, fleets: list[Fleet], load: Load, seconds: float) ->
         "to_agent_p99_ms": ms(to_agent_ms(fleets, sent), 99),
         "missing": missing,
         "phases": phase_breakdown(before, scrape_phases(stack.api_url)),
+        "legs_ms": await legs(stack.env["VMSCHED_DATABASE_URL"], fleets, sent),
     }
 
 
@@ -369,7 +397,7 @@ async def clients32(stack: Stack, fleets: list[Fleet], load: Load, seconds: floa
     }
 
 
-async def open_phase(fleets: list[Fleet], load: Load, rate: float, seconds: float) -> dict[str, Any]:
+async def open_phase(stack: Stack, fleets: list[Fleet], load: Load, rate: float, seconds: float) -> dict[str, Any]:
     sent, latencies, wall = await open_loop(load, rate, max(seconds, 15.0))
     missing = await settle(fleets, sent)
     to_agent = to_agent_ms(fleets, sent)
@@ -382,10 +410,11 @@ async def open_phase(fleets: list[Fleet], load: Load, rate: float, seconds: floa
         "to_agent_p50_ms": ms(to_agent, 50),
         "to_agent_p99_ms": ms(to_agent, 99),
         "missing": missing,
+        "legs_ms": await legs(stack.env["VMSCHED_DATABASE_URL"], fleets, sent),
     }
 
 
-async def batch_phase(stack: Stack, fleets: list[Fleet], load: Load, label: str, hop: float) -> dict[str, Any]:
+async def batch_phase(stack: Stack, fleets: list[Fleet], load: Load, label: str, hop: float | None) -> dict[str, Any]:
     named = component_pids(stack, fleets)
     cpu_before = cpu_times(named)
     with profiled(stack, fleets, f"{label}-batch"):
@@ -398,8 +427,8 @@ async def batch_phase(stack: Stack, fleets: list[Fleet], load: Load, label: str,
         "vms": len(sent),
         "accepted_per_s": round(len(sent) / wall, 1),
         "placements_per_s": round(placements, 1),
-        "ceiling_per_s": round(hop / 3, 1),
-        "ceiling_ratio": round(placements / (hop / 3), 3),
+        "ceiling_per_s": None if hop is None else round(hop / 3, 1),
+        "ceiling_ratio": None if hop is None else round(placements / (hop / 3), 3),
         "missing": missing,
         "cpu_ms_per_vm": per_vm_ms(cpu, len(sent) - missing),
     }
@@ -413,7 +442,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for run in runs:
             value: Any = run
             for key in path.split("."):
-                if key not in value:
+                if key not in value or value[key] is None:
                     return None
                 value = value[key]
             values.append(float(value))

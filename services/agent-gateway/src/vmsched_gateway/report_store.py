@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_common.db import vm_writes
+from vmsched_common.db.engine import lone_statement
 from vmsched_common.db.records import VM_COLUMNS, VmRecord
 from vmsched_common.lifecycle import Event, sources, sql_in, transitions
 from vmsched_common.messages import ReportedStatus
@@ -66,21 +67,23 @@ class ReportStore:
         self.exclude_for = exclude_for
 
     async def mark_running(self, reports: Sequence[tuple[UUID, str]]) -> list[RunningReport]:
-        """(vm, agent) reports of "running", in one transaction and two statements."""
+        """(vm, agent) reports of "running", in one statement (atomic alone: no BEGIN and COMMIT
+        round trips); the VMs it did not apply to are read as they are now."""
         ids = [vm_id for vm_id, _ in reports]
-        async with self.engine.begin() as connection:
+        async with lone_statement(self.engine) as connection:
             applied = {
                 row.id
                 for row in await connection.execute(
                     _MARK_RUNNING, {"ids": ids, "agents": [agent_id for _, agent_id in reports]}
                 )
             }
-            missed = sorted({vm_id for vm_id in ids if vm_id not in applied})
-            current = (
-                {row.id: VmRecord.from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})}
-                if missed
-                else {}
-            )
+        missed = sorted({vm_id for vm_id in ids if vm_id not in applied})
+        current = {}
+        if missed:
+            async with self.engine.connect() as connection:
+                current = {
+                    row.id: VmRecord.from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})
+                }
         return [RunningReport(vm_id in applied, None if vm_id in applied else current.get(vm_id)) for vm_id in ids]
 
     async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Reported:

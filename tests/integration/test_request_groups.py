@@ -258,3 +258,33 @@ async def test_a_crash_between_the_commit_and_the_publish_is_recovered_by_the_ou
             {"ids": sorted(vm_ids)},
         )
     assert unmarked == 0
+
+
+def batch(names: Sequence[str], project: str = "default") -> CreateRequest:
+    bodies = [VmRequest(name=name, cpu=1, memory_mb=512, disk_gb=1) for name in names]
+    stub = AuditStub(token_id=None, project=project, action="POST /v1/vms/batch", path="/v1/vms/batch")
+    return CreateRequest(bodies=bodies, project=project, defaults=DEFAULTS, audit=stub, single=False)
+
+
+async def test_a_groups_single_vms_share_a_vm_create_and_each_batch_keeps_its_own(
+    private_engine: AsyncEngine, broker: RabbitBroker, vm_creates: Tap
+) -> None:
+    """One scheduler decides one message: a group of batches sent as one would leave the other
+    replicas idle, so each batch travels as it would alone."""
+    intake = VmIntake(VmAcceptance(private_engine), Publisher(broker), published_marks(private_engine))
+    answers = await asyncio.gather(
+        *(intake.create(single(f"s{n}")) for n in range(3)),
+        intake.create(batch(["a1", "a2"])),
+        intake.create(batch(["b1", "b2", "b3"])),
+    )
+    await intake.drain()
+    names = {str(vm.id): vm.name for answer in answers for vm in answer.vms}
+    wanted = set(names)
+    await eventually(
+        lambda: asyncio.sleep(0, vm_ids_in(vm_creates, wanted)),
+        lambda found: sum(len(ids) for ids in found) == len(wanted),
+        timeout=10,
+        what="the group's vm.create messages",
+    )
+    messages = sorted(sorted(names[vm] for vm in ids) for ids in vm_ids_in(vm_creates, wanted))
+    assert messages == [["a1", "a2"], ["b1", "b2", "b3"], ["s0", "s1", "s2"]]

@@ -8,8 +8,9 @@ with no timer; those arriving meanwhile wait for it to end and go together, so g
 load by themselves. A group is accepted in one transaction (:mod:`vmsched_api.vm_acceptance`,
 which writes the audit rows with the VMs), and each request is answered as soon as it commits.
 
-The group's VMs are then published in the background, as few ``vm.create`` as fit, and marked
-published in one statement once the broker confirmed them. Answering before the confirm loses
+The group's VMs are then published in the background (its single VMs in one ``vm.create``, each
+batch's in messages of its own) and marked published in one statement once the broker confirmed
+them. Answering before the confirm loses
 nothing: the rows are committed, and the outbox sweeper publishes any row left unmarked (a broker
 outage, a crash between the commit and the confirm) after ``VMSCHED_REPUBLISH_AFTER``. At most
 ``max_publishing`` groups wait for their confirm at a time; past that, new groups wait for room
@@ -79,18 +80,24 @@ class VmIntake:
         except BaseException:
             self._room.release()
             raise
-        fresh = [vm for o in outcomes if isinstance(o, Accepted) and not o.replayed for vm in o.vms]
+        fresh = [o.vms for o in outcomes if isinstance(o, Accepted) and not o.replayed]
         task = asyncio.create_task(self._publish(fresh))
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
         return outcomes
 
-    async def _publish(self, vms: list[VmRecord]) -> None:
+    async def _publish(self, requests: list[list[VmRecord]]) -> None:
+        """The single VMs of the group in one ``vm.create``; a batch's VMs in messages of their own,
+        as they would travel alone: one scheduler decides a message, and a group of batches in one
+        message would leave the other replicas idle."""
+        vms = [vm for request in requests for vm in request]
         try:
             if not vms:
                 return
+            singles = [vm for request in requests if len(request) == 1 for vm in request]
+            batches = [request for request in requests if len(request) > 1]
             with timed(Phase.PUBLISH, vms=len(vms)):
-                await publish_implied(self.publisher, vms)
+                await asyncio.gather(*(publish_implied(self.publisher, vms) for vms in (singles, *batches) if vms))
             with timed(Phase.MARK, vms=len(vms)):
                 await self.marks.submit([str(vm.id) for vm in vms])
         except Exception as error:  # the rows stay unmarked: the sweeper publishes them

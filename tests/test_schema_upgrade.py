@@ -11,9 +11,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
 from tests.servers import Servers
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import alembic_config, upgrade_schema
-from vmsched_common.db.models import Base
+from vmsched_pg.engine import create_engine
+from vmsched_pg.models import Base
+from vmsched_pg.schema_upgrade import alembic_config, upgrade_schema
 
 
 async def test_concurrent_upgrades_leave_one_current_schema(migrated: Servers) -> None:

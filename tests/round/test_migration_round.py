@@ -4,10 +4,10 @@ and PostgreSQL alike: the same pipeline as a placement, the source excluded, bot
 from __future__ import annotations
 
 from tests.round.worlds import World
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.lifecycle import Task, VmStatus
-from vmsched_common.messages import ZERO, Resources
-from vmsched_scheduler.moves import MigrationItem, NoTargetFound, TargetChosen
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import ZERO, Resources
+from vmsched_contract.status import Task, VmStatus
+from vmsched_scheduler.migration_round import MigrationItem, NoTargetFound, TargetChosen
 from vmsched_scheduler.round import Ignored
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)

@@ -10,12 +10,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.unit.test_vm_changes import NOW, vm
-from vmsched_common import migration
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import Capacity, Event, Task, VmStatus
-from vmsched_common.messages import CommandAction, MigrationOrder, ReportedStatus, VmStatusReport
-from vmsched_common.migration import Order, Step
-from vmsched_common.vm_changes import power_command, power_reported, start_requested, stop_requested
+from vmsched_contract.messages import CommandAction, MigrationOrder, ReportedStatus, VmStatusReport
+from vmsched_contract.status import Task, VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.lifecycle import Capacity, Event
+from vmsched_domain.live_migration import Order, Step
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import power_command, power_reported, start_requested, stop_requested
 
 SOURCE, TARGET = "hv-src", "hv-dst"
 
@@ -26,9 +27,9 @@ def running() -> VmRecord:
 
 def claimed(task: Task = Task.PREPARING) -> VmRecord:
     """A VM whose migration (number 1) has its target claimed, at ``task``."""
-    asked = migration.requested(running(), None, NOW)
+    asked = live_migration.requested(running(), None, NOW)
     assert asked is not None
-    change = migration.target_claimed(asked.after, 1, TARGET)
+    change = live_migration.target_claimed(asked.after, 1, TARGET)
     assert change is not None
     return replace(change.after, task=task)
 
@@ -42,7 +43,7 @@ def report(
 
 
 def on(vm_record: VmRecord, sent: VmStatusReport) -> Step | None:
-    return migration.on_report(vm_record, sent.model_copy(update={"vm_id": vm_record.id}), NOW)
+    return live_migration.on_report(vm_record, sent.model_copy(update={"vm_id": vm_record.id}), NOW)
 
 
 def orders(step: Step) -> Sequence[tuple[str, CommandAction]]:
@@ -50,7 +51,7 @@ def orders(step: Step) -> Sequence[tuple[str, CommandAction]]:
 
 
 def test_a_request_starts_the_next_migration_with_nothing_claimed_yet() -> None:
-    change = migration.requested(running(), None, NOW)
+    change = live_migration.requested(running(), None, NOW)
     assert change is not None
     after = change.after
     assert (after.status, after.task, after.migrations, after.migration_target) == (
@@ -60,7 +61,7 @@ def test_a_request_starts_the_next_migration_with_nothing_claimed_yet() -> None:
         None,
     )
     assert change.transition.capacity is Capacity.KEEP
-    request = migration.request_of(after, NOW)
+    request = live_migration.request_of(after, NOW)
     assert (request.source, request.target_host, request.migration, request.vm.gang) == (SOURCE, None, 1, None)
 
 
@@ -68,14 +69,14 @@ def test_a_request_starts_the_next_migration_with_nothing_claimed_yet() -> None:
     "status", [VmStatus.SCHEDULED, VmStatus.UNKNOWN, VmStatus.STOPPED, VmStatus.DELETING, VmStatus.MIGRATING]
 )
 def test_only_a_running_vm_with_nothing_in_flight_may_migrate(status: VmStatus) -> None:
-    assert migration.requested(vm(status, SOURCE), None, NOW) is None
-    assert migration.requested(replace(running(), task=Task.STARTING), None, NOW) is None
+    assert live_migration.requested(vm(status, SOURCE), None, NOW) is None
+    assert live_migration.requested(replace(running(), task=Task.STARTING), None, NOW) is None
 
 
 def test_a_claimed_target_holds_the_vm_and_the_target_is_the_first_to_act() -> None:
-    asked = migration.requested(running(), TARGET, NOW)
+    asked = live_migration.requested(running(), TARGET, NOW)
     assert asked is not None
-    change = migration.target_claimed(asked.after, 1, TARGET)
+    change = live_migration.target_claimed(asked.after, 1, TARGET)
     assert change is not None
     assert change.transition.capacity is Capacity.CLAIM
     assert (change.after.task, change.after.migration_target, change.after.hypervisor_id) == (
@@ -83,9 +84,9 @@ def test_a_claimed_target_holds_the_vm_and_the_target_is_the_first_to_act() -> N
         TARGET,
         SOURCE,
     )
-    assert migration.target_claimed(asked.after, 2, TARGET) is None  # another migration's claim
-    assert migration.target_claimed(change.after, 1, TARGET) is None  # claimed already
-    order = migration.awaited(change.after)
+    assert live_migration.target_claimed(asked.after, 2, TARGET) is None  # another migration's claim
+    assert live_migration.target_claimed(change.after, 1, TARGET) is None  # claimed already
+    order = live_migration.awaited(change.after)
     assert order is not None
     assert (order.host, order.command.action) == (TARGET, CommandAction.PREPARE_MIGRATION)
     assert order.command.migration == MigrationOrder(number=1, source=SOURCE, target=TARGET)
@@ -161,16 +162,16 @@ def test_the_source_ends_a_rollback_by_running_the_vm_or_the_vm_fails() -> None:
     rolled = on(claimed(Task.FINISHING), report(CommandAction.FINISH_MIGRATION, ReportedStatus.FAILED, TARGET))
     assert rolled is not None
     rolling = rolled.change.after
-    order = migration.awaited(rolling)
+    order = live_migration.awaited(rolling)
     assert order is not None
     assert (order.host, order.command.action) == (SOURCE, CommandAction.ROLLBACK_MIGRATION)  # sent again if lost
-    assert migration.outcome(rolling, 1, SOURCE) is migration.Outcome.ROLLED_BACK
+    assert live_migration.outcome(rolling, 1, SOURCE) is live_migration.Outcome.ROLLED_BACK
     assert on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.RUNNING, TARGET)) is None
     resumed = on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.RUNNING, SOURCE))
     assert resumed is not None
     assert (resumed.change.after.task, resumed.change.after.migration_target) == (None, None)
     assert resumed.change.transition.capacity is Capacity.KEEP
-    assert migration.awaited(resumed.change.after) is None
+    assert live_migration.awaited(resumed.change.after) is None
     lost = on(rolling, report(CommandAction.ROLLBACK_MIGRATION, ReportedStatus.FAILED, SOURCE, message="gone"))
     assert lost is not None
     assert (lost.change.after.status, lost.change.after.task) == (VmStatus.FAILED, None)
@@ -190,17 +191,17 @@ def test_reports_of_another_step_host_or_migration_change_nothing() -> None:
 
 def test_a_migration_in_flight_too_long_is_rolled_back_with_or_without_a_target() -> None:
     held = replace(claimed(Task.HANDING_OVER), task_since=claimed().task_since)
-    assert migration.timed_out(held, NOW + 10, 600) is None
-    late = migration.timed_out(held, NOW + 600, 600)
+    assert live_migration.timed_out(held, NOW + 10, 600) is None
+    late = live_migration.timed_out(held, NOW + 600, 600)
     assert late is not None
     assert late.change.transition.event is Event.MIGRATION_TIMED_OUT
     assert late.change.transition.capacity is Capacity.RELEASE_TARGET
     assert orders(late) == [(TARGET, CommandAction.ABORT_MIGRATION), (SOURCE, CommandAction.ROLLBACK_MIGRATION)]
     assert late.failed is not None
-    assert late.failed[0] == migration.TIMEOUT
-    asked = migration.requested(running(), None, NOW)
+    assert late.failed[0] == live_migration.TIMEOUT
+    asked = live_migration.requested(running(), None, NOW)
     assert asked is not None
-    unanswered = migration.timed_out(asked.after, NOW + 601, 600)
+    unanswered = live_migration.timed_out(asked.after, NOW + 601, 600)
     assert unanswered is not None
     assert unanswered.change.transition.capacity is Capacity.KEEP  # nothing was claimed
     assert unanswered.orders == ()
@@ -214,26 +215,26 @@ def test_the_command_a_step_waits_on_is_the_one_sent_again() -> None:
         Task.FINISHING: (TARGET, CommandAction.FINISH_MIGRATION),
     }
     for task, (host, action) in expected.items():
-        order = migration.awaited(claimed(task))
+        order = live_migration.awaited(claimed(task))
         assert isinstance(order, Order)
         assert (order.host, order.command.action) == (host, action)
         assert order.command.migration is not None
         assert (order.command.migration.source, order.command.migration.target) == (SOURCE, TARGET)
-    asked = migration.requested(running(), None, NOW)
+    asked = live_migration.requested(running(), None, NOW)
     assert asked is not None
-    assert migration.awaited(asked.after) is None  # the scheduler's vm.migrate is what it waits on
+    assert live_migration.awaited(asked.after) is None  # the scheduler's vm.migrate is what it waits on
 
 
 def test_a_migration_s_outcome_is_read_from_the_vm_s_row() -> None:
-    started = migration.requested(running(), None, NOW)
+    started = live_migration.requested(running(), None, NOW)
     assert started is not None
-    assert migration.outcome(started.after, 1, SOURCE) is migration.Outcome.IN_FLIGHT
+    assert live_migration.outcome(started.after, 1, SOURCE) is live_migration.Outcome.IN_FLIGHT
     done = on(claimed(Task.FINISHING), report(CommandAction.FINISH_MIGRATION, ReportedStatus.RUNNING, TARGET))
     failed = on(claimed(Task.PREPARING), report(CommandAction.PREPARE_MIGRATION, ReportedStatus.FAILED, TARGET))
     assert done is not None
     assert failed is not None
-    assert migration.outcome(done.change.after, 1, SOURCE) is migration.Outcome.MOVED
-    assert migration.outcome(failed.change.after, 1, SOURCE) is migration.Outcome.ROLLED_BACK
+    assert live_migration.outcome(done.change.after, 1, SOURCE) is live_migration.Outcome.MOVED
+    assert live_migration.outcome(failed.change.after, 1, SOURCE) is live_migration.Outcome.ROLLED_BACK
 
 
 def test_stop_and_start_keep_the_host_and_wait_for_the_agent() -> None:
@@ -264,7 +265,7 @@ def test_a_power_report_from_another_host_or_of_another_command_changes_nothing(
 
 
 _ANY_REPORT = st.tuples(
-    st.sampled_from(sorted(migration.EXPECTED.values(), key=lambda e: e.action.value)),
+    st.sampled_from(sorted(live_migration.EXPECTED.values(), key=lambda e: e.action.value)),
     st.sampled_from(
         [ReportedStatus.PREPARED, ReportedStatus.HANDED_OVER, ReportedStatus.RUNNING, ReportedStatus.FAILED]
     ),
@@ -276,15 +277,20 @@ _ANY_REPORT = st.tuples(
 @given(st.lists(_ANY_REPORT, max_size=12))
 @example(  # the whole way, then late repeats
     [
-        (migration.EXPECTED[Task.PREPARING], True, TARGET, 1),
-        (migration.EXPECTED[Task.HANDING_OVER], True, SOURCE, 1),
-        (migration.EXPECTED[Task.FINISHING], True, TARGET, 1),
-        (migration.EXPECTED[Task.PREPARING], True, TARGET, 1),
+        (live_migration.EXPECTED[Task.PREPARING], True, TARGET, 1),
+        (live_migration.EXPECTED[Task.HANDING_OVER], True, SOURCE, 1),
+        (live_migration.EXPECTED[Task.FINISHING], True, TARGET, 1),
+        (live_migration.EXPECTED[Task.PREPARING], True, TARGET, 1),
     ]
 )
-@example([(migration.EXPECTED[Task.PREPARING], True, TARGET, 1), (migration.EXPECTED[Task.FINISHING], True, TARGET, 1)])
+@example(
+    [
+        (live_migration.EXPECTED[Task.PREPARING], True, TARGET, 1),
+        (live_migration.EXPECTED[Task.FINISHING], True, TARGET, 1),
+    ]
+)
 def test_whatever_agents_report_a_migration_ends_on_one_host_holding_one_share(
-    reports: list[tuple[migration.Expected, ReportedStatus, str, int]],
+    reports: list[tuple[live_migration.Expected, ReportedStatus, str, int]],
 ) -> None:
     """Any reports, in any order, repeated, from any host: the VM is migrating (holding its source
     and its target) or running on exactly one of the two; it runs on the target only after the

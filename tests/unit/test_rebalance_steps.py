@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from uuid import UUID
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import Task, VmStatus
-from vmsched_common.messages import Resources
-from vmsched_common.rebalance_apply import MoveProgress, MoveState, PlannedMove, PlanState, step
+from vmsched_contract.messages import Resources
+from vmsched_contract.rebalance import MoveState, PlanState
+from vmsched_contract.status import Task, VmStatus
+from vmsched_domain.rebalance_steps import MoveProgress, PlannedMove, step
+from vmsched_domain.records import VmRecord
 
 
 def vm(number: int, on: str, status: VmStatus = VmStatus.RUNNING, **changes: object) -> VmRecord:

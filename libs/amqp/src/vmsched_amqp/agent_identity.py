@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import MultiHostUrl
 
-from vmsched_common.messages import HostId
+from vmsched_contract.messages import HostId
 
 AGENT_USER_PREFIX = "agent-"
 DEFAULT_VHOST = "/"

@@ -5,16 +5,14 @@
 - A transient failure (a server unreachable) re-runs the handler with backoff for a while; handlers
   are idempotent, so running one twice is safe. If it keeps failing the message is nacked and comes
   back; the quorum queue's delivery limit dead-letters it after ``topology.DEFAULT_DELIVERY_LIMIT`` (5)
-  deliveries.
+  deliveries. Which error is which: :mod:`vmsched_amqp.failures`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,82 +21,28 @@ import aiormq
 from faststream import BaseMiddleware
 from faststream.message import StreamMessage
 from faststream.rabbit import RabbitBroker, RabbitQueue
-from pydantic import ValidationError
 
-from vmsched_common import topology
-from vmsched_common.amqp_channels import plain_channel
-from vmsched_common.amqp_nodes import NodeRotatingConnection, node_urls
-from vmsched_common.dead_letters import declare_dead_letter_queue
-from vmsched_common.logs import MessageLogContext, get_logger
-from vmsched_common.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.channels import plain_channel
+from vmsched_amqp.dead_letters import declare_dead_letter_queue
+from vmsched_amqp.failures import TRANSIENT_RETRY_DELAYS, is_transient, poison_reason
+from vmsched_amqp.nodes import NodeRotatingConnection, node_urls
+from vmsched_runtime.logs import bound, get_logger
+from vmsched_runtime.metrics import DEAD_LETTERED, TRANSIENT_RETRIES
+from vmsched_runtime.settings import Settings
 
 log = get_logger(__name__)
 
 
-class PoisonMessage(Exception):
-    """Raised by a handler for a message that can never be processed (wrong, not unlucky)."""
+class MessageLogContext(BaseMiddleware):
+    """Binds the message's id (and routing key) for every line its handling logs; handlers add
+    vm_id and host once they know them. Placed inside the telemetry middleware, so that the
+    consume span, and with it trace_id, is current as well."""
 
-
-class TransientError(Exception):
-    """Raised by a handler that cannot decide yet (its view is behind); retried like a lost server."""
-
-
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    TransientError,
-    ConnectionError,
-    TimeoutError,
-    OSError,
-    aiormq.exceptions.AMQPConnectionError,
-    aiormq.exceptions.ChannelInvalidStateError,
-)
-TRANSIENT_RETRY_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-# PostgreSQL's "run the transaction again" errors (a deadlock victim, a serialization failure), and
-# those of a server going down or coming back (shut down by an administrator or after a crash, still
-# recovering: "the database system is not yet accepting connections"). Class 08 (connection
-# exceptions) is retried too.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001", "57P01", "57P02", "57P03"})
-
-
-def is_transient(error: BaseException) -> bool:
-    return isinstance(error, TRANSIENT_ERRORS) or _is_transient_database_or_redis(error)
-
-
-def _is_transient_database_or_redis(error: BaseException) -> bool:
-    # Asked only of a process that loaded SQLAlchemy or redis (no other can raise their errors): an
-    # agent, whose SDK shares this module, installs neither.
-    if "sqlalchemy" in sys.modules:
-        from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-
-        if isinstance(error, DBAPIError):
-            if error.connection_invalidated:
-                return True
-            sqlstate = getattr(error.orig, "sqlstate", None)
-            if isinstance(sqlstate, str) and (sqlstate in RETRYABLE_SQLSTATES or sqlstate.startswith("08")):
-                return True
-        if isinstance(error, OperationalError | InterfaceError):
-            return True
-    if "redis" in sys.modules:
-        import redis.exceptions
-
-        return isinstance(
-            error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | redis.exceptions.BusyLoadingError
-        )
-    return False
-
-
-def poison_reason(error: BaseException) -> str | None:
-    """Why a message can never be processed, or None when the error says nothing about the message."""
-    if isinstance(error, PoisonMessage):
-        return str(error)
-    if isinstance(error, ValidationError):
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}" for item in error.errors()[:5]
-        )
-        return f"invalid message: {problems}"
-    if isinstance(error, json.JSONDecodeError | UnicodeDecodeError):
-        return f"undecodable body: {error}"
-    return None
+    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        raw = msg.raw_message
+        with bound(message_id=msg.message_id, routing_key=getattr(raw, "routing_key", None)):
+            return await call_next(msg)
 
 
 def dead_letter_middleware(broker_ref: Callable[[], RabbitBroker]) -> type[BaseMiddleware]:
@@ -240,9 +184,3 @@ async def ready_messages(broker: RabbitBroker, queue: RabbitQueue) -> int | None
         log.debug("queue depth unknown", queue=queue.name, error=repr(error))
         return None
     return int(result.message_count or 0)
-
-
-def json_body(model: Any) -> bytes:
-    """A message body as every service sends it."""
-    data: bytes = model.model_dump_json().encode()
-    return data

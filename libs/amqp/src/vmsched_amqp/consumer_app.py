@@ -1,4 +1,5 @@
-"""Periodic duties a service runs beside its consumers, stopped together at shutdown."""
+"""A consumer service's FastStream app, and the periodic duties it runs beside its consumers, stopped together at
+shutdown."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 from faststream import FastStream
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common.amqp import declare_topology
-from vmsched_common.heap import freeze_startup_objects
-from vmsched_common.metrics_server import LoopPulse, start_metrics_server
-from vmsched_common.settings import Settings
+from vmsched_amqp.broker import declare_topology
+from vmsched_runtime.heap import freeze_startup_objects
+from vmsched_runtime.metrics_server import LoopPulse, start_metrics_server
+from vmsched_runtime.settings import Settings
 
 
 class BackgroundTasks:
@@ -43,7 +44,7 @@ def consumer_app(
     """A consumer service's FastStream app: before the first message, serve /metrics (with
     ``settings``: on VMSCHED_METRICS_PORT, else ``metrics_port``), connect, declare the topology and
     call ``on_ready`` (which may start background duties), then freeze what startup made (see
-    :mod:`vmsched_common.heap`); at shutdown, once consumers stopped, stop
+    :mod:`vmsched_runtime.heap`); at shutdown, once consumers stopped, stop
     the duties and run ``closers`` in order."""
     background = BackgroundTasks()
     stop_metrics: list[Callable[[], None]] = []

@@ -7,7 +7,7 @@ change a queue's type, and the old queue may hold messages an operator has yet t
 service deletes it. A service that finds it keeps it (declared once, on a channel no reconnection
 restores) and says how to move it. The move, run once by an operator::
 
-    python -m vmsched_common.dead_letters
+    python -m vmsched_amqp.dead_letters
 
 1. declares the quorum queue ``vmsched.dead-letters.moving`` and binds it to ``vmsched.dlx``;
 2. unbinds the classic queue: new dead letters now go to the moving queue alone;
@@ -34,10 +34,10 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.amqp_channels import plain_channel
-from vmsched_common.amqp_nodes import node_urls
-from vmsched_common.logs import get_logger
+from vmsched_amqp import topology
+from vmsched_amqp.channels import plain_channel
+from vmsched_amqp.nodes import node_urls
+from vmsched_runtime.logs import get_logger
 
 if TYPE_CHECKING:
     from pamqp.common import FieldTable
@@ -55,7 +55,7 @@ async def declare_dead_letter_queue(broker: RabbitBroker) -> None:
     if await _is_classic(connection):
         log.warning(
             "vmsched.dead-letters is a classic queue left by an older version: kept; move it to a quorum "
-            "queue with `python -m vmsched_common.dead_letters` (docs/deploy.md, upgrading)"
+            "queue with `python -m vmsched_amqp.dead_letters` (docs/deploy.md, upgrading)"
         )
         await _bind_once(connection, topology.DEAD_LETTER_QUEUE.name)
         return
@@ -168,11 +168,11 @@ async def _run(amqp_url: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m vmsched_common.dead_letters``: move a classic ``vmsched.dead-letters`` to a quorum queue."""
-    from vmsched_common.settings import load_settings
+    """``python -m vmsched_amqp.dead_letters``: move a classic ``vmsched.dead-letters`` to a quorum queue."""
+    from vmsched_runtime.settings import load_settings
 
     argparse.ArgumentParser(
-        prog="python -m vmsched_common.dead_letters",
+        prog="python -m vmsched_amqp.dead_letters",
         description="Move the classic dead-letter queue an older vmsched declared to a quorum queue of the same "
         "name, keeping every message (idempotent; run one at a time). The broker comes from VMSCHED_AMQP_URL.",
     ).parse_args(argv)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.messages import (
+from vmsched_amqp import topology
+from vmsched_contract.messages import (
     AgentCommand,
     AgentConflict,
     AgentHeartbeat,

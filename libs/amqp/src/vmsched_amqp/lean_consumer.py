@@ -21,13 +21,14 @@ from faststream.rabbit import RabbitBroker, RabbitQueue
 from opentelemetry import propagate, trace
 from pydantic import BaseModel, ValidationError
 
-from vmsched_common import topology
-from vmsched_common.amqp import TRANSIENT_RETRY_DELAYS, PoisonMessage, dead_letter, is_transient, poison_reason
-from vmsched_common.logs import bound, get_logger
-from vmsched_common.metrics import TRANSIENT_RETRIES
+from vmsched_amqp import topology
+from vmsched_amqp.broker import dead_letter
+from vmsched_amqp.failures import TRANSIENT_RETRY_DELAYS, PoisonMessage, is_transient, poison_reason
+from vmsched_runtime.logs import bound, get_logger
+from vmsched_runtime.metrics import TRANSIENT_RETRIES
 
 log = get_logger(__name__)
-tracer = trace.get_tracer("vmsched_common.lean_consumer")
+tracer = trace.get_tracer("vmsched_amqp.lean_consumer")
 
 M = TypeVar("M", bound=BaseModel)
 # Raises PoisonMessage for a message that must not be handled, given its AMQP user_id (the broker

@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aio_pika
 from aio_pika import RobustConnection
 from pydantic_core import MultiHostUrl
 from yarl import URL
 
-from vmsched_common.logs import get_logger
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.settings import Settings
 
 log = get_logger(__name__)
 
@@ -105,3 +108,26 @@ class NodeRotatingConnection(RobustConnection):
 
 def _masked(node: URL) -> URL:
     return node.with_password("******") if node.password else node
+
+
+async def reach_any_node(settings: Settings) -> None:
+    """Return once some node of the cluster answers (that is all the services need), else raise the
+    last node's error."""
+    failures: list[BaseException] = []
+    for node in node_urls(settings.amqp_url):
+        try:
+            broker = await aio_pika.connect(node, timeout=CONNECT_TIMEOUT)
+        except Exception as error:  # reported if every node fails
+            failures.append(error)
+            continue
+        await broker.close()
+        return
+    raise failures[-1]
+
+
+def _amqp_url(settings: Settings) -> str:
+    return str(settings.amqp_url)
+
+
+# The broker, as a service's command line checks it before starting (vmsched_runtime.reachability).
+BROKER = Server("RabbitMQ", "AMQP_URL", url=_amqp_url, reach=reach_any_node)

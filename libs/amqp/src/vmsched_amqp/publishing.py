@@ -1,6 +1,6 @@
 """The one way a vmsched service sends a message.
 
-Every message is one the event contract (:mod:`vmsched_common.events`, the AsyncAPI document)
+Every message is one the event contract (:mod:`vmsched_amqp.events`, the AsyncAPI document)
 declares: persistent, confirmed by the broker, JSON, a message id made from what it carries (a
 message sent again for the same VMs has the same id), and the trace context in its headers.
 
@@ -25,8 +25,8 @@ from aio_pika.abc import AbstractChannel
 from faststream.rabbit import RabbitBroker
 from opentelemetry import propagate, trace
 
-from vmsched_common import events, topology
-from vmsched_common.messages import (
+from vmsched_amqp import events, topology
+from vmsched_contract.messages import (
     MAX_VMS_PER_MESSAGE,
     AgentCommand,
     AgentConflict,
@@ -60,7 +60,7 @@ def chunks(items: Sequence[T], size: int = MAX_VMS_PER_MESSAGE) -> list[Sequence
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
-tracer = trace.get_tracer("vmsched_common.publishing")
+tracer = trace.get_tracer("vmsched_amqp.publishing")
 JSON = "application/json"
 
 

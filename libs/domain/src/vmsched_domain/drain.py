@@ -2,7 +2,7 @@
 drain stands, from the VMs that hold a share of the host. Pure: no I/O.
 
 A drain pauses its host (nothing new is placed there) and, with ``evacuate``, moves every VM away by
-live migration (:mod:`vmsched_common.migration`), at most ``max_parallel`` at once. A VM it cannot
+live migration (:mod:`vmsched_domain.live_migration`), at most ``max_parallel`` at once. A VM it cannot
 move (no host takes it, a step failed, its host's agent cannot migrate, it is stopped) is *stuck*
 with the reason, and tried again after :data:`RETRY_AFTER` while the deadline has not passed. Past
 the deadline nothing new starts: the VMs left stay where they are, running, and are listed. Nothing
@@ -16,10 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from vmsched_common import migration
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_contract.status import DrainState as DrainState
+from vmsched_contract.status import DrainState, VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.records import VmRecord
 
 # A VM whose migration failed is tried again after this many seconds (the fleet may have made room).
 RETRY_AFTER = 15.0
@@ -100,12 +99,12 @@ def step(drain: Drain, residents: Sequence[VmRecord], now: float) -> Step:
         number = drain.started.get(str(vm.id))
         if number is None or vm.migrations != number or vm.status in _GONE:
             continue
-        match migration.outcome(vm, number, drain.host_id):
-            case migration.Outcome.MOVED:
+        match live_migration.outcome(vm, number, drain.host_id):
+            case live_migration.Outcome.MOVED:
                 moved.append(Moved(vm.id, str(vm.hypervisor_id)))
-            case migration.Outcome.IN_FLIGHT:
+            case live_migration.Outcome.IN_FLIGHT:
                 in_flight.append(vm.id)
-            case migration.Outcome.ROLLED_BACK if str(vm.id) not in failures:
+            case live_migration.Outcome.ROLLED_BACK if str(vm.id) not in failures:
                 failures[str(vm.id)] = (vm.status_reason or "the migration was rolled back", now)
             case _:
                 pass
@@ -118,7 +117,7 @@ def step(drain: Drain, residents: Sequence[VmRecord], now: float) -> Step:
     candidates: list[VmRecord] = []
     # Every migration away from the host takes a slot, the drain's own or not (max_parallel bounds the
     # load on the host, whoever asked).
-    leaving = sum(1 for vm in here if migration.in_flight(vm) and vm.hypervisor_id == drain.host_id)
+    leaving = sum(1 for vm in here if live_migration.in_flight(vm) and vm.hypervisor_id == drain.host_id)
     for vm in here:
         if vm.id in in_flight:
             continue

@@ -33,7 +33,7 @@ RATIO_EPSILON = 1e-9
 @dataclass(frozen=True, slots=True)
 class ResourceRule:
     """One resource of the rule. ``name`` is what people read (rejections, reasons); ``field`` the
-    attribute of :class:`~vmsched_common.messages.Resources` and the column stem everywhere."""
+    attribute of :class:`~vmsched_contract.messages.Resources` and the column stem everywhere."""
 
     name: str
     field: str
@@ -199,7 +199,7 @@ def lua_shortfall_function() -> str:
     names = ", ".join(f"'{rule.name}'" for rule in RESOURCES)
     return "\n".join(
         (
-            "-- The fit rule, rendered from vmsched_common.fit (do not edit here).",
+            "-- The fit rule, rendered from vmsched_domain.fit (do not edit here).",
             "local function shortfall(need, capacity, reserved, ratio, used)",
             f"  local names = {{{names}}}",
             "  for i = 1, #names do",
@@ -222,7 +222,7 @@ def lua_extra_shortfall_function() -> str:
     :func:`lua_shortfall_function`."""
     return "\n".join(
         (
-            "-- The fit rule of named extra resources, rendered from vmsched_common.fit (do not edit here).",
+            "-- The fit rule of named extra resources, rendered from vmsched_domain.fit (do not edit here).",
             "local function extra_shortfall(names, need, capacity, used)",
             "  for _, name in ipairs(names) do",
             "    if need[name] > 0 and (used[name] or 0) + need[name] > (capacity[name] or 0) then",

@@ -25,11 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
-from vmsched_contract.groups import HOST_TOPOLOGY as HOST_TOPOLOGY
-from vmsched_contract.groups import GroupPolicy as GroupPolicy
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 
 HARD_POLICIES = frozenset({GroupPolicy.ANTI_AFFINITY, GroupPolicy.AFFINITY, GroupPolicy.SPREAD})
-SOFT_POLICIES = frozenset({GroupPolicy.SOFT_ANTI_AFFINITY, GroupPolicy.SOFT_AFFINITY})
 
 # The reason names users see: in rejections, refused claims and an unschedulable VM's reason.
 SERVER_GROUP = "server_group"
@@ -107,7 +105,7 @@ def refusal(
 # the policy's value, the numbers as in :func:`refuses`. Returns true when the member is refused.
 LUA_GROUP_RULE = "\n".join(
     (
-        "-- The server group rule, from vmsched_common.groups (do not edit here).",
+        "-- The server group rule, from vmsched_domain.groups (do not edit here).",
         "local function group_refuses(policy, max_per_domain, max_skew, here, total, lowest)",
         f"  if policy == '{GroupPolicy.ANTI_AFFINITY.value}' then",
         "    return here >= max_per_domain",

@@ -12,7 +12,7 @@ guarded commit) and gives one back only by a transition marked ``release`` or ``
 the same transaction that lowers the host's allocations.
 
 Besides its status a VM may have a :class:`Task`: what vmsched has asked of an agent for it and awaits
-(Nova's task_state). A migration's steps are tasks of a ``migrating`` VM (:mod:`vmsched_common.migration`).
+(Nova's task_state). A migration's steps are tasks of a ``migrating`` VM (:mod:`vmsched_domain.live_migration`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from vmsched_contract.status import Task as Task
-from vmsched_contract.status import VmStatus as VmStatus
+from vmsched_contract.status import Task, VmStatus
 
 
 class Event(StrEnum):
@@ -269,7 +268,7 @@ TASK_STATUS: dict[Task, VmStatus] = {
 HOLDS_CAPACITY: frozenset[VmStatus] = frozenset(
     {VmStatus.SCHEDULED, VmStatus.RUNNING, VmStatus.UNKNOWN, VmStatus.DELETING, VmStatus.STOPPED, VmStatus.MIGRATING}
 )
-# The statuses that imply a message until the broker confirms it (vmsched_common.outbox): vm.create
+# The statuses that imply a message until the broker confirms it (vmsched_pg.outbox): vm.create
 # for pending; the delete command for deleting and for preempted.
 IMPLIES_MESSAGE: frozenset[VmStatus] = frozenset({VmStatus.PENDING, VmStatus.DELETING, VmStatus.PREEMPTED})
 IMPLIES_DELETE: frozenset[VmStatus] = frozenset({VmStatus.DELETING, VmStatus.PREEMPTED})

@@ -18,7 +18,7 @@ meanwhile; if it cannot, the VM failed); ``vm.migration_failed`` says why.
 
 Every function returns None when the report or the request does not apply to the VM as it is (a
 late, repeated or stale report, another migration's): the caller then changes nothing. The stores
-lock the row, call one of these and write the change with :func:`vmsched_common.db.vm_writes.apply`.
+lock the row, call one of these and write the change with :func:`vmsched_pg.vm_writes.apply`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import Condition, Event, Task, VmStatus, choose
-from vmsched_common.messages import (
+from vmsched_contract.messages import (
     AgentCommand,
     CommandAction,
     MigrationOrder,
@@ -39,7 +37,10 @@ from vmsched_common.messages import (
     VmMigrate,
     VmStatusReport,
 )
-from vmsched_common.vm_changes import Change
+from vmsched_contract.status import Task, VmStatus
+from vmsched_domain.lifecycle import Condition, Event, choose
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change
 
 # The reason vm.migration_failed gives for a migration in flight too long.
 TIMEOUT = "timeout"

@@ -1,5 +1,5 @@
 """Applying a rebalancing plan (POST /v1/rebalance/plans/{id}/apply): the rules, pure. The gateway's
-sweep (``vmsched_common.db.rebalance.RebalanceStore.sweep``) reads the plan's VMs, asks :func:`step`
+sweep (``vmsched_pg.rebalance_plans.RebalanceStore.sweep``) reads the plan's VMs, asks :func:`step`
 what to do next, starts the migrations it names (each towards the plan's target, as
 ``POST /v1/vms/{id}/migrate {target_host}``) and records the progress, as a drain does.
 
@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vmsched_common import migration
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-
-# The states are the contract's (the API serves them); re-exported for the code that reads them here.
-from vmsched_contract.rebalance import MoveState as MoveState
-from vmsched_contract.rebalance import PlanState as PlanState
+from vmsched_contract.rebalance import MoveState, PlanState
+from vmsched_contract.status import VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.records import VmRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +102,12 @@ def step(
 def _ended(move: PlannedMove, number: int, vm: VmRecord | None) -> MoveProgress:
     if vm is None:
         return MoveProgress(MoveState.SKIPPED, number, "the VM is gone")
-    match migration.outcome(vm, number, move.source):
-        case migration.Outcome.IN_FLIGHT:
+    match live_migration.outcome(vm, number, move.source):
+        case live_migration.Outcome.IN_FLIGHT:
             return MoveProgress(MoveState.IN_FLIGHT, number)
-        case migration.Outcome.MOVED if vm.hypervisor_id == move.target:
+        case live_migration.Outcome.MOVED if vm.hypervisor_id == move.target:
             return MoveProgress(MoveState.MOVED, number)
-        case migration.Outcome.MOVED:
+        case live_migration.Outcome.MOVED:
             return MoveProgress(MoveState.SKIPPED, number, f"the VM went to {vm.hypervisor_id}, not {move.target}")
         case _:
             return MoveProgress(MoveState.SKIPPED, number, vm.status_reason or "the migration was rolled back")

@@ -1,7 +1,5 @@
-"""One row shape per table: what every service reads of a VM or a host, mapped from a row in one place.
-
-Statements select :data:`VM_COLUMNS` (or ``vms.*``) and :data:`HOST_COLUMNS`, and turn each row into
-a :class:`VmRecord` or :class:`HostRecord` with ``from_row``; nothing else reads the columns.
+"""The entities every service reads and changes: a VM, a host, a server group, a reservation. Plain
+dataclasses (pure: no I/O); PostgreSQL's rows become these in one place, :mod:`vmsched_pg.rows`.
 """
 
 from __future__ import annotations
@@ -12,10 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from vmsched_common.db.inventory import RatioOverrides, taints_of, tolerations_of
-from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.lifecycle import Task, VmStatus
-from vmsched_common.messages import (
+from vmsched_contract.messages import (
     DEFAULT_PROJECT,
     AgentCommand,
     Capability,
@@ -25,113 +20,14 @@ from vmsched_common.messages import (
     Overcommit,
     Resources,
     RestartPolicy,
-    SelectorOperator,
     Taint,
     Toleration,
     VmToPlace,
 )
-from vmsched_common.settings import Strategy
-
-VM_FIELDS = (
-    "id",
-    "name",
-    "status",
-    "status_reason",
-    "hypervisor_id",
-    "cpu",
-    "memory_mb",
-    "disk_gb",
-    "gpu",
-    "extra",
-    "labels",
-    "host_selector",
-    "tolerations",
-    "strategy",
-    "restart_policy",
-    "restart_count",
-    "attempt",
-    "failures",
-    "exclusions",
-    "attempts",
-    "placement",
-    "created_at",
-    "scheduled_at",
-    "started_at",
-    "failed_at",
-    "server_group",
-    "wait_s",
-    "wait_until",
-    "gang_id",
-    "priority",
-    "preempted_by",
-    "project",
-    "task",
-    "task_since",
-    "migrations",
-    "target_host",
-    "migration_target",
-    "reservation",
-)
-VM_COLUMNS = ", ".join(VM_FIELDS)
-
-HOST_FIELDS = (
-    "id",
-    "status",
-    "labels",
-    "cpu",
-    "memory_mb",
-    "disk_gb",
-    "gpu",
-    "extra",
-    "cpu_ratio",
-    "memory_ratio",
-    "disk_ratio",
-    "reserved_cpu",
-    "reserved_memory_mb",
-    "reserved_disk_gb",
-    "reserved_gpu",
-    "alloc_cpu",
-    "alloc_memory_mb",
-    "alloc_disk_gb",
-    "alloc_gpu",
-    "alloc_extra",
-    "vm_count",
-    "scheduling_paused",
-    "last_heartbeat",
-    "taints",
-    "operator_labels",
-    "operator_taints",
-    "operator_cpu_ratio",
-    "operator_memory_ratio",
-    "operator_disk_ratio",
-    "capabilities",
-)
-HOST_COLUMNS = ", ".join(HOST_FIELDS)
-
-SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at", "project")
-SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
-
-
-def trusted(cpu: int, memory_mb: int, disk_gb: int, gpu: int, extra: Mapping[str, int] | None = None) -> Resources:
-    """Amounts read back from a column that only validated values reach: built without validating
-    again (a few microseconds a row, which a page of 1,000 VMs notices)."""
-    return Resources.model_construct(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, extra=dict(extra or {}))
-
-
-def trusted_selector(terms: list[dict[str, Any]] | None) -> tuple[HostSelectorTerm, ...]:
-    """A host selector read back from its column (only validated terms reach it), built as ``trusted``
-    builds amounts."""
-    return tuple(
-        HostSelectorTerm.model_construct(
-            key=term["key"], operator=SelectorOperator(term["operator"]), values=list(term.get("values", []))
-        )
-        for term in terms or ()
-    )
-
-
-def columns(fields: tuple[str, ...], table: str) -> str:
-    """``t.a, t.b, ...``: the columns qualified by a table name or alias (for joins)."""
-    return ", ".join(f"{table}.{name}" for name in fields)
+from vmsched_contract.status import ReservationStatus, Task, VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule
+from vmsched_domain.inventory import RatioOverrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,45 +66,6 @@ class VmRecord:
     target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
-
-    @classmethod
-    def from_row(cls, row: Any) -> VmRecord:
-        return cls(
-            id=row.id,
-            name=row.name,
-            status=VmStatus(row.status),
-            status_reason=row.status_reason,
-            hypervisor_id=row.hypervisor_id,
-            resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra),
-            labels=dict(row.labels or {}),
-            host_selector=trusted_selector(row.host_selector),
-            tolerations=tolerations_of(row.tolerations),
-            strategy=Strategy(row.strategy) if row.strategy else None,
-            restart_policy=RestartPolicy(row.restart_policy),
-            restart_count=row.restart_count,
-            attempt=row.attempt,
-            failures=row.failures,
-            exclusions=dict(row.exclusions or {}),
-            attempts=list(row.attempts or []),
-            placement=row.placement,
-            created_at=row.created_at,
-            scheduled_at=row.scheduled_at,
-            started_at=row.started_at,
-            failed_at=row.failed_at,
-            server_group=row.server_group,
-            wait_s=row.wait_s,
-            wait_until=row.wait_until,
-            gang_id=row.gang_id,
-            priority=row.priority,
-            preempted_by=row.preempted_by,
-            project=row.project,
-            task=Task(row.task) if row.task else None,
-            task_since=row.task_since,
-            migrations=row.migrations,
-            target_host=row.target_host,
-            migration_target=row.migration_target,
-            reservation=row.reservation,
-        )
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -268,26 +125,6 @@ class HostRecord:
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities
 
-    @classmethod
-    def from_row(cls, row: Any) -> HostRecord:
-        return cls(
-            id=row.id,
-            status=row.status,
-            labels=dict(row.labels or {}),
-            capacity=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu, row.extra),
-            overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
-            reserved=trusted(row.reserved_cpu, row.reserved_memory_mb, row.reserved_disk_gb, row.reserved_gpu),
-            allocated=trusted(row.alloc_cpu, row.alloc_memory_mb, row.alloc_disk_gb, row.alloc_gpu, row.alloc_extra),
-            vm_count=row.vm_count,
-            scheduling_paused=row.scheduling_paused,
-            last_heartbeat=row.last_heartbeat,
-            taints=taints_of(row.taints) or (),
-            operator_labels=dict(row.operator_labels or {}),
-            operator_taints=taints_of(row.operator_taints),
-            operator_overcommit=RatioOverrides.of_row(row),
-            capabilities=tuple(row.capabilities or ()),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ServerGroupRecord:
@@ -297,18 +134,20 @@ class ServerGroupRecord:
     created_at: datetime | None
     project: str = DEFAULT_PROJECT
 
-    @classmethod
-    def from_row(cls, row: Any) -> ServerGroupRecord:
-        return cls(
-            id=row.id,
-            name=row.name,
-            rule=GroupRule(
-                id=row.id,
-                policy=GroupPolicy(row.policy),
-                topology_key=row.topology_key,
-                max_per_domain=row.max_per_domain,
-                max_skew=row.max_skew,
-            ),
-            created_at=row.created_at,
-            project=row.project,
-        )
+
+@dataclass(frozen=True, slots=True)
+class ReservationRecord:
+    id: UUID
+    project: str
+    status: ReservationStatus
+    status_reason: str | None
+    resources: Resources  # of each slot
+    count: int
+    host_selector: tuple[HostSelectorTerm, ...]
+    placement: dict[str, Any] | None
+    ends_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    held: int  # slots whose room is still the reservation's
+    used: int  # slots a VM took
+    hosts: tuple[str, ...]  # the hosts of the held and used slots

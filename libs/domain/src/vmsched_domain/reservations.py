@@ -16,8 +16,7 @@ from __future__ import annotations
 import uuid
 from enum import StrEnum
 
-# Defined in the contract: the API's Reservation body (and the client library) carries it.
-from vmsched_contract.status import ReservationStatus as ReservationStatus
+from vmsched_contract.status import ReservationStatus
 
 
 class SlotStatus(StrEnum):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from vmsched_common.messages import SelectorOperator
+from vmsched_contract.messages import SelectorOperator
 
 
 class Term(Protocol):

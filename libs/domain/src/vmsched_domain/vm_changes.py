@@ -1,7 +1,7 @@
 """What each lifecycle event does to a VM's record, as pure functions: the lifecycle
-(:mod:`vmsched_common.lifecycle`) says which status follows; these say what else changes with it
+(:mod:`vmsched_domain.lifecycle`) says which status follows; these say what else changes with it
 (attempts, exclusions, timestamps, the reason a person reads). A store locks the row, calls one of
-these, and writes the record it returns with :func:`vmsched_common.db.vm_writes.apply`.
+these, and writes the record it returns with :func:`vmsched_pg.vm_writes.apply`.
 
 Each returns ``None`` when the event does not apply to the VM as it is (a late or repeated report):
 the caller then changes nothing.
@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import Capacity, Condition, Event, Task, Transition, VmStatus, choose
-from vmsched_common.messages import CommandAction, ReportedStatus
+from vmsched_contract.messages import CommandAction, ReportedStatus
+from vmsched_contract.status import Task, VmStatus
+from vmsched_domain.lifecycle import Capacity, Condition, Event, Transition, choose
+from vmsched_domain.records import VmRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Drains in PostgreSQL (``host_drains``): starting one (the host paused in the same transaction),
 reading where one stands, ending one (the host unpaused), and the sweep that carries them out: each
 active drain locked (``SKIP LOCKED``: one gateway replica sweeps a drain at a time), its next step
-computed by :func:`vmsched_common.drain.step`, its migrations started through
-:func:`vmsched_common.db.moves.start_migration` (the same path as ``POST /v1/vms/{id}/migrate``).
+computed by :func:`vmsched_domain.drain.step`, its migrations started through
+:func:`vmsched_pg.vm_actions.start_migration` (the same path as ``POST /v1/vms/{id}/migrate``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from vmsched_common.db import moves
-from vmsched_common.db.records import HOST_COLUMNS, VM_COLUMNS, HostRecord, VmRecord
-from vmsched_common.db.shares import SHARES
-from vmsched_common.drain import Drain, DrainState, Progress, step
+from vmsched_contract.status import DrainState
+from vmsched_domain.drain import Drain, Progress, step
+from vmsched_domain.records import HostRecord, VmRecord
+from vmsched_pg import vm_actions
+from vmsched_pg.rows import HOST_COLUMNS, VM_COLUMNS, host_from_row, vm_from_row
+from vmsched_pg.shares import SHARES
 
 _LOCK_HOST = text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id FOR UPDATE")
 _SET_PAUSED = text(f"UPDATE hosts SET scheduling_paused = :paused WHERE id = :id RETURNING {HOST_COLUMNS}")
@@ -90,7 +92,7 @@ def _drain_of(row: Any) -> Drain:
 
 async def _residents(connection: AsyncConnection, drain: Drain) -> list[VmRecord]:
     params = {"host_id": drain.host_id, "started": list(drain.started)}
-    return [VmRecord.from_row(row) for row in await connection.execute(_RESIDENTS, params)]
+    return [vm_from_row(row) for row in await connection.execute(_RESIDENTS, params)]
 
 
 async def _stored(connection: AsyncConnection, row: Any) -> StoredDrain:
@@ -124,7 +126,7 @@ class DrainStore:
             if row is None:
                 raise AlreadyDraining(f"host {host_id} is draining already (DELETE its drain first)")
             host = (await connection.execute(_SET_PAUSED, {"id": host_id, "paused": True})).one()
-            return HostRecord.from_row(host), await _stored(connection, row)
+            return host_from_row(host), await _stored(connection, row)
 
     async def get(self, host_id: str) -> StoredDrain | None:
         async with self.engine.connect() as connection:
@@ -145,7 +147,7 @@ class DrainStore:
             if (await connection.execute(_DELETE, {"host_id": host_id})).first() is None:
                 return None
             host = (await connection.execute(_SET_PAUSED, {"id": host_id, "paused": False})).one()
-        return HostRecord.from_row(host)
+        return host_from_row(host)
 
     async def sweep(self, limit: int = 100) -> list[VmRecord]:
         """One step of every active drain (those another replica sweeps now are skipped): the
@@ -161,8 +163,8 @@ class DrainStore:
                 failures = dict(planned.failures)
                 for vm_id in planned.start:
                     try:
-                        vm = await moves.start_migration(self.engine, vm_id)
-                    except (moves.Refused, moves.BadTarget) as refused:
+                        vm = await vm_actions.start_migration(self.engine, vm_id)
+                    except (vm_actions.Refused, vm_actions.BadTarget) as refused:
                         failures[str(vm_id)] = (str(refused), now)
                         continue
                     if vm is not None:

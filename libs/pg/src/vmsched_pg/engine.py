@@ -1,4 +1,5 @@
-"""Connections to PostgreSQL: the async engine and session factory every service uses."""
+"""Connections to PostgreSQL: the async engine every service uses, and how a service checks at start
+that the server answers."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from tenacity import retry, retry_if_exception, stop_after_attempt
 
-from vmsched_common.settings import SSL_MODES
+from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.settings import SSL_MODES, Settings
 
 
 def tls_of(url: URL) -> tuple[URL, dict[str, Any]]:
@@ -102,10 +104,6 @@ async def lone_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         yield connection
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)
-
-
 async def ensure_database(database_url: str) -> None:
     """Create the database named in the URL if the server does not have it yet (fresh machines)."""
     url = make_url(database_url)
@@ -121,3 +119,29 @@ async def ensure_database(database_url: str) -> None:
                 await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
+
+
+def _database_url(settings: Settings) -> str:
+    return settings.sqlalchemy_url
+
+
+def _start_the_api_first(error: BaseException) -> str:
+    return " (vmsched-api creates and migrates it: start the API first)" if "does not exist" in str(error) else ""
+
+
+async def _reach_database(settings: Settings) -> None:
+    database = await connect_directly(settings.sqlalchemy_url, timeout=CONNECT_TIMEOUT)
+    await database.close()
+
+
+async def _reach_server(settings: Settings) -> None:
+    database = await connect_directly(settings.sqlalchemy_url, database="postgres", timeout=CONNECT_TIMEOUT)
+    await database.close()
+
+
+# As a service's command line checks them before starting (vmsched_runtime.reachability): the
+# database VMSCHED_DATABASE_URL names, or only its server (for the API, which creates the database).
+DATABASE = Server("PostgreSQL", "DATABASE_URL", url=_database_url, reach=_reach_database, hint=_start_the_api_first)
+DATABASE_SERVER = Server(
+    "PostgreSQL", "DATABASE_URL", url=_database_url, reach=_reach_server, hint=_start_the_api_first
+)

@@ -3,9 +3,9 @@
 ``host_drains``, ``rebalance_plans`` and ``decision_journal`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
-(``vmsched_common.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
+(``vmsched_domain.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
 (``migration_target``) and of its reservation slots still ``held`` (``vm_count`` counts those slots
-too: each is one VM's room); :mod:`vmsched_common.db.shares` says it once, as SQL. They are changed
+too: each is one VM's room); :mod:`vmsched_pg.shares` says it once, as SQL. They are changed
 only in the same transaction as the VM row that causes the change, under the row lock of the host,
 and a placement only adds to them when the result stays within capacity times the overcommit ratio:
 that conditional update is what makes overcommit impossible whatever the Redis snapshot says.
@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from vmsched_common.messages import DEFAULT_PROJECT
+from vmsched_contract.messages import DEFAULT_PROJECT
 
 
 class Base(DeclarativeBase):
@@ -86,7 +86,7 @@ class VmRow(Base):
     # NULL while the message the current status implies (vm.create for pending, the delete command
     # for deleting) has not been confirmed by the broker; a sweeper publishes those again.
     published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The server group it is a member of (vmsched_common.groups); NULL for none.
+    # The server group it is a member of (vmsched_domain.groups); NULL for none.
     server_group: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("server_groups.id", ondelete="SET NULL")
     )
@@ -102,7 +102,7 @@ class VmRow(Base):
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # The project that owns it (the token's that asked for it): only that project's tokens see it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
-    # What vmsched asked of an agent for the VM and awaits (vmsched_common.lifecycle.Task), and since
+    # What vmsched asked of an agent for the VM and awaits (vmsched_contract.status.Task), and since
     # when (a migration: since it was asked for; VMSCHED_MIGRATION_TIMEOUT counts from there).
     task: Mapped[str | None] = mapped_column(String(32))
     task_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -112,7 +112,7 @@ class VmRow(Base):
     # a scheduler claimed (NULL until then). A claimed target holds the VM's share as well.
     target_host: Mapped[str | None] = mapped_column(String(128))
     migration_target: Mapped[str | None] = mapped_column(String(128))
-    # The reservation whose held room it took (vmsched_common.reservations); NULL for none.
+    # The reservation whose held room it took (vmsched_domain.reservations); NULL for none.
     reservation: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (
@@ -143,7 +143,7 @@ class HostRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     # labels, taints and the ratios are the effective values every reader uses: the agent's (agent_*,
     # from its last heartbeat) overlaid by the operator's (operator_*, PATCH /v1/hosts/{id}); the
-    # overlay is written in one place, vmsched_common.db.inventory.
+    # overlay is written in one place, vmsched_pg.inventory.
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     agent_labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     operator_labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
@@ -156,7 +156,7 @@ class HostRow(Base):
     disk_gb: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, server_default="0")
     # Named extra resources its agent reports, {name: count}: the agent's alone (the operator
-    # overlays none), never overcommitted, nothing reserved (vmsched_common.fit.extra_shortfall).
+    # overlays none), never overcommitted, nothing reserved (vmsched_domain.fit.extra_shortfall).
     extra: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     cpu_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
     memory_ratio: Mapped[float] = mapped_column(Float, server_default="1.0")
@@ -196,7 +196,7 @@ class HostRow(Base):
 
 
 class ServerGroupRow(Base):
-    """A server group: its members (VMs naming it) kept apart or together (vmsched_common.groups).
+    """A server group: its members (VMs naming it) kept apart or together (vmsched_domain.groups).
     Immutable once created; deleted only while none of its VMs is alive."""
 
     __tablename__ = "server_groups"
@@ -238,7 +238,7 @@ class ProjectRow(Base):
 
 
 class HostDrainRow(Base):
-    """A host being emptied (POST /v1/hosts/{id}/drain; vmsched_common.drain): what was asked, where
+    """A host being emptied (POST /v1/hosts/{id}/drain; vmsched_domain.drain): what was asked, where
     it stands, the migrations it started (``{vm_id: migration number}``) and the last failure of each
     VM it could not move (``{vm_id: {reason, at}}``, ``at`` in epoch seconds)."""
 
@@ -312,7 +312,7 @@ class AuditRow(Base):
 
 class ReservationRow(Base):
     """Capacity held for a project: ``count`` slots of the same size, placed by the scheduler as VMs
-    are (vmsched_common.reservations). Only VMs of its project naming it may use the slots."""
+    are (vmsched_domain.reservations). Only VMs of its project naming it may use the slots."""
 
     __tablename__ = "reservations"
 

@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 from collections.abc import Sequence
-from uuid import UUID
+from typing import Protocol
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.batching import Batcher
-from vmsched_common.db.engine import lone_statement, retry_on_dead_connection
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import IMPLIES_DELETE, IMPLIES_MESSAGE, VmStatus, sql_in
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import CommandAction, VmToPlace
-from vmsched_common.publishing import Publisher
+from vmsched_contract.messages import AgentCommand, VmToPlace
+from vmsched_contract.status import VmStatus
+from vmsched_domain.implied_messages import implied_messages
+from vmsched_domain.lifecycle import IMPLIES_MESSAGE, sql_in
+from vmsched_domain.records import VmRecord
+from vmsched_pg.engine import lone_statement, retry_on_dead_connection
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -59,25 +60,21 @@ _GANG_MEMBERS = text(
 )
 
 
-async def publish_implied(publisher: Publisher, rows: Sequence[VmRecord]) -> None:
-    """Send the message each row's status implies, all at once: the pending ones in as few
-    ``vm.create`` as fit (an all-or-nothing batch's in one of its own: a scheduler decides a gang
-    from one message), a delete command for each deleting one."""
-    now = time.time()
-    pending = [vm.to_place(now) for vm in rows if vm.status is VmStatus.PENDING]
-    sends = [
-        publisher.command(vm.hypervisor_id, vm.command(CommandAction.DELETE))
-        for vm in rows
-        if vm.status in IMPLIES_DELETE and vm.hypervisor_id is not None
-    ]
-    gangs: dict[UUID, list[VmToPlace]] = defaultdict(list)
-    for vm in pending:
-        if vm.gang is not None:
-            gangs[vm.gang].append(vm)
-    sends += [publisher.vm_create(members) for members in gangs.values()]
-    alone = [vm for vm in pending if vm.gang is None]
-    if alone:
-        sends.append(publisher.vm_create(alone))
+class OutboxPublisher(Protocol):
+    """What the outbox sends through (``vmsched_amqp.publishing.Publisher`` is one)."""
+
+    async def vm_create(self, vms: Sequence[VmToPlace]) -> None: ...
+
+    async def command(self, host_id: str, command: AgentCommand) -> None: ...
+
+
+async def publish_implied(publisher: OutboxPublisher, rows: Sequence[VmRecord]) -> None:
+    """Send the message each row's status implies (:mod:`vmsched_domain.implied_messages`), all at
+    once: the pending ones in as few ``vm.create`` as fit (an all-or-nothing batch's in one of its
+    own: a scheduler decides a gang from one message), a delete command for each deleting one."""
+    implied = implied_messages(rows, time.time())
+    sends = [publisher.command(host_id, command) for host_id, command in implied.deletes]
+    sends += [publisher.vm_create(vms) for vms in implied.creates]
     await asyncio.gather(*sends)
 
 
@@ -99,7 +96,7 @@ def published_marks(engine: AsyncEngine) -> PublishedMarks:
 
 
 async def publish_rows(
-    publisher: Publisher, engine: AsyncEngine, rows: Sequence[VmRecord], *, marks: PublishedMarks | None = None
+    publisher: OutboxPublisher, engine: AsyncEngine, rows: Sequence[VmRecord], *, marks: PublishedMarks | None = None
 ) -> None:
     """Publish each row's message with confirms, then record them all as published (through
     ``marks`` when given, else in a transaction of its own).
@@ -118,7 +115,7 @@ async def publish_rows(
 
 
 async def republish_unpublished(
-    publisher: Publisher,
+    publisher: OutboxPublisher,
     engine: AsyncEngine,
     *,
     older_than: float,
@@ -132,11 +129,11 @@ async def republish_unpublished(
     params = {"age": older_than, "stale": stale_after, "resend_stale": resend_stale, "limit": limit}
     async with engine.connect() as connection:
         rows = (await connection.execute(_UNPUBLISHED, params)).all()
-    vms = [VmRecord.from_row(row) for row in rows]
+    vms = [vm_from_row(row) for row in rows]
     gangs = sorted({vm.gang_id for vm in vms if vm.gang_id is not None and vm.status is VmStatus.PENDING})
     if gangs:  # a gang goes out whole, whichever of its VMs the limit let in
         async with engine.connect() as connection:
-            members = [VmRecord.from_row(row) for row in await connection.execute(_GANG_MEMBERS, {"gangs": gangs})]
+            members = [vm_from_row(row) for row in await connection.execute(_GANG_MEMBERS, {"gangs": gangs})]
         seen = {vm.id for vm in vms}
         vms += [vm for vm in members if vm.id not in seen]
     if vms:

@@ -13,19 +13,13 @@ from uuid import UUID, uuid4
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db import moves as migrations
-from vmsched_common.db.records import SERVER_GROUP_COLUMNS, VM_COLUMNS, ServerGroupRecord, VmRecord
-from vmsched_common.groups import GroupRule
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.rebalance_apply import (
-    MoveProgress,
-    MoveState,
-    PlannedMove,
-    PlanState,
-    refused,
-    started,
-    step,
-)
+from vmsched_contract.rebalance import MoveState, PlanState
+from vmsched_contract.status import VmStatus
+from vmsched_domain.groups import GroupRule
+from vmsched_domain.rebalance_steps import MoveProgress, PlannedMove, refused, started, step
+from vmsched_domain.records import VmRecord
+from vmsched_pg import vm_actions
+from vmsched_pg.rows import SERVER_GROUP_COLUMNS, VM_COLUMNS, server_group_from_row, vm_from_row
 
 _COLUMNS = (
     "id, goal, max_moves, host_selector, moves, score_before, score_after, state, max_parallel, progress,"
@@ -134,14 +128,14 @@ class RebalanceStore:
         """Every running VM (on its host): those a plan may move, and whose groups it must keep."""
         async with self.engine.connect() as connection:
             rows = await connection.execute(_RUNNING, {"status": VmStatus.RUNNING.value})
-            return [VmRecord.from_row(row) for row in rows]
+            return [vm_from_row(row) for row in rows]
 
     async def group_rules(self, group_ids: list[UUID]) -> dict[UUID, GroupRule]:
         if not group_ids:
             return {}
         async with self.engine.connect() as connection:
             rows = await connection.execute(_RULES, {"ids": group_ids})
-            return {row.id: ServerGroupRecord.from_row(row).rule for row in rows}
+            return {row.id: server_group_from_row(row).rule for row in rows}
 
     async def create(
         self,
@@ -212,14 +206,14 @@ class RebalanceStore:
                 plan = _plan_of(row)
                 planned = _planned(plan)
                 ids = [UUID(move.vm_id) for move in planned]
-                vms = {str(r.id): VmRecord.from_row(r) for r in await connection.execute(_PLAN_VMS, {"ids": ids})}
+                vms = {str(r.id): vm_from_row(r) for r in await connection.execute(_PLAN_VMS, {"ids": ids})}
                 progress = {vm_id: MoveProgress.of(known) for vm_id, known in plan.progress.items()}
                 next_step = step(planned, progress, vms, plan.max_parallel or 1)
                 now = dict(next_step.progress)
                 for move in next_step.start:
                     try:
-                        vm = await migrations.start_migration(self.engine, UUID(move.vm_id), move.target)
-                    except (migrations.Refused, migrations.BadTarget) as refusal:
+                        vm = await vm_actions.start_migration(self.engine, UUID(move.vm_id), move.target)
+                    except (vm_actions.Refused, vm_actions.BadTarget) as refusal:
                         now[move.vm_id] = refused(str(refusal))
                         continue
                     if vm is None:

@@ -1,4 +1,5 @@
-"""Reservations in PostgreSQL: one row shape, and ending them (expired or released), shared by the API
+"""Reservations in PostgreSQL: what a reservation is read with (its row mapper is
+:func:`vmsched_pg.rows.reservation_from_row`), and ending them (expired or released), shared by the API
 (DELETE /v1/reservations/{id}) and the scheduler (the expiry sweep).
 
 Locks, in the order every writer takes them: the reservation, then its slots, then their hosts in
@@ -8,34 +9,15 @@ id order (the VM consuming a slot locks the VM first, then the slot, then the ho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from vmsched_common.db.records import trusted, trusted_selector
-from vmsched_common.messages import HostSelectorTerm, Resources
-from vmsched_common.reservations import OPEN, ReservationStatus, SlotStatus, sql_in
+from vmsched_contract.status import ReservationStatus
+from vmsched_domain.reservations import OPEN, SlotStatus, sql_in
+from vmsched_pg.rows import RESERVATION_FIELDS
 
-RESERVATION_FIELDS = (
-    "id",
-    "project",
-    "status",
-    "status_reason",
-    "cpu",
-    "memory_mb",
-    "disk_gb",
-    "gpu",
-    "count",
-    "host_selector",
-    "placement",
-    "ends_at",
-    "created_at",
-    "updated_at",
-)
 # Each reservation with what its slots are: held, used by a VM, and the hosts they are on.
 SELECT_RESERVATIONS = f"""
     SELECT {", ".join(f"r.{f}" for f in RESERVATION_FIELDS)},
@@ -87,43 +69,6 @@ _DUE = text(
      ORDER BY ends_at LIMIT :limit
     """
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ReservationRecord:
-    id: UUID
-    project: str
-    status: ReservationStatus
-    status_reason: str | None
-    resources: Resources  # of each slot
-    count: int
-    host_selector: tuple[HostSelectorTerm, ...]
-    placement: dict[str, Any] | None
-    ends_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    held: int  # slots whose room is still the reservation's
-    used: int  # slots a VM took
-    hosts: tuple[str, ...]  # the hosts of the held and used slots
-
-    @classmethod
-    def from_row(cls, row: Any) -> ReservationRecord:
-        return cls(
-            id=row.id,
-            project=row.project,
-            status=ReservationStatus(row.status),
-            status_reason=row.status_reason,
-            resources=trusted(row.cpu, row.memory_mb, row.disk_gb, row.gpu),
-            count=row.count,
-            host_selector=trusted_selector(row.host_selector),
-            placement=row.placement,
-            ends_at=row.ends_at,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            held=int(row.held),
-            used=int(row.used),
-            hosts=tuple(sorted(row.hosts or ())),
-        )
 
 
 async def end_reservations(

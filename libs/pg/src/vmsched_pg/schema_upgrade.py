@@ -10,30 +10,31 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
 
-from vmsched_common.db.engine import create_engine, ensure_database
-from vmsched_common.settings import load_settings
+from vmsched_pg.engine import create_engine, ensure_database
+from vmsched_runtime.settings import load_settings
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-# Arbitrary constant: the advisory lock every migrating process queues on.
-MIGRATION_LOCK_ID = 0x766D73636864
+# The Alembic scripts: env.py and one file per revision in versions/.
+ALEMBIC_SCRIPTS = Path(__file__).resolve().parent / "alembic"
+# Arbitrary constant: the advisory lock every upgrading process queues on.
+UPGRADE_LOCK_ID = 0x766D73636864
 
 
 def alembic_config() -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(ALEMBIC_SCRIPTS))
     return config
 
 
 def _upgrade(connection: Connection) -> None:
     # Serialises concurrent starters: the second one finds the schema current and does nothing.
-    connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+    connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": UPGRADE_LOCK_ID})
     try:
         config = alembic_config()
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
         connection.commit()
     finally:
-        connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID})
+        connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": UPGRADE_LOCK_ID})
         connection.commit()
 
 
@@ -49,11 +50,11 @@ async def upgrade_schema(database_url: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m vmsched_common.db.migrate``: upgrade the schema DATABASE_URL names, then exit.
+    """``python -m vmsched_pg.schema_upgrade``: upgrade the schema DATABASE_URL names, then exit.
 
     The Kubernetes Job and the compose one-shot service run this before the API rolls out."""
     argparse.ArgumentParser(
-        prog="python -m vmsched_common.db.migrate",
+        prog="python -m vmsched_pg.schema_upgrade",
         description="Create the database if needed and apply every Alembic migration not yet applied "
         "(idempotent; concurrent runs queue on an advisory lock). The database comes from DATABASE_URL.",
     ).parse_args(argv)

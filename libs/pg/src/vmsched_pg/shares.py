@@ -2,9 +2,9 @@
 and the holdings: those shares plus the reservations' held slots, what a host's allocations add up to.
 
 A VM holds its host's (``hypervisor_id``) in a status of
-:data:`~vmsched_common.lifecycle.HOLDS_CAPACITY`; a migrating VM holds its target's as well once a
+:data:`~vmsched_domain.lifecycle.HOLDS_CAPACITY`; a migrating VM holds its target's as well once a
 scheduler claimed one (``migration_target``), under its target claim id. A reservation's slot still
-``held`` holds its host's room under the slot's own id (:mod:`vmsched_common.reservations`; a slot a
+``held`` holds its host's room under the slot's own id (:mod:`vmsched_domain.reservations`; a slot a
 VM took is that VM's share, wherever the VM moves). A host's ``alloc_*`` and ``vm_count`` are the
 sums of its :data:`HOLDINGS`; reconciliation restores Redis's claims from them, and the server group
 guard counts members from :data:`SHARES` (a slot belongs to no group). Every statement that needs
@@ -14,9 +14,9 @@ claim id as a colon).
 
 from __future__ import annotations
 
-from vmsched_common.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, sql_in
-from vmsched_common.reservations import SlotStatus
-from vmsched_common.snapshot import TARGET_CLAIM_SUFFIX
+from vmsched_domain.claims import TARGET_CLAIM_SUFFIX
+from vmsched_domain.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, sql_in
+from vmsched_domain.reservations import SlotStatus
 
 # The suffix as text() reads it: a colon starts a bind parameter there unless escaped.
 _SUFFIX = TARGET_CLAIM_SUFFIX.replace(":", "\\:")

@@ -1,10 +1,10 @@
 """Starting a migration, a stop or a start, from whichever service asks: the API's routes today, a
 drain or a rebalance tomorrow. The one place that checks that the VM and its hosts allow it, records
-it (through the lifecycle, :mod:`vmsched_common.migration`, :mod:`vmsched_common.vm_changes`) and says
+it (through the lifecycle, :mod:`vmsched_domain.live_migration`, :mod:`vmsched_domain.vm_changes`) and says
 what to send once it is committed.
 
 A drain moves each VM of a host with :func:`start_migration` then :func:`announce_migration`, and reads
-how each migration ended with :func:`vmsched_common.migration.outcome` on the VM's row (or follows
+how each migration ended with :func:`vmsched_domain.live_migration.outcome` on the VM's row (or follows
 ``vm.migrated`` and ``vm.migration_failed``).
 """
 
@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import Protocol
 from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common import migration
-from vmsched_common.db import vm_writes
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import Capability
-from vmsched_common.publishing import Publisher
-from vmsched_common.vm_changes import power_command, start_requested, stop_requested
+from vmsched_contract.messages import AgentCommand, Capability, VmMigrate
+from vmsched_contract.status import VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import power_command, start_requested, stop_requested
+from vmsched_pg import vm_writes
+from vmsched_pg.rows import vm_from_row
 
 _HOST_CAPABILITIES = text("SELECT id, capabilities FROM hosts WHERE id = ANY(CAST(:ids AS text[]))")
 
@@ -35,6 +36,14 @@ class Refused(Exception):
 class BadTarget(Exception):
     """A migration's ``target_host`` that can never take the VM (unknown, its own host); nothing
     changed (HTTP 422)."""
+
+
+class ActionPublisher(Protocol):
+    """What an action is announced through once committed (``vmsched_amqp.publishing.Publisher`` is one)."""
+
+    async def vm_migrate(self, request: VmMigrate) -> None: ...
+
+    async def command(self, host_id: str, command: AgentCommand) -> None: ...
 
 
 class PowerAction(StrEnum):
@@ -54,8 +63,8 @@ async def start_migration(
         row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
         if row is None or (project is not None and row.project != project):
             return None
-        vm = VmRecord.from_row(row)
-        change = migration.requested(vm, target_host, time.time())
+        vm = vm_from_row(row)
+        change = live_migration.requested(vm, target_host, time.time())
         if change is None:
             raise Refused(_why_not(vm, "migrate", VmStatus.RUNNING))
         source = str(vm.hypervisor_id)
@@ -74,10 +83,10 @@ async def start_migration(
     return change.after
 
 
-async def announce_migration(publisher: Publisher, vm: VmRecord) -> None:
+async def announce_migration(publisher: ActionPublisher, vm: VmRecord) -> None:
     """Ask the schedulers to choose the target of a migration :func:`start_migration` committed. If
     this fails, the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed."""
-    await publisher.vm_migrate(migration.request_of(vm, time.time()))
+    await publisher.vm_migrate(live_migration.request_of(vm, time.time()))
 
 
 async def request_power(
@@ -90,7 +99,7 @@ async def request_power(
         row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
         if row is None or (project is not None and row.project != project):
             return None
-        vm = VmRecord.from_row(row)
+        vm = vm_from_row(row)
         requested = stop_requested if action is PowerAction.STOP else start_requested
         change = requested(vm, time.time())
         if change is None:
@@ -105,7 +114,7 @@ async def request_power(
     return change.after
 
 
-async def announce_power(publisher: Publisher, vm: VmRecord) -> None:
+async def announce_power(publisher: ActionPublisher, vm: VmRecord) -> None:
     """Tell the VM's agent the stop or start :func:`request_power` committed. If this fails, the
     gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed."""
     action = power_command(vm)

@@ -1,4 +1,4 @@
-"""Writing lifecycle changes (:mod:`vmsched_common.vm_changes`) to PostgreSQL: the VM's row, and the
+"""Writing lifecycle changes (:mod:`vmsched_domain.vm_changes`) to PostgreSQL: the VM's row, and the
 host's allocations when the change gives its capacity back (its host's, or its migration target's),
 in the caller's transaction.
 
@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from vmsched_common.db.extra import extra_json, sql_extra_plus
-from vmsched_common.db.records import VM_COLUMNS
-from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import IMPLIES_MESSAGE
-from vmsched_common.messages import add_counts
-from vmsched_common.vm_changes import Change
+from vmsched_contract.messages import add_counts
+from vmsched_domain.extra import extra_json
+from vmsched_domain.fit import RESOURCES
+from vmsched_domain.lifecycle import IMPLIES_MESSAGE
+from vmsched_domain.vm_changes import Change
+from vmsched_pg.extra_sql import sql_extra_plus
+from vmsched_pg.rows import VM_COLUMNS
 
 _FIELDS = [rule.field for rule in RESOURCES]
 

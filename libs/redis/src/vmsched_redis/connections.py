@@ -1,11 +1,12 @@
-"""Clients for the three servers, built from the settings in one place."""
+"""The Redis client every service builds from the settings, and how a service checks at start that
+Redis answers."""
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from vmsched_common.settings import Settings
-from vmsched_common.snapshot import Snapshot
+from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.settings import Settings
 
 
 def connect_redis(settings: Settings) -> Redis:
@@ -19,5 +20,18 @@ def connect_redis(settings: Settings) -> Redis:
     )
 
 
-def snapshot_for(settings: Settings, redis: Redis | None = None) -> Snapshot:
-    return Snapshot(redis or connect_redis(settings), settings.redis_key_prefix)
+async def ping_redis(settings: Settings) -> None:
+    """Return once Redis answers a PING, else raise why not."""
+    client = Redis.from_url(str(settings.redis_url), socket_connect_timeout=CONNECT_TIMEOUT)
+    try:
+        await client.ping()
+    finally:
+        await client.aclose()
+
+
+def _redis_url(settings: Settings) -> str:
+    return str(settings.redis_url)
+
+
+# Redis, as a service's command line checks it before starting (vmsched_runtime.reachability).
+REDIS = Server("Redis", "REDIS_URL", url=_redis_url, reach=ping_redis)

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from vmsched_common.metrics import BATCH_SIZE
+from vmsched_runtime.metrics import BATCH_SIZE
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
-from faststream import BaseMiddleware
-from faststream.message import StreamMessage
 from opentelemetry import trace
 
 bind = structlog.contextvars.bind_contextvars
@@ -108,17 +106,6 @@ def _service(name: str) -> Any:
         return event
 
     return add
-
-
-class MessageLogContext(BaseMiddleware):
-    """Binds the message's id (and routing key) for every line its handling logs; handlers add
-    vm_id and host once they know them. Placed inside the telemetry middleware, so that the
-    consume span, and with it trace_id, is current as well."""
-
-    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
-        raw = msg.raw_message
-        with bound(message_id=msg.message_id, routing_key=getattr(raw, "routing_key", None)):
-            return await call_next(msg)
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -19,7 +19,7 @@ from wsgiref.simple_server import make_server
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
-from vmsched_common.settings import ENV_PREFIX, Settings
+from vmsched_runtime.settings import ENV_PREFIX, Settings
 
 # Each service's own port when VMSCHED_METRICS_PORT is unset (Prometheus' default-port registry has
 # 9100 for the node exporter; these follow it).

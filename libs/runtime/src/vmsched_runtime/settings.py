@@ -31,9 +31,7 @@ from pydantic import (
 from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from vmsched_contract.strategy import MAX_WAIT_S as MAX_WAIT_S
-from vmsched_contract.strategy import Strategy as Strategy
-from vmsched_contract.strategy import valid_strategies as valid_strategies
+from vmsched_contract.strategy import MAX_WAIT_S, Strategy, valid_strategies
 
 
 class OrphanPolicy(StrEnum):
@@ -59,7 +57,7 @@ MANAGEMENT_PORTS = {"amqp": ("http", 15672), "amqps": ("https", 15671)}
 ENV_PREFIX = "VMSCHED_"
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
-# One RabbitMQ node, or several of one cluster (vmsched_common.amqp_nodes), amqp or amqps.
+# One RabbitMQ node, or several of one cluster (vmsched_amqp.nodes), amqp or amqps.
 AmqpUrl = Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["amqp", "amqps"], host_required=True)]
 Weight = Annotated[float, Field(ge=0, le=1)]
 # libpq's sslmode values (``?sslmode=require`` on VMSCHED_DATABASE_URL); asyncpg takes the same names.
@@ -207,7 +205,7 @@ class Settings(BaseSettings):
     metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
 
     # Standard OpenTelemetry variables, read here so that a bad value stops the service at start.
-    # The exporter itself reads the rest (OTEL_EXPORTER_OTLP_HEADERS, ...); see vmsched_common.telemetry.
+    # The exporter itself reads the rest (OTEL_EXPORTER_OTLP_HEADERS, ...); see vmsched_runtime.telemetry.
     otel_sdk_disabled: Annotated[bool, Field(validation_alias="OTEL_SDK_DISABLED")] = False
     # unset: vmsched-<service>
     otel_service_name: Annotated[str, Field(validation_alias="OTEL_SERVICE_NAME")] = ""
@@ -307,7 +305,7 @@ class Settings(BaseSettings):
 
     @property
     def sqlalchemy_url(self) -> str:
-        """The database URL as written, ``sslmode`` and all (vmsched_common.db.engine reads it)."""
+        """The database URL as written, ``sslmode`` and all (vmsched_pg.engine reads it)."""
         return str(self.database_url)
 
     @property

@@ -2,7 +2,7 @@
 ``OTEL_*`` variables, and the instrumentations of the libraries a placement goes through.
 
 The provider is installed even when nothing is exported: its trace ids are what ties the log lines
-of one request together across services (see :mod:`vmsched_common.logs`), and they travel in the
+of one request together across services (see :mod:`vmsched_runtime.logs`), and they travel in the
 AMQP headers (FastStream's ``RabbitTelemetryMiddleware``, added by ``make_broker``). Until some
 exporter is attached, though, no span is recorded (:class:`RecordWhenExported`) and Redis and
 PostgreSQL are not instrumented: a placement's trace costs a few unrecorded spans, not dozens of
@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult, 
 from opentelemetry.trace import Link, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
-from vmsched_common.settings import Settings
+from vmsched_runtime.settings import Settings
 
 if TYPE_CHECKING:
     # The instrumentations are the services' (vmsched-common's server extra), not an agent's.

@@ -1,10 +1,11 @@
-"""What a cell tells the cell router about itself (``GET /v1/summary``), and how it is computed.
+"""How a cell computes what it tells the cell router about itself (``GET /v1/summary``, the body is
+:class:`vmsched_contract.cells.CellSummary`).
 
 A cell is one whole vmsched installation (docs/scaling.md, "Cells"). The router chooses a cell for a
 VM from this summary: which label sets the cell's hosts carry, how much room each set has, how busy
 the cell is. It is a summary, never per host: its size grows with the label sets, not the hosts.
 
-Room is the fit rule's (:mod:`vmsched_common.fit`): what a host may still hand out of a resource is
+Room is the fit rule's (:mod:`vmsched_domain.fit`): what a host may still hand out of a resource is
 ``allocatable - allocated``. Only hosts that take new VMs count (online, scheduling not paused).
 Taints are not summarised: a cell whose room is all on tainted hosts looks roomy to the router, and
 its scheduler's answer (unschedulable) sends the VM to the next cell.
@@ -14,46 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pydantic import BaseModel, Field
-
-from vmsched_common.db.records import HostRecord
-from vmsched_common.fit import RESOURCES, allocatable
-from vmsched_common.messages import HostStatus
-
-Amounts = dict[str, int]
-
-
-class LabelSetSummary(BaseModel):
-    """The schedulable hosts of a cell that carry exactly these labels."""
-
-    labels: dict[str, str]
-    hosts: int
-    free: Amounts = Field(description="summed over these hosts: what each may still take, per resource")
-    largest: Amounts = Field(
-        description="per resource, the most any one of these hosts may still take (taken separately per "
-        "resource: the largest cpu and the largest memory may be on different hosts)"
-    )
-
-
-class CellSummary(BaseModel):
-    """A cell's capacity, summarised for the cell router (``GET /v1/summary``)."""
-
-    hosts: int = Field(description="every host the cell knows, whatever its status")
-    schedulable_hosts: int = Field(description="hosts online with scheduling not paused")
-    allocatable: Amounts = Field(description="what the schedulable hosts may hand out in all, per resource")
-    free: Amounts = Field(description="what they may still hand out, per resource")
-    waiting: int = Field(description="VMs waiting for room (status waiting)")
-    label_sets: list[LabelSetSummary] = Field(description="the schedulable hosts grouped by their labels")
-
-    def load(self) -> float:
-        """How full the cell is, 0..1: the mean of its cpu and memory allocated shares (1 when it has
-        no room at all), the number least-loaded choice compares."""
-        shares = []
-        for resource in ("cpu", "memory_mb"):
-            total = self.allocatable.get(resource, 0)
-            shares.append(1.0 if total <= 0 else 1.0 - min(self.free.get(resource, 0), total) / total)
-        return sum(shares) / len(shares)
-
+from vmsched_contract.cells import Amounts, CellSummary, LabelSetSummary
+from vmsched_contract.messages import HostStatus
+from vmsched_domain.fit import RESOURCES, allocatable
+from vmsched_domain.records import HostRecord
 
 # The resources every host has, in the fit rule's order, with the attribute of their ratio.
 _FIELDS = tuple(rule.field for rule in RESOURCES)
@@ -136,7 +101,7 @@ def summarize(hosts: Iterable[HostRecord], waiting: int) -> CellSummary:
         for index in range(len(_FIELDS)):
             cell_total[index] += total[index]
             cell_free[index] += free[index]
-        # Named extra resources: whole units, never overcommitted, nothing reserved (vmsched_common.fit).
+        # Named extra resources: whole units, never overcommitted, nothing reserved (vmsched_domain.fit).
         extra = {name: max(count - host.allocated.extra.get(name, 0), 0) for name, count in host.capacity.extra.items()}
         _add(extra_total, host.capacity.extra)
         _add(extra_free, extra)

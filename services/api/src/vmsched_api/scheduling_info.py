@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vmsched_common.db.records import HostRecord
-from vmsched_common.fit import RESOURCES, allocatable, ratio_of
-from vmsched_common.messages import HostStatus, Resources
+from vmsched_contract.messages import HostStatus, Resources
+from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
+from vmsched_domain.records import HostRecord
 
 ONLINE = HostStatus.ONLINE.value
 OFFLINE = HostStatus.OFFLINE.value

@@ -6,7 +6,7 @@ server group, capacity), with two more: its source is excluded, and only a host 
 migrate (and only the one asked for, when one is named) passes the ``migration`` filter. The choice
 is claimed in Redis under the VM's *target claim* (its claim on its source stays), then committed
 under PostgreSQL's guard (:meth:`~vmsched_scheduler.ports.Ledger.settle_migrations`): from then on
-the VM holds both hosts until the migration ends (:mod:`vmsched_common.migration`). A refused claim
+the VM holds both hosts until the migration ends (:mod:`vmsched_domain.live_migration`). A refused claim
 sends the VM to the next pass, as for a placement; a VM no host takes goes back to ``running`` with
 the reason, nothing claimed.
 
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import RejectedHost
-from vmsched_common.lifecycle import Task
-from vmsched_common.messages import VmMigrate, VmMigrating, VmMigrationFailed
-from vmsched_common.migration import in_flight
-from vmsched_common.snapshot import target_claim_id
+from vmsched_contract.decision import RejectedHost
+from vmsched_contract.messages import VmMigrate, VmMigrating, VmMigrationFailed
+from vmsched_contract.status import Task
+from vmsched_domain.claims import target_claim_id
+from vmsched_domain.live_migration import in_flight
+from vmsched_domain.records import VmRecord
 from vmsched_placement import NO_AVAILABLE_AGENTS, DecisionContext, rejected_examples, verdict
 from vmsched_placement.filters import MigrationFilter
 from vmsched_placement.whatif import unplaced_detail

@@ -1,12 +1,11 @@
-"""The HTTP API's bodies, defined in :mod:`vmsched_contract.api` (one definition: the client library
-parses the API's answers with the same models), and how a route documents its refusals."""
+"""How a route documents its refusals. (The HTTP API's bodies are :mod:`vmsched_contract.api`: one
+definition, the client library parses the API's answers with the same models.)"""
 
 from __future__ import annotations
 
 from http import HTTPStatus
 from typing import Any
 
-from vmsched_contract.api import *  # noqa: F403
 from vmsched_contract.api import ErrorDetail, QuotaRefusal
 
 # A VM request may be refused for the token's scope, or for its project's quota.

@@ -10,7 +10,7 @@ from vmsched_domain.fit import RESOURCES, lua_shortfall_function
 from vmsched_domain.groups import LUA_GROUP_RULE
 
 # Lua helpers for those maps, pasted where a script says ``{{counts}}``.
-LUA_COUNTS = """-- Named extra resources' {name: count} maps, stored as JSON (vmsched_common.db.extra).
+LUA_COUNTS = """-- Named extra resources' {name: count} maps, stored as JSON (vmsched_domain.extra).
 local function decode_counts(raw)
   if not raw or raw == '' or raw == '{}' then
     return {}

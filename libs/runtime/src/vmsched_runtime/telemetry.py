@@ -34,7 +34,7 @@ from opentelemetry.util.types import Attributes
 from vmsched_runtime.settings import Settings
 
 if TYPE_CHECKING:
-    # The instrumentations are the services' (vmsched-common's server extra), not an agent's.
+    # The instrumentations are the services' (vmsched-pg's and vmsched-redis's dependencies), not an agent's.
     from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 # Paths the HTTP instrumentation leaves alone: probes and scrapes would drown the real requests.
@@ -123,7 +123,7 @@ def setup_tracing(service: str, settings: Settings) -> TracerProvider | None:
 
 
 def _instrumentors() -> tuple[BaseInstrumentor, ...]:
-    # Imported here, and only where installed (vmsched-common's server extra): they import redis and
+    # Imported here, and only where installed (by vmsched-redis and vmsched-pg): they import redis and
     # asyncpg, which an agent (sharing this module) has not.
     found: list[BaseInstrumentor] = []
     with contextlib.suppress(ImportError):

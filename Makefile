@@ -36,7 +36,7 @@ test-fast: .venv/.synced ## unit and property tests only (no servers)
 lint: .venv/.synced ## ruff + mypy --strict
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy libs/contract/src libs/client/src libs/common/src libs/placement/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src services/router/src
+	.venv/bin/mypy libs/contract/src libs/client/src libs/domain/src libs/runtime/src libs/amqp/src libs/pg/src libs/redis/src libs/placement/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src services/router/src
 	.venv/bin/mypy tests devtools bench libs/placement/tests services/scheduler/tests
 
 format: .venv/.synced

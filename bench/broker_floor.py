@@ -39,11 +39,11 @@ from faststream.rabbit import RabbitQueue
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vmsched_common.amqp import make_broker  # noqa: E402
-from vmsched_common.logs import configure_logging  # noqa: E402
-from vmsched_common.messages import AgentCommand, CommandAction, Resources  # noqa: E402
-from vmsched_common.settings import Settings  # noqa: E402
-from vmsched_common.telemetry import setup_tracing  # noqa: E402
+from vmsched_amqp.broker import make_broker  # noqa: E402
+from vmsched_contract.messages import AgentCommand, CommandAction, Resources  # noqa: E402
+from vmsched_runtime.logs import configure_logging  # noqa: E402
+from vmsched_runtime.settings import Settings  # noqa: E402
+from vmsched_runtime.telemetry import setup_tracing  # noqa: E402
 
 BASE_AMQP = os.environ.get("VMSCHED_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 RATES = (300.0, 1500.0, None)  # None: as fast as confirms come back

@@ -38,8 +38,8 @@ from bench.placement_bench import git_commit  # noqa: E402
 from devtools.stack import Stack, free_port  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402
 from vmsched_agent.simulator import SimulatedFleet  # noqa: E402
-from vmsched_common.logs import configure_logging  # noqa: E402
-from vmsched_common.messages import Resources  # noqa: E402
+from vmsched_contract.messages import Resources  # noqa: E402
+from vmsched_runtime.logs import configure_logging  # noqa: E402
 
 BUDGET_S = 30.0
 SCHEDULERS = 2

@@ -22,10 +22,10 @@ import uvloop
 
 from vmsched_agent import Profile, SimulatedFleet, generate_hosts
 from vmsched_agent.hosts import parse_labels
-from vmsched_common.heap import freeze_startup_objects
-from vmsched_common.logs import configure_logging
-from vmsched_common.messages import Overcommit, Resources
-from vmsched_common.settings import load_settings
+from vmsched_contract.messages import Overcommit, Resources
+from vmsched_runtime.heap import freeze_startup_objects
+from vmsched_runtime.logs import configure_logging
+from vmsched_runtime.settings import load_settings
 
 FLUSH_EVERY = 0.05
 UNIFORM_CAPACITY = Resources(cpu=32, memory_mb=128 * 1024, disk_gb=1000)

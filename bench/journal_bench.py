@@ -49,7 +49,7 @@ from bench.placement_bench import (  # noqa: E402
     git_commit,
     pin_to_one_cpu,
 )
-from vmsched_common.settings import Strategy  # noqa: E402
+from vmsched_contract.strategy import Strategy  # noqa: E402
 from vmsched_placement import DecisionContext, Fleet, Weights, decide  # noqa: E402
 from vmsched_placement.journal import Journal  # noqa: E402
 from vmsched_scheduler.usage_cadence import UsageCadence  # noqa: E402

@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from vmsched_common.groups import GroupPolicy, GroupRule, domain_of
-from vmsched_common.messages import SelectorOperator
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule, domain_of
 from vmsched_placement import (
     DecisionContext,
     Demand,

@@ -26,10 +26,12 @@ from uuid import UUID
 
 import numpy as np
 
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, GroupRule
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.rebalance import Goal
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights
-from vmsched_placement.rebalance import Goal, MovableVm, plan_rebalance
+from vmsched_placement.rebalance import MovableVm, plan_rebalance
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -2,7 +2,7 @@
 fault test and for trying vmsched against a cluster by hand (deploy/local-cluster.sh).
 
 The nodes share the rabbitmq user's Erlang cookie, so they can join one another, and
-``VMSCHED_AMQP_URL`` names all three (vmsched_common.amqp_nodes): a service connected to a node that
+``VMSCHED_AMQP_URL`` names all three (vmsched_amqp.nodes): a service connected to a node that
 dies reconnects to the next one.
 """
 

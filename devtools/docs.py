@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vmsched_common.lifecycle import markdown_table
+from vmsched_domain.lifecycle import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 LIFECYCLE = ROOT / "docs" / "lifecycle.md"
-BEGIN = "<!-- transitions: made by `make docs` from vmsched_common.lifecycle -->"
+BEGIN = "<!-- transitions: made by `make docs` from vmsched_domain.lifecycle -->"
 END = "<!-- end of transitions -->"
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from vmsched_common.metrics_server import GATEWAY_METRICS_PORT, SCHEDULER_METRICS_PORT
+from vmsched_runtime.metrics_server import GATEWAY_METRICS_PORT, SCHEDULER_METRICS_PORT
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -10,9 +10,9 @@ from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.servers import Servers, copy_database, drop_database, provide_servers
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
-from vmsched_common.settings import Settings
+from vmsched_pg.engine import create_engine
+from vmsched_pg.schema_upgrade import upgrade_schema
+from vmsched_runtime.settings import Settings
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ from typing import Any
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.agent_identity import AgentCredentials
-from vmsched_common.settings import Settings
+from vmsched_amqp.agent_identity import AgentCredentials
 from vmsched_gateway.enrollment import BrokerAdmin
+from vmsched_runtime.settings import Settings
 
 # Enrollments at once: each is four calls to the management API.
 CONCURRENT_ENROLLMENTS = 8

@@ -22,8 +22,8 @@ import asyncpg
 import httpx
 import redis
 
-from vmsched_common.agent_identity import host_of_username
-from vmsched_common.settings import Settings
+from vmsched_amqp.agent_identity import host_of_username
+from vmsched_runtime.settings import Settings
 
 LOCAL_AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"

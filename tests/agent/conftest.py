@@ -10,9 +10,9 @@ from faststream.rabbit import RabbitBroker
 from tests.agent.standin import StandInGateway
 from tests.servers import Servers
 from vmsched_agent import Agent, Hypervisor
-from vmsched_common.amqp import declare_topology, make_broker
-from vmsched_common.messages import AgentCommand, Resources
-from vmsched_common.settings import Settings
+from vmsched_amqp.broker import declare_topology, make_broker
+from vmsched_contract.messages import AgentCommand, Resources
+from vmsched_runtime.settings import Settings
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 

@@ -13,9 +13,9 @@ from uuid import UUID
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.messages import AgentCommand, AgentHeartbeat, ReportedStatus, VmStatusReport
-from vmsched_common.publishing import Publisher
+from vmsched_amqp import topology
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import AgentCommand, AgentHeartbeat, ReportedStatus, VmStatusReport
 
 T = TypeVar("T")
 

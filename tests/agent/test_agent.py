@@ -14,8 +14,8 @@ from faststream.rabbit import RabbitBroker
 from tests.agent.conftest import MakeAgent, RecordingHypervisor
 from tests.agent.standin import StandInGateway
 from vmsched_agent import AgentQueueMissing
-from vmsched_common import topology
-from vmsched_common.messages import AgentCommand, CommandAction, HostStatus, ReportedStatus, Resources
+from vmsched_amqp import topology
+from vmsched_contract.messages import AgentCommand, CommandAction, HostStatus, ReportedStatus, Resources
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from tests.agent.conftest import HOST, RecordingHypervisor
 from vmsched_agent import Agent, Hypervisor
-from vmsched_common.messages import AgentCommand, CommandAction, ReportedStatus, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, ReportedStatus, Resources
 
 NOWHERE = "amqp://guest:guest@127.0.0.1:1/"  # never connected: these agents are not started
 SMALL = Resources(cpu=1, memory_mb=512, disk_gb=10)

@@ -19,7 +19,7 @@ from tests.fleets import enroll
 from tests.servers import Servers
 from vmsched_agent.cli import build_parser, hosts_from_options, main
 from vmsched_agent.hosts import Profile
-from vmsched_common.messages import AgentCommand, CommandAction, ReportedStatus, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, ReportedStatus, Resources
 
 
 def test_simulate_needs_a_count_or_a_hosts_file(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import CreateGate, FakeHypervisor, HostFull, SimulatedFailure
-from vmsched_common.messages import AgentCommand, CommandAction, Overcommit, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, Overcommit, Resources
 
 HOST = HostSpec(id="h1", capacity=Resources(cpu=4, memory_mb=8192, disk_gb=100, gpu=0))
 

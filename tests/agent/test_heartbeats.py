@@ -7,7 +7,7 @@ import random
 from collections import defaultdict
 
 from vmsched_agent.heartbeats import HeartbeatScheduler
-from vmsched_common.messages import AgentHeartbeat, Resources
+from vmsched_contract.messages import AgentHeartbeat, Resources
 
 CAPACITY = Resources(cpu=1, memory_mb=1, disk_gb=1)
 

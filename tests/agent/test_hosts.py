@@ -17,7 +17,7 @@ from vmsched_agent.hosts import (
     load_hosts,
     parse_labels,
 )
-from vmsched_common.messages import Overcommit, Resources
+from vmsched_contract.messages import Overcommit, Resources
 
 CAPACITY = Resources(cpu=32, memory_mb=131072, disk_gb=1000)
 

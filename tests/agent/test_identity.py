@@ -15,7 +15,7 @@ from tests.fleets import enroll
 from tests.servers import Servers
 from vmsched_agent import parse_credentials
 from vmsched_agent.cli import main
-from vmsched_common.messages import AgentCommand, CommandAction, HostStatus, ReportedStatus, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, HostStatus, ReportedStatus, Resources
 
 CREDENTIALS = {"host_id": "hv-1", "username": "agent-hv-1", "password": "pw", "amqp_url": "amqp://agent-hv-1:pw@h/"}
 

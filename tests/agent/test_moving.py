@@ -8,7 +8,7 @@ import uuid
 from tests.agent.conftest import HOST, RecordingHypervisor
 from vmsched_agent import Agent, FakeHypervisor, Hypervisor
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import AgentCommand, CommandAction, MigrationOrder, ReportedStatus, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, MigrationOrder, ReportedStatus, Resources
 
 NOWHERE = "amqp://guest:guest@127.0.0.1:1/"  # never connected: these agents are not started
 SMALL = Resources(cpu=1, memory_mb=512, disk_gb=10)

@@ -12,8 +12,8 @@ from tests.agent.conftest import MakeAgent, RecordingHypervisor
 from tests.agent.standin import StandInGateway
 from tests.integration.amqp_tools import drop_connection, queue_exists
 from tests.servers import Servers
-from vmsched_common import topology
-from vmsched_common.messages import AgentCommand, CommandAction, ReportedStatus, Resources
+from vmsched_amqp import topology
+from vmsched_contract.messages import AgentCommand, CommandAction, ReportedStatus, Resources
 
 
 def create() -> AgentCommand:

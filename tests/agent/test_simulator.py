@@ -11,7 +11,7 @@ import pytest
 from tests.agent.standin import StandInGateway
 from tests.servers import Servers
 from vmsched_agent import AgentQueueMissing, SimulatedFleet, generate_hosts
-from vmsched_common.messages import AgentCommand, CommandAction, ReportedStatus, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, ReportedStatus, Resources
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ the hypervisor, else none; a failing measurement never stops a heartbeat."""
 from __future__ import annotations
 
 from vmsched_agent import Agent
-from vmsched_common.messages import AgentCommand, Resources, Usage
+from vmsched_contract.messages import AgentCommand, Resources, Usage
 
 CAPACITY = Resources(cpu=16, memory_mb=32768, disk_gb=100)
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"  # never connected to: these agents are not started

@@ -25,7 +25,7 @@ from tests.integration.conftest import stack_env
 from tests.integration.waiting import eventually
 from tests.servers import Servers, drop_database, provide_servers
 from vmsched_agent.hosts import generate_hosts
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 # Two whole installations and a router: minutes, so with the fault runs (make test-faults).
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

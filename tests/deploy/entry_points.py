@@ -13,7 +13,7 @@ from tests.deploy.manifests import ROOT
 
 # Each service's package runs as `python -m <package>`; the migration as a module of its own.
 SERVICE_PACKAGES = ("vmsched_api", "vmsched_scheduler", "vmsched_gateway", "vmsched_agent", "vmsched_router")
-MIGRATION_MODULE = "vmsched_common.db.migrate"
+SCHEMA_UPGRADE_MODULE = "vmsched_pg.schema_upgrade"
 
 
 @cache
@@ -34,8 +34,8 @@ def script_function(target: str) -> Callable[..., object]:
 
 
 def runnable_modules() -> set[str]:
-    """Modules ``python -m`` can run: packages with a ``__main__`` and the migration module."""
+    """Modules ``python -m`` can run: packages with a ``__main__`` and the schema upgrade."""
     runnable = {package for package in SERVICE_PACKAGES if importlib.util.find_spec(f"{package}.__main__")}
-    if callable(getattr(importlib.import_module(MIGRATION_MODULE), "main", None)):
-        runnable.add(MIGRATION_MODULE)
+    if callable(getattr(importlib.import_module(SCHEMA_UPGRADE_MODULE), "main", None)):
+        runnable.add(SCHEMA_UPGRADE_MODULE)
     return runnable

@@ -12,8 +12,8 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from vmsched_api.app import build_app
-from vmsched_common.metrics_server import start_metrics_server
-from vmsched_common.settings import Settings
+from vmsched_runtime.metrics_server import start_metrics_server
+from vmsched_runtime.settings import Settings
 
 
 async def _api_status(path: str) -> int:
@@ -61,7 +61,7 @@ def _free_port() -> int:
 
 
 def metrics_server_statuses(paths: list[str]) -> dict[str, int]:
-    """Start the scheduler's and gateway's metrics server (vmsched_common.metrics_server) on a free
+    """Start the scheduler's and gateway's metrics server (vmsched_runtime.metrics_server) on a free
     loopback port, GET each path, stop it."""
     port = _free_port()
     stop = start_metrics_server(Settings(metrics_host="127.0.0.1", metrics_port=port), default_port=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from pydantic import AliasChoices, AliasPath
 
-from vmsched_common.settings import Settings
+from vmsched_runtime.settings import Settings
 
 # What a pod must set because the default only suits a developer's machine (servers on 127.0.0.1,
 # an API listening on loopback), by field name; the metrics port too, where a probe uses it.

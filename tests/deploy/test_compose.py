@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.deploy.entry_points import MIGRATION_MODULE
+from tests.deploy.entry_points import SCHEMA_UPGRADE_MODULE
 from tests.deploy.manifests import ROOT
 from tests.deploy.probes import api_routes_path
 from tests.deploy.settings_env import PREFIX, REQUIRED_FIELDS, environment_names, require_prefix, variable_of
@@ -100,7 +100,7 @@ def test_servers_run_a_current_version(server: str) -> None:
 
 def test_the_migration_runs_once_before_the_services_start() -> None:
     migrate = services()["migrate"]
-    assert migrate["command"] == ["python", "-m", MIGRATION_MODULE]
+    assert migrate["command"] == ["python", "-m", SCHEMA_UPGRADE_MODULE]
     assert migrate.get("restart", "no") == "no"
     for name in ("api", "scheduler", "gateway"):
         depends_on = services()[name]["depends_on"]

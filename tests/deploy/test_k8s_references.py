@@ -34,7 +34,7 @@ from tests.deploy.settings_env import (
     unprefixed_settings,
     variable_of,
 )
-from vmsched_common.settings import MANAGEMENT_PORTS
+from vmsched_runtime.settings import MANAGEMENT_PORTS
 
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 

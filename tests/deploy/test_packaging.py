@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.entry_points import (
-    MIGRATION_MODULE,
+    SCHEMA_UPGRADE_MODULE,
     SERVICE_PACKAGES,
     console_scripts,
     runnable_modules,
@@ -105,8 +105,8 @@ def test_every_service_runs_as_python_dash_m_with_its_console_scripts_function(p
     assert f"from {module} import {function}" in main_source
 
 
-def test_the_migration_runs_as_python_dash_m() -> None:
-    assert MIGRATION_MODULE in runnable_modules()
+def test_the_schema_upgrade_runs_as_python_dash_m() -> None:
+    assert SCHEMA_UPGRADE_MODULE in runnable_modules()
 
 
 def _helps(*commands: list[str]) -> list[str]:
@@ -126,15 +126,15 @@ def _helps(*commands: list[str]) -> list[str]:
 def test_the_commands_with_a_help_option_answer_it_as_module_and_as_script() -> None:
     # The API, scheduler and gateway take no options (they start serving at once): not run here.
     bin_directory = Path(sys.executable).parent
-    agent_module, agent_script, migration, router_module, router_script = _helps(
+    agent_module, agent_script, schema_upgrade, router_module, router_script = _helps(
         [sys.executable, "-m", "vmsched_agent"],
         [str(bin_directory / "vmsched-agent")],
-        [sys.executable, "-m", MIGRATION_MODULE],
+        [sys.executable, "-m", SCHEMA_UPGRADE_MODULE],
         [sys.executable, "-m", "vmsched_router"],
         [str(bin_directory / "vmsched-router")],
     )
     assert "simulate" in agent_module
     assert "simulate" in agent_script
-    assert "migration" in migration
+    assert "migration" in schema_upgrade
     assert "VMSCHED_ROUTER_CELLS" in router_module
     assert "cell router" in router_script

@@ -9,7 +9,7 @@ from types import TracebackType
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
-from vmsched_common import topology
+from vmsched_amqp import topology
 
 
 class EventCounter:

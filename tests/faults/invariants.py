@@ -12,10 +12,10 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import CommandAction
+from vmsched_contract.messages import CommandAction
 
 FINAL = {"scheduled", "running", "unschedulable", "failed", "deleted", "stopped"}
-# The statuses that hold capacity (vmsched_common.lifecycle.HOLDS_CAPACITY, written out: this checker
+# The statuses that hold capacity (vmsched_domain.lifecycle.HOLDS_CAPACITY, written out: this checker
 # is a second opinion, not a copy of the code it checks); a migrating VM holds its migration target
 # as well, and a reservation's held slot its host's room (no extras: a slot has none).
 ALLOCATING = ("scheduled", "running", "unknown", "deleting", "stopped", "migrating")

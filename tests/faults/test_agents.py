@@ -29,8 +29,8 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common import topology
-from vmsched_common.messages import AgentCommand, CommandAction, Resources
+from vmsched_amqp import topology
+from vmsched_contract.messages import AgentCommand, CommandAction, Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ from tests.faults.invariants import check
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common import topology
-from vmsched_common.messages import Resources
+from vmsched_amqp import topology
+from vmsched_contract.messages import Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ from tests.integration.moving import claims_of, disagreements, host_shares
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

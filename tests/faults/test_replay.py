@@ -17,7 +17,7 @@ from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.messages import ZERO, Overcommit, Resources
-from vmsched_common.snapshot import HostWrite
+from vmsched_contract.messages import ZERO, Overcommit, Resources
+from vmsched_redis.host_hash import HostWrite
 
 ONE_SMALL_VM = Resources(cpu=1, memory_mb=512, disk_gb=1)
 

@@ -15,10 +15,10 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.servers import Servers, drop_database
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.strategy import Strategy
+from vmsched_pg.engine import create_engine
+from vmsched_pg.schema_upgrade import upgrade_schema
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.ledger import PostgresLedger
 
 T = TypeVar("T")

@@ -32,19 +32,13 @@ from tests.integration.amqp_tools import Tap, publish_raw
 from tests.integration.waiting import eventually
 from tests.servers import Servers, provide_servers
 from vmsched_agent import Agent, FakeHypervisor, HostSpec, SimulatedFleet
-from vmsched_common import topology
-from vmsched_common.agent_identity import AgentCredentials, agent_username, vhost_of
-from vmsched_common.db.engine import ensure_database
-from vmsched_common.db.migrate import upgrade_schema
-from vmsched_common.messages import (
-    AgentConflict,
-    AgentHeartbeat,
-    ReportedStatus,
-    Resources,
-    VmStatusReport,
-)
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.agent_identity import AgentCredentials, agent_username, vhost_of
+from vmsched_contract.messages import AgentConflict, AgentHeartbeat, ReportedStatus, Resources, VmStatusReport
 from vmsched_gateway.bootstrap import build_app as build_gateway
+from vmsched_pg.engine import ensure_database
+from vmsched_pg.schema_upgrade import upgrade_schema
+from vmsched_runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from faststream.rabbit import RabbitBroker
 
 from tests.integration.amqp_tools import drop_connection, queue_exists
 from tests.servers import Servers
-from vmsched_common import topology
-from vmsched_common.amqp import declare_topology, make_broker
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.broker import declare_topology, make_broker
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -14,14 +14,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.rows import insert_vm
-from vmsched_common.amqp import is_transient
-from vmsched_common.db.engine import create_engine
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.messages import AgentHeartbeat, Resources
-from vmsched_common.outbox import published_marks
-from vmsched_common.settings import Strategy
+from vmsched_amqp.failures import is_transient
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import AgentHeartbeat, Resources
+from vmsched_contract.strategy import Strategy
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.report_store import ReportStore
+from vmsched_pg.engine import create_engine
+from vmsched_pg.outbox import published_marks
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 

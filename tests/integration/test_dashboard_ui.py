@@ -26,7 +26,7 @@ from tests.integration.moving import disagreements, host_shares, running, settle
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import Resources, Taint, TaintEffect
+from vmsched_contract.messages import Resources, Taint, TaintEffect
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.repository import Repository
-from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_api.vm_acceptance import Accepted, CreateRequest, VmAcceptance
-from vmsched_common.db.engine import create_engine, failed_on_dead_connection
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.outbox import published_marks
+from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.status import VmStatus
+from vmsched_pg.engine import create_engine, failed_on_dead_connection
+from vmsched_pg.outbox import published_marks
 
 pytestmark = pytest.mark.integration
 

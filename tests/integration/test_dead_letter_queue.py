@@ -1,5 +1,5 @@
 """``vmsched.dead-letters`` is a quorum queue; a classic one an older version left is kept, with its
-messages, until ``python -m vmsched_common.dead_letters`` moves it (vmsched_common/dead_letters.py)."""
+messages, until ``python -m vmsched_amqp.dead_letters`` moves it (vmsched_amqp/dead_letters.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 
 from tests.integration.amqp_tools import fresh_vhost, publish_raw, queue_exists, queue_type
 from tests.servers import Servers
-from vmsched_common import topology
-from vmsched_common.amqp import declare_topology, make_broker
-from vmsched_common.dead_letters import MOVING_QUEUE, move_to_quorum
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.broker import declare_topology, make_broker
+from vmsched_amqp.dead_letters import MOVING_QUEUE, move_to_quorum
+from vmsched_runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

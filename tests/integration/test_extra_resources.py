@@ -30,13 +30,16 @@ from tests.integration.rows import delete_keys, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.db import vm_writes
-from vmsched_common.db.records import HOST_COLUMNS, HostRecord, VmRecord
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.messages import Resources
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, Snapshot, SnapshotHost
-from vmsched_common.vm_changes import agent_deleted, delete_requested
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import Resources
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.records import HostRecord
+from vmsched_domain.vm_changes import agent_deleted, delete_requested
+from vmsched_pg import vm_writes
+from vmsched_pg.rows import HOST_COLUMNS, host_from_row, vm_from_row
+from vmsched_redis.claims import Claim
+from vmsched_redis.host_hash import SnapshotHost
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 from vmsched_scheduler.reconcile import reconcile
@@ -242,7 +245,7 @@ async def _host_row(engine: AsyncEngine, host_id: str) -> HostRecord:
         row = (
             await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
         ).one()
-    return HostRecord.from_row(row)
+    return host_from_row(row)
 
 
 async def test_postgresqls_guard_counts_a_rounds_vms_together_and_a_release_gives_their_extras_back(
@@ -277,7 +280,7 @@ async def test_postgresqls_guard_counts_a_rounds_vms_together_and_a_release_give
     for step in ("asked", "done"):
         async with private_engine.begin() as connection:
             (row,) = (await connection.execute(vm_writes.LOCK_VMS, {"ids": vm_ids[:1]})).all()
-            vm = VmRecord.from_row(row)
+            vm = vm_from_row(row)
             change = delete_requested(vm) if step == "asked" else agent_deleted(vm, "hv-x1", time.time())
             assert change is not None
             assert await vm_writes.apply(connection, [change]) == [change]

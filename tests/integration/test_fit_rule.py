@@ -1,4 +1,4 @@
-"""The one fit rule, four ways: Python (vmsched_common.fit), the engine's numpy filters, the Redis
+"""The one fit rule, four ways: Python (vmsched_domain.fit), the engine's numpy filters, the Redis
 claim (Lua rendered from the rule) and PostgreSQL's guard (SQL rendered from the rule). Hypothesis
 throws random hosts and requests at all four, on the real Redis and PostgreSQL, and demands the same
 answer, down to the resource a refusal names; named extra resources included. Redis and PostgreSQL
@@ -20,17 +20,17 @@ from sqlalchemy import text
 
 from tests.integration.stores import Stores, module_stores
 from tests.servers import Servers
-from vmsched_common.db.records import HOST_COLUMNS, HostRecord
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.fit import shortfalls
-from vmsched_common.messages import ZERO, Overcommit, Resources
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import HostWrite
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import ZERO, Overcommit, Resources
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import shortfalls
+from vmsched_pg.rows import HOST_COLUMNS, host_from_row
 from vmsched_placement import FILTERS, DecisionContext, Fleet, HostState, PlacementRequest, Weights
 from vmsched_placement.filters import ExtraFilter
 from vmsched_placement.filters.resources import ResourceFilter
 from vmsched_placement.inputs import demand_of
 from vmsched_placement.model import RequestVector
+from vmsched_redis.host_hash import HostWrite
 from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration
@@ -219,7 +219,7 @@ async def in_postgresql(stores: Stores, case: Case) -> Committed:
             await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
         ).one()
         placed = settled.placements[0].outcome is Committed.PLACED
-        assert HostRecord.from_row(host).allocated == (case.allocated.plus(case.request) if placed else case.allocated)
+        assert host_from_row(host).allocated == (case.allocated.plus(case.request) if placed else case.allocated)
         await connection.execute(text("DELETE FROM vms WHERE id = :id"), {"id": vm_id})
         await connection.execute(text("DELETE FROM hosts WHERE id = :id"), {"id": host_id})
     return settled.placements[0].outcome

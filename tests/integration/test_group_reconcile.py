@@ -14,9 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
-from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Claim, GroupClaim, Snapshot
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import Resources
+from vmsched_domain.groups import GroupRule
+from vmsched_redis.claims import Claim, GroupClaim
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
 pytestmark = pytest.mark.integration

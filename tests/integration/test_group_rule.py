@@ -1,4 +1,4 @@
-"""The one server group rule, four ways: Python (vmsched_common.groups), the engine's filters, the
+"""The one server group rule, four ways: Python (vmsched_domain.groups), the engine's filters, the
 Redis claim (its Lua copy, atomic with the capacity check) and PostgreSQL's guard (the settlement,
 under the group's row lock). Hypothesis throws random groups, members and hosts at all four, on the
 real Redis and PostgreSQL, and demands the same answer; a released claim gives its place back."""
@@ -19,13 +19,15 @@ from sqlalchemy import text
 
 from tests.integration.stores import Stores, module_stores
 from tests.servers import Servers
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.groups import GroupPolicy, GroupRule, domain_of, refusal
-from vmsched_common.messages import Overcommit, Resources
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, GroupClaim, HostWrite
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import Overcommit, Resources
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule, domain_of, refusal
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, explain
 from vmsched_placement.model import PlacementGroup
+from vmsched_redis.claims import Claim, GroupClaim
+from vmsched_redis.host_hash import HostWrite
 from vmsched_scheduler.ports import Committed, Placement
 
 pytestmark = pytest.mark.integration

@@ -15,13 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.integration.rows import delete_keys, insert_vm
 from tests.servers import Servers
 from vmsched_api.repository import HostRemoval, Repository
-from vmsched_api.schemas import HostPatch
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.messages import AgentHeartbeat, Overcommit, Resources, Taint, TaintEffect
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Snapshot, SnapshotHost
+from vmsched_contract.api import HostPatch
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import AgentHeartbeat, Overcommit, Resources, Taint, TaintEffect
+from vmsched_contract.strategy import Strategy
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
+from vmsched_redis.host_hash import SnapshotHost
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 

@@ -13,7 +13,7 @@ from tests.fleets import enrolled_fleet
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = pytest.mark.integration
 

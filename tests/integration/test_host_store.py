@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import AgentHeartbeat, Resources
+from vmsched_contract.messages import AgentHeartbeat, Resources
+from vmsched_contract.status import VmStatus
 from vmsched_gateway.host_store import HostStore
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from tests.integration.amqp_tools import wait_for_message
 from tests.integration.conftest import stack_env
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_common import topology
+from vmsched_amqp import topology
 
 pytestmark = pytest.mark.integration
 

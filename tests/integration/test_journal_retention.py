@@ -22,12 +22,12 @@ from devtools.stack import Stack
 from libs.placement.tests.placement.support import NOW, TIMEOUT, context, host, request
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.journal import PrunedEntry, append, chain, prune
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.strategy import Strategy
+from vmsched_pg.engine import create_engine
+from vmsched_pg.journal import PrunedEntry, append, chain, prune
 from vmsched_placement import Decision, Demand, Fleet, Weights, decide
 from vmsched_placement.journal import Entry, Journal, rebuild
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.journal_pruning import prune_forever
 
 pytestmark = pytest.mark.integration

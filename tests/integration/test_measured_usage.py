@@ -20,10 +20,11 @@ from tests.integration.rows import delete_keys, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import AgentHeartbeat, Resources, Usage
-from vmsched_common.snapshot import MeasuredUsage, Snapshot
+from vmsched_contract.messages import AgentHeartbeat, Resources, Usage
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
+from vmsched_redis.host_hash import MeasuredUsage
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
-from vmsched_common.messages import ZERO, Resources
-from vmsched_common.snapshot import Claim, Snapshot, target_claim_id
+from vmsched_contract.messages import ZERO, Resources
+from vmsched_domain.claims import target_claim_id
+from vmsched_redis.claims import Claim
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
 pytestmark = pytest.mark.integration

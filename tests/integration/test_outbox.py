@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_common import topology
-from vmsched_common.amqp import declare_topology, make_broker, ready_messages
-from vmsched_common.outbox import republish_unpublished
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.broker import declare_topology, make_broker, ready_messages
+from vmsched_amqp.publishing import Publisher
+from vmsched_pg.outbox import republish_unpublished
+from vmsched_runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = pytest.mark.integration
 

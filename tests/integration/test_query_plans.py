@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.messages import Resources
-from vmsched_common.outbox import _MARK_PUBLISHED
-from vmsched_common.settings import Strategy
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import Resources
+from vmsched_contract.strategy import Strategy
 from vmsched_gateway.host_store import _ORPHANS, _VMS_UNKNOWN
 from vmsched_gateway.report_store import _MARK_RUNNING
+from vmsched_pg.outbox import _MARK_PUBLISHED
 from vmsched_scheduler.ledger import _LOCK_VMS, _SETTLE_NO_HOSTS, _SETTLE_PLACEMENTS, _placement_params
 from vmsched_scheduler.ports import Placement
 

@@ -21,7 +21,7 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Capability, Resources, Taint, TaintEffect
+from vmsched_contract.messages import Capability, Resources, Taint, TaintEffect
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
-from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.messages import Resources
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
 pytestmark = pytest.mark.integration

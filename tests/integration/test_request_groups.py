@@ -18,19 +18,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.amqp_tools import Tap
 from tests.integration.waiting import eventually
+from vmsched_amqp import topology
+from vmsched_amqp.broker import declare_topology, make_broker
+from vmsched_amqp.publishing import Publisher
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.audit import AuditStub
 from vmsched_api.project_store import QUOTA_FIELDS, ProjectStore
 from vmsched_api.quota import QuotaExceeded
 from vmsched_api.vm_acceptance import Accepted, CreateRequest, IdempotencyConflict, Outcome, VmAcceptance
 from vmsched_api.vm_intake import VmIntake
-from vmsched_common import topology
-from vmsched_common.amqp import declare_topology, make_broker
-from vmsched_common.messages import VmToPlace
-from vmsched_common.outbox import published_marks, republish_unpublished
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
 from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.messages import VmToPlace
+from vmsched_pg.outbox import published_marks, republish_unpublished
+from vmsched_runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

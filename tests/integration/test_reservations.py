@@ -21,7 +21,7 @@ from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,11 @@ from redis.asyncio import Redis
 
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
-from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Claim, OwnChange, Snapshot, SnapshotHost
+from vmsched_contract.messages import Resources
 from vmsched_placement.inputs import demand_of
+from vmsched_redis.claims import Claim, OwnChange
+from vmsched_redis.host_hash import SnapshotHost
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.servers import Servers
-from vmsched_common.db.engine import connect_directly, create_engine
+from vmsched_pg.engine import connect_directly, create_engine
 
 pytestmark = pytest.mark.integration
 

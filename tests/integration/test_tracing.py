@@ -26,10 +26,10 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers, provide_servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_api.app import build_app as build_api
-from vmsched_common.messages import Resources
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import build_tracer_provider, export_to, instrument_libraries, uninstrument_libraries
+from vmsched_contract.messages import Resources
 from vmsched_gateway.bootstrap import build_app as build_gateway
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import build_tracer_provider, export_to, instrument_libraries, uninstrument_libraries
 from vmsched_scheduler.bootstrap import build_app as build_scheduler
 from vmsched_scheduler.tracing import CLAIM_SPAN, COMMIT_SPAN, DECISION_SPAN
 

@@ -27,8 +27,8 @@ from tests.integration.conftest import stack_env
 from tests.integration.rows import online_host
 from tests.integration.test_identity import new_project, new_token
 from tests.servers import Servers, copy_database
-from vmsched_common.messages import Resources
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.messages import Resources
+from vmsched_redis.snapshot import Snapshot
 
 pytestmark = pytest.mark.integration
 

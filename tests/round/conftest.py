@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.integration.rows import delete_keys
 from tests.round.worlds import MemoryWorld, ServersWorld, World
 from tests.servers import Servers
-from vmsched_common.connections import connect_redis
-from vmsched_common.settings import Settings
+from vmsched_redis.connections import connect_redis
+from vmsched_runtime.settings import Settings
 
 
 @pytest.fixture

@@ -9,17 +9,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from uuid import UUID
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.fit import fits, shortfalls
-from vmsched_common.lifecycle import Event, VmStatus, sources
-from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, RestartPolicy
-from vmsched_common.migration import no_target, target_claimed
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, Claimed, ClaimResult, OwnChange, SnapshotHost
-from vmsched_common.vm_changes import preempted
+from vmsched_contract.messages import ZERO, Capability, Overcommit, Resources, RestartPolicy
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import fits, shortfalls
+from vmsched_domain.lifecycle import Event, sources
+from vmsched_domain.live_migration import no_target, target_claimed
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import preempted
 from vmsched_placement import Fleet
-from vmsched_placement.inputs import demand_of, to_host_state
+from vmsched_placement.inputs import demand_of
 from vmsched_placement.preemption import Resident
+from vmsched_redis.claims import Claim, Claimed, ClaimResult, OwnChange
+from vmsched_redis.engine_inputs import to_host_state
+from vmsched_redis.host_hash import SnapshotHost
 from vmsched_scheduler.ports import (
     Committed,
     MigrationSettlement,

@@ -9,16 +9,9 @@ from collections.abc import Sequence
 from faststream.rabbit import RabbitBroker, RabbitQueue, TestRabbitBroker
 
 from tests.round.worlds import MemoryWorld
-from vmsched_common import topology
-from vmsched_common.messages import (
-    Resources,
-    VmAssigned,
-    VmCreate,
-    VmMigrating,
-    VmMigrationFailed,
-    VmUnschedulable,
-)
-from vmsched_common.publishing import Publisher
+from vmsched_amqp import topology
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import Resources, VmAssigned, VmCreate, VmMigrating, VmMigrationFailed, VmUnschedulable
 from vmsched_scheduler.bootstrap import subscribe
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.round import Outcome, RoundItem

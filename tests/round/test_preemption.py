@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.round.worlds import World
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import Resources
-from vmsched_scheduler.moves import MigrationItem, TargetChosen
+from vmsched_contract.messages import Resources
+from vmsched_contract.status import VmStatus
+from vmsched_scheduler.migration_round import MigrationItem, TargetChosen
 from vmsched_scheduler.round import Assigned, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)

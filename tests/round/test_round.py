@@ -6,10 +6,10 @@ import time
 from uuid import UUID, uuid4
 
 from tests.round.worlds import World
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import ZERO, Resources
-from vmsched_common.settings import Strategy
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import ZERO, Resources
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
 from vmsched_scheduler.round import Assigned, Ignored, Later, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)

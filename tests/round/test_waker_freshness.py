@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from tests.round.worlds import ServersWorld
-from vmsched_common.messages import Resources, VmToPlace
-from vmsched_common.publishing import Publisher
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import Resources, VmToPlace
 from vmsched_placement import Weights
 from vmsched_scheduler.round import Assigned, RoundItem
 from vmsched_scheduler.waiting.waker import Waker

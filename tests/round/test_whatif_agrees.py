@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.round.worlds import SETTINGS, World
-from vmsched_common.messages import Resources
-from vmsched_common.settings import Strategy
+from vmsched_contract.messages import Resources
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import DecisionContext, Fleet
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.whatif import simulate

@@ -16,17 +16,21 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.round.fakes import Host, MemoryFleet, MemoryLedger, MemorySnapshot, new_vm_record
-from vmsched_common import migration
-from vmsched_common.db import vm_writes
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, HostWrite, OwnChange, Snapshot, target_claim_id
+from vmsched_contract.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain import live_migration
+from vmsched_domain.claims import target_claim_id
+from vmsched_domain.records import VmRecord
+from vmsched_pg import vm_writes
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 from vmsched_placement import Fleet, Weights
+from vmsched_redis.claims import Claim, OwnChange
+from vmsched_redis.host_hash import HostWrite
+from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.moves import MigrationRound
+from vmsched_scheduler.migration_round import MigrationRound
 from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
 from vmsched_scheduler.round import RoundSettings
 
@@ -213,10 +217,10 @@ class MemoryWorld:
         return vm
 
     async def ask_migration(self, vm_id: UUID, target_host: str | None = None) -> VmMigrate:
-        change = migration.requested(self.ledger.vms[vm_id], target_host, time.time())
+        change = live_migration.requested(self.ledger.vms[vm_id], target_host, time.time())
         assert change is not None
         self.ledger.vms[vm_id] = change.after
-        return migration.request_of(change.after, time.time())
+        return live_migration.request_of(change.after, time.time())
 
     async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
         return self.ledger.hosts[host_id].allocated, self.snapshot.hosts[host_id].allocated
@@ -348,7 +352,7 @@ class ServersWorld:
     async def vm(self, vm_id: UUID) -> VmRecord:
         async with self.engine.connect() as connection:
             row = (await connection.execute(text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = :id"), {"id": vm_id})).one()
-        return VmRecord.from_row(row)
+        return vm_from_row(row)
 
     async def add_running_vm(
         self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
@@ -383,10 +387,10 @@ class ServersWorld:
     async def ask_migration(self, vm_id: UUID, target_host: str | None = None) -> VmMigrate:
         async with self.engine.begin() as connection:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).one()
-            change = migration.requested(VmRecord.from_row(row), target_host, time.time())
+            change = live_migration.requested(vm_from_row(row), target_host, time.time())
             assert change is not None
             await vm_writes.apply(connection, [change])
-        return migration.request_of(change.after, time.time())
+        return live_migration.request_of(change.after, time.time())
 
     async def allocated(self, host_id: str) -> tuple[Resources, Resources]:
         async with self.engine.connect() as connection:

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.test_vm_changes import NOW, vm
-from vmsched_common import topology
-from vmsched_common.agent_identity import agent_username, host_of_username, vhost_of, with_credentials
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.settings import AgentAuth
-from vmsched_common.vm_changes import agent_failed
+from vmsched_amqp import topology
+from vmsched_amqp.agent_identity import agent_username, host_of_username, vhost_of, with_credentials
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import agent_failed
 from vmsched_gateway.enrollment import agent_permissions
 from vmsched_gateway.identity import Refusal, placed_on, speaker_refusal
+from vmsched_runtime.settings import AgentAuth
 
 host_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,40}\Z")
 vhosts = st.one_of(st.just("/"), st.text(min_size=1, max_size=30).filter(lambda v: v != "/"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from vmsched_common.amqp import make_broker
-from vmsched_common.amqp_nodes import NodeRotatingConnection, node_urls
-from vmsched_common.settings import Settings
+from vmsched_amqp.broker import make_broker
+from vmsched_amqp.nodes import NodeRotatingConnection, node_urls
+from vmsched_runtime.settings import Settings
 
 
 def test_a_single_node_url_is_its_own_only_node() -> None:

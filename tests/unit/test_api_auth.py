@@ -27,10 +27,11 @@ from vmsched_api.identity.auth import (
     required_scopes,
 )
 from vmsched_api.identity.authenticator import Authenticator
-from vmsched_api.identity.scopes import GRANTED_BY, Principal, Scope
+from vmsched_api.identity.scopes import GRANTED_BY, Principal
 from vmsched_api.identity.store import TokenRecord
 from vmsched_api.identity.token_secrets import new_secret, secret_hash
-from vmsched_common.settings import Settings
+from vmsched_contract.scopes import Scope
+from vmsched_runtime.settings import Settings
 
 
 class ScopedTokens:

@@ -16,13 +16,13 @@ from vmsched_api.deps import Services
 from vmsched_api.identity.audit import AuditEntry
 from vmsched_api.identity.authenticator import Authenticator
 from vmsched_api.identity.rate_limit import RateLimiter
-from vmsched_api.schemas import VmDefaults, VmRequest
 from vmsched_api.vm_acceptance import Accepted, CreateRequest, Outcome
 from vmsched_api.vm_intake import VmIntake
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import RestartPolicy, VmToPlace
-from vmsched_common.settings import Settings
+from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.messages import RestartPolicy, VmToPlace
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
+from vmsched_runtime.settings import Settings
 
 
 class Untouchable:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from vmsched_common.batching import Batcher
+from vmsched_runtime.batching import Batcher
 
 
 async def test_concurrent_submissions_share_one_flush() -> None:

@@ -1,4 +1,4 @@
-"""The router's choice of cells (vmsched_router.choice) and a cell's summary (vmsched_common.cells):
+"""The router's choice of cells (vmsched_router.choice) and a cell's summary (vmsched_api.cell_summary):
 pure functions, without servers. The choice is checked against an obvious model: a cell is eligible
 when some host it summarises could take each VM."""
 
@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmsched_common.cells import CellSummary, LabelSetSummary, summarize
-from vmsched_common.db.records import HostRecord
-from vmsched_common.messages import HostSelectorTerm, Overcommit, Resources, SelectorOperator
+from vmsched_api.cell_summary import summarize
+from vmsched_contract.cells import CellSummary, LabelSetSummary
+from vmsched_contract.messages import HostSelectorTerm, Overcommit, Resources, SelectorOperator
+from vmsched_domain.records import HostRecord
 from vmsched_router.choice import Demand, carries_labels, cells_to_try, has_room
 
 

@@ -11,9 +11,9 @@ from prometheus_client import REGISTRY
 # Importing each process's metrics registers them: the dashboard covers every service's.
 import vmsched_api.fleet_metrics
 import vmsched_api.request_phases  # noqa: F401
-import vmsched_common.metrics  # noqa: F401
 import vmsched_gateway.metrics  # noqa: F401
 import vmsched_router.metrics  # noqa: F401
+import vmsched_runtime.metrics  # noqa: F401
 import vmsched_scheduler.metrics  # noqa: F401
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "vmsched-dashboard.json"

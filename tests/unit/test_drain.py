@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.unit.test_vm_changes import NOW, vm
-from vmsched_common import migration
-from vmsched_common.db.records import VmRecord
-from vmsched_common.drain import RETRY_AFTER, Drain, DrainState, step
-from vmsched_common.lifecycle import Task, VmStatus
+from vmsched_contract.status import DrainState, Task, VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.drain import RETRY_AFTER, Drain, step
+from vmsched_domain.records import VmRecord
 
 HOST, ELSEWHERE = "hv-maint", "hv-other"
 
@@ -24,9 +24,9 @@ def running(host: str = HOST) -> VmRecord:
 
 def migrating(record: VmRecord) -> VmRecord:
     """``record``'s next migration, its target claimed elsewhere."""
-    asked = migration.requested(record, None, NOW)
+    asked = live_migration.requested(record, None, NOW)
     assert asked is not None
-    claimed = migration.target_claimed(asked.after, asked.after.migrations, ELSEWHERE)
+    claimed = live_migration.target_claimed(asked.after, asked.after.migrations, ELSEWHERE)
     assert claimed is not None
     return claimed.after
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vmsched_amqp import topology
 from vmsched_api.asyncapi import document
-from vmsched_common import topology
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "asyncapi.json"
 

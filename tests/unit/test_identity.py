@@ -14,9 +14,10 @@ from pydantic import SecretStr
 from vmsched_api.identity.authenticator import Authenticator
 from vmsched_api.identity.cache import MAX_AGE, TokenCache
 from vmsched_api.identity.rate_limit import RateLimiter, retry_after_header
-from vmsched_api.identity.scopes import Principal, Scope
+from vmsched_api.identity.scopes import Principal
 from vmsched_api.identity.store import TokenRecord
 from vmsched_api.identity.token_secrets import PREFIX, new_secret, secret_hash
+from vmsched_contract.scopes import Scope
 
 
 def principal(*scopes: Scope, project: str = "p") -> Principal:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmsched_common.messages import AgentHeartbeat, Resources
+from vmsched_contract.messages import AgentHeartbeat, Resources
 from vmsched_gateway.instances import FREE, ConflictNotices, Holder, accepts, settle
 
 TAKEOVER = 15.0

@@ -1,5 +1,6 @@
-"""The client library and the agent SDK carry none of the services' stack: importing them (in a
-fresh interpreter) loads no database, Redis or broker client, and their pyprojects say so."""
+"""The client library, the agent SDK and the pure packages (the domain, the placement engine) carry none
+of the services' stack: importing them (in a fresh interpreter) loads no database, Redis or broker
+client, and their pyprojects say so."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # The services' stack: the database, Redis, and (for the client) the broker.
 DATABASE_AND_CACHE = {"sqlalchemy", "asyncpg", "alembic", "redis", "hiredis"}
 BROKER = {"aio_pika", "aiormq", "faststream"}
+# vmsched's packages of the servers' side: their wiring and their adapters.
+SERVER_SIDE = {"vmsched_runtime", "vmsched_amqp", "vmsched_pg", "vmsched_redis"}
+# The distributions of the database and Redis, and the adapters that install them.
+WITH_DATABASE_OR_REDIS = {
+    "sqlalchemy",
+    "asyncpg",
+    "alembic",
+    "redis",
+    "hiredis",
+    "vmsched-pg",
+    "vmsched-redis",
+}
 
 
 def loaded_after(code: str) -> set[str]:
@@ -28,16 +41,53 @@ def loaded_after(code: str) -> set[str]:
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
+def loaded_with_blocked(modules: set[str], code: str) -> set[str]:
+    """What ``code`` loads in a fresh interpreter where ``modules`` cannot be imported (as if they
+    were not installed)."""
+    blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in sorted(modules))
+    return loaded_after(f"import sys\n{blocked}{code}")
+
+
+def every_module(package: str) -> str:
+    """Code importing ``package`` and every module in it."""
+    return (
+        f"import importlib, pkgutil, {package}\n"
+        f"for found in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
+        "    importlib.import_module(found.name)"
+    )
+
+
 def dependencies(package: str) -> set[str]:
     project = tomllib.loads((ROOT / package / "pyproject.toml").read_text())["project"]
     return {requirement.split("==")[0].split("[")[0].split(";")[0].strip() for requirement in project["dependencies"]}
+
+
+def workspace_folders() -> dict[str, str]:
+    """Each workspace distribution's folder: ``{"vmsched-domain": "libs/domain", ...}``."""
+    members = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]["workspace"]["members"]
+    return {tomllib.loads((ROOT / m / "pyproject.toml").read_text())["project"]["name"]: m for m in members}
+
+
+def installed(package: str) -> set[str]:
+    """What installing ``package`` installs of its direct dependencies and, through vmsched's own
+    packages, theirs."""
+    folders = workspace_folders()
+    found: set[str] = set()
+    todo = [package]
+    while todo:
+        for name in dependencies(todo.pop()):
+            if name not in found:
+                found.add(name)
+                if name in folders:
+                    todo.append(folders[name])
+    return found
 
 
 def test_the_client_imports_neither_the_database_nor_the_broker_nor_the_cli() -> None:
     loaded = loaded_after("import vmsched_client, vmsched_client.sync, vmsched_client.aio")
     assert {"httpx", "pydantic", "vmsched_contract"} <= loaded
     # (not rich: httpx loads it for its own command line when it happens to be installed)
-    assert not loaded & (DATABASE_AND_CACHE | BROKER | {"typer", "vmsched_common", "fastapi"})
+    assert not loaded & (DATABASE_AND_CACHE | BROKER | SERVER_SIDE | {"typer", "vmsched_domain", "fastapi"})
 
 
 def test_the_client_depends_on_httpx_and_pydantic_only() -> None:
@@ -50,19 +100,37 @@ def test_the_contract_imports_pydantic_only() -> None:
     loaded = loaded_after(
         "import vmsched_contract.api, vmsched_contract.messages, vmsched_contract.decision, vmsched_contract.whatif"
     )
-    assert not loaded & (DATABASE_AND_CACHE | BROKER | {"vmsched_common", "pydantic_settings", "httpx"})
+    assert not loaded & (DATABASE_AND_CACHE | BROKER | SERVER_SIDE | {"vmsched_domain", "pydantic_settings", "httpx"})
 
 
 @pytest.mark.parametrize("module", ["vmsched_agent", "vmsched_agent.cli"])
 def test_the_agent_sdk_imports_no_database_nor_redis(module: str) -> None:
     loaded = loaded_after(f"import {module}")
     assert "aio_pika" in loaded
-    assert not loaded & DATABASE_AND_CACHE
+    assert not loaded & (DATABASE_AND_CACHE | {"vmsched_pg", "vmsched_redis"})
+
+
+@pytest.mark.parametrize("module", ["vmsched_agent", "vmsched_agent.cli", "vmsched_agent.simulator"])
+def test_the_agent_sdk_imports_without_the_database_and_redis_installed(module: str) -> None:
+    loaded = loaded_with_blocked({"sqlalchemy", "asyncpg", "redis"}, f"import {module}")
+    assert "vmsched_agent" in loaded
 
 
 def test_the_agent_sdk_installs_no_database_nor_redis() -> None:
-    installed = dependencies("libs/agent") | dependencies("libs/common")
-    assert not installed & {"sqlalchemy", "asyncpg", "alembic", "redis", "hiredis"}
+    assert not installed("libs/agent") & WITH_DATABASE_OR_REDIS
+
+
+@pytest.mark.parametrize("package", ["vmsched_domain", "vmsched_placement"])
+def test_the_domain_and_the_engine_import_without_any_server_client_installed(package: str) -> None:
+    loaded = loaded_with_blocked({"sqlalchemy", "asyncpg", "redis", "aio_pika", "faststream"}, every_module(package))
+    assert package in loaded
+    assert not loaded & (DATABASE_AND_CACHE | BROKER | SERVER_SIDE | {"pydantic_settings", "structlog"})
+
+
+def test_the_domain_and_the_engine_depend_on_the_contract_and_the_domain_only() -> None:
+    assert dependencies("libs/domain") == {"vmsched-contract", "pydantic"}
+    assert dependencies("libs/placement") == {"numpy", "vmsched-contract", "vmsched-domain"}
+    assert installed("libs/placement") == {"numpy", "vmsched-contract", "vmsched-domain", "pydantic"}
 
 
 def test_the_agent_sdk_imports_and_describes_the_libvirt_agent_without_libvirt_installed() -> None:

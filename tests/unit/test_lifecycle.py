@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from devtools.docs import LIFECYCLE, with_table
-from vmsched_common.lifecycle import (
+from vmsched_contract.status import VmStatus
+from vmsched_domain.lifecycle import (
     HOLDS_CAPACITY,
     HOLDS_TARGET,
     TRANSITIONS,
@@ -14,7 +15,6 @@ from vmsched_common.lifecycle import (
     Event,
     IllegalTransition,
     Transition,
-    VmStatus,
     choose,
     sources,
     sql_in,
@@ -24,7 +24,7 @@ from vmsched_common.lifecycle import (
 
 def test_docs_lifecycle_shows_the_table_of_the_code() -> None:
     page = LIFECYCLE.read_text()
-    assert with_table(page) == page, "docs/lifecycle.md differs from vmsched_common.lifecycle: run `make docs`"
+    assert with_table(page) == page, "docs/lifecycle.md differs from vmsched_domain.lifecycle: run `make docs`"
 
 
 def test_no_event_has_two_transitions_for_the_same_status_and_facts() -> None:

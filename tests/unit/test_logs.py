@@ -13,7 +13,7 @@ import sys
 SCRIPT = """
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from vmsched_common.logs import bound, configure_logging, get_logger
+from vmsched_runtime.logs import bound, configure_logging, get_logger
 
 log = get_logger("vmsched_scheduler")
 configure_logging("scheduler", "INFO", "auto")

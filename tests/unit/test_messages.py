@@ -7,7 +7,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from vmsched_common.messages import (
+from vmsched_contract.messages import (
     MAX_VMS_PER_MESSAGE,
     AgentHeartbeat,
     HostSelectorTerm,

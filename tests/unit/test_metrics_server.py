@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 
 from devtools.stack import free_port
-from vmsched_common.metrics_server import start_metrics_server
-from vmsched_common.settings import Settings
+from vmsched_runtime.metrics_server import start_metrics_server
+from vmsched_runtime.settings import Settings
 
 
 def status(port: int, path: str) -> int:

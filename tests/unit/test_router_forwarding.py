@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from vmsched_common.cells import CellSummary, LabelSetSummary
-from vmsched_common.settings import CellEndpoint, Settings
+from vmsched_contract.cells import CellSummary, LabelSetSummary
 from vmsched_router.cells import Cell, CellTable
 from vmsched_router.routing import Router, decode_cursor, encode_cursor
 from vmsched_router.store import RouteStore
+from vmsched_runtime.settings import CellEndpoint, Settings
 
 HEADERS = {"authorization": "Bearer t", "content-type": "application/json"}
 BODY = json.dumps({"name": "x", "cpu": 1, "memory_mb": 512, "disk_gb": 1}).encode()

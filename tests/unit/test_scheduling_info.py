@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
-from vmsched_common.db.records import HostRecord
-from vmsched_common.messages import ZERO, Overcommit, Resources
-from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
+from vmsched_api.scheduling_info import render_scheduling_info, scheduling_info
+from vmsched_contract.messages import ZERO, Overcommit, Resources
+from vmsched_domain.records import HostRecord
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from vmsched_common.settings import AgentAuth, Settings, Strategy, load_settings
+from vmsched_contract.strategy import Strategy
+from vmsched_runtime.settings import AgentAuth, Settings, load_settings
 
 
 def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from vmsched_common.decision import Candidate, JournalKind, JournalRef, PlacementRecord
-from vmsched_common.settings import Strategy
+from vmsched_contract.decision import Candidate, JournalKind, JournalRef, PlacementRecord
+from vmsched_contract.strategy import Strategy
 from vmsched_scheduler.ledger import slot_record
 
 TAKEN = PlacementRecord(

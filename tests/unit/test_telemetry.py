@@ -7,8 +7,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import build_tracer_provider, chosen_exporters, export_to
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import build_tracer_provider, chosen_exporters, export_to
 
 
 @pytest.mark.parametrize(

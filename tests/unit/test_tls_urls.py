@@ -7,9 +7,9 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from vmsched_common.amqp_nodes import node_urls
-from vmsched_common.db.engine import tls_of
-from vmsched_common.settings import Settings, describe_error
+from vmsched_amqp.nodes import node_urls
+from vmsched_pg.engine import tls_of
+from vmsched_runtime.settings import Settings, describe_error
 
 
 def test_tls_urls_are_accepted_as_written() -> None:

@@ -1,4 +1,4 @@
-"""Which errors a consumer retries in place (vmsched_common.amqp.is_transient) rather than giving the
+"""Which errors a consumer retries in place (vmsched_amqp.failures.is_transient) rather than giving the
 message back, where a quorum queue's delivery limit would dead-letter it after a few tries."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from vmsched_common.amqp import is_transient
+from vmsched_amqp.failures import is_transient
 
 
 class DriverError(Exception):

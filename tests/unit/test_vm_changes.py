@@ -6,10 +6,10 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import HostSelectorTerm, Resources, RestartPolicy, SelectorOperator
-from vmsched_common.vm_changes import (
+from vmsched_contract.messages import HostSelectorTerm, Resources, RestartPolicy, SelectorOperator
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import (
     agent_delete_failed,
     agent_deleted,
     agent_failed,

@@ -9,7 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.unit.test_api_requests import TOKEN, in_memory_services, in_process
 from vmsched_api.app import build_app
-from vmsched_common.settings import Settings
+from vmsched_runtime.settings import Settings
 
 
 class SilentRedis:

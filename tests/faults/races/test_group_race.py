@@ -25,7 +25,7 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

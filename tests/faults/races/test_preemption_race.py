@@ -17,7 +17,7 @@ from tests.faults.invariants import check, snapshot_problems
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_common.messages import Resources
+from vmsched_contract.messages import Resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from vmsched_agent.simulator import (
     SimulatedFailure,
     SimulatedFleet,
 )
-from vmsched_common.agent_identity import AgentCredentials
+from vmsched_amqp.agent_identity import AgentCredentials
 
 __all__ = [
     "FAILABLE_STEPS",

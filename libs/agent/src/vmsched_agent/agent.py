@@ -26,10 +26,8 @@ from pydantic import ValidationError
 
 from vmsched_agent.connection import AgentConnection, Consumer
 from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
-from vmsched_common import topology
-from vmsched_common.amqp import poison_reason
-from vmsched_common.logs import bound, get_logger
-from vmsched_common.settings import default_settings
+from vmsched_amqp import topology
+from vmsched_amqp.failures import poison_reason
 from vmsched_contract.messages import (
     AgentCommand,
     AgentHeartbeat,
@@ -43,6 +41,8 @@ from vmsched_contract.messages import (
     Usage,
     VmStatusReport,
 )
+from vmsched_runtime.logs import bound, get_logger
+from vmsched_runtime.settings import default_settings
 
 log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_agent")
@@ -72,7 +72,7 @@ class Agent:
     """One hypervisor host: announces itself, carries out commands, reports what became of them.
 
     Give it either ``amqp_url`` (default: the ``VMSCHED_AMQP_URL`` setting), a started or unstarted
-    ``broker`` (e.g. from ``vmsched_common.amqp.make_broker``) or an :class:`AgentConnection`
+    ``broker`` (e.g. from ``vmsched_amqp.broker.make_broker``) or an :class:`AgentConnection`
     shared with other agents. ``vm_ids`` are the VMs the host already runs when the agent starts
     (so that a re-delivered create is recognised after a restart). ``max_concurrent_commands``
     applies to the connection the agent makes; a shared connection has its own ``prefetch``.

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from vmsched_agent.credentials import read_credentials
 from vmsched_agent.hosts import ALL_CAPABILITIES, HostSpec, Profile, generate_hosts, load_hosts, parse_labels
 from vmsched_agent.simulator import FAILABLE_STEPS, SimulatedFleet
-from vmsched_common.agent_identity import AgentCredentials
-from vmsched_common.logs import configure_logging, get_logger
-from vmsched_common.settings import Settings, load_settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_amqp.agent_identity import AgentCredentials
 from vmsched_contract.messages import Overcommit, Resources
+from vmsched_runtime.logs import configure_logging, get_logger
+from vmsched_runtime.settings import Settings, load_settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-agent"
 log = get_logger("vmsched_agent.cli")

@@ -48,12 +48,12 @@ from faststream.rabbit import RabbitBroker
 from opentelemetry import propagate, trace
 
 from vmsched_agent.heartbeats import HeartbeatScheduler
-from vmsched_common import topology
-from vmsched_common.agent_identity import DEFAULT_VHOST, agent_username
-from vmsched_common.amqp import dead_letter, make_broker
-from vmsched_common.logs import get_logger
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.agent_identity import DEFAULT_VHOST, agent_username
+from vmsched_amqp.broker import dead_letter, make_broker
 from vmsched_contract.messages import AgentHeartbeat, CommandAction, VmStatusReport
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings
 
 log = get_logger(__name__)
 tracer = trace.get_tracer("vmsched_agent")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from vmsched_common.agent_identity import AgentCredentials
+from vmsched_amqp.agent_identity import AgentCredentials
 
 _MANY = TypeAdapter(list[AgentCredentials])
 

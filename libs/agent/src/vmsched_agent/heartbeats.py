@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from vmsched_common.logs import get_logger
 from vmsched_contract.messages import AgentHeartbeat
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

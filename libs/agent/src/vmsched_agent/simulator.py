@@ -21,10 +21,7 @@ from faststream.rabbit import RabbitBroker
 from vmsched_agent.agent import Agent
 from vmsched_agent.connection import AgentConnection, AgentQueueMissing
 from vmsched_agent.hosts import HostSpec
-from vmsched_common.amqp import make_broker
-from vmsched_common.fit import shortfalls
-from vmsched_common.logs import get_logger
-from vmsched_common.settings import Settings, default_settings
+from vmsched_amqp.broker import make_broker
 from vmsched_contract.messages import (
     ZERO,
     AgentCommand,
@@ -34,6 +31,9 @@ from vmsched_contract.messages import (
     Usage,
     VmStatusReport,
 )
+from vmsched_domain.fit import shortfalls
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings, default_settings
 
 log = get_logger(__name__)
 
@@ -62,7 +62,7 @@ FAILABLE_STEPS = (
 
 def shortfall(requested: Resources, used: Resources, capacity: Resources, overcommit: Overcommit) -> list[str]:
     """Every resource ``requested`` does not fit in, with the numbers (empty: it fits): the fit rule
-    (``vmsched_common.fit``) a hypervisor with nothing reserved applies."""
+    (``vmsched_domain.fit``) a hypervisor with nothing reserved applies."""
     return [missing.reason for missing in shortfalls(requested, capacity, ZERO, overcommit, used)]
 
 

@@ -67,7 +67,7 @@ ExtraRequest = Annotated[
 
 
 class DefaultSettings(Protocol):
-    """The settings a VM's defaults come from (vmsched_common.settings.Settings has them)."""
+    """The settings a VM's defaults come from (vmsched_runtime.settings.Settings has them)."""
 
     @property
     def default_vm_cpu(self) -> int: ...

@@ -1,4 +1,4 @@
-"""What a server group's request names. The rule itself is the services' (vmsched_common.groups)."""
+"""What a server group's request names. The rule itself is the services' (vmsched_domain.groups)."""
 
 from __future__ import annotations
 

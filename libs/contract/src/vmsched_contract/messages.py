@@ -390,7 +390,7 @@ class VmWaiting(Message):
 
 class HostStatus(StrEnum):
     ONLINE = "online"
-    DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_common.drain)
+    DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_domain.drain)
     OFFLINE = "offline"
     DRAINED = "drained"  # an operator's drain emptied it; it stays paused until the drain is ended
 
@@ -401,7 +401,7 @@ AllocationRatio = Annotated[float, Strict(), Field(gt=0.0, le=64.0, allow_inf_na
 
 class Overcommit(BaseModel):
     """Allocation ratios, as Nova's cpu_allocation_ratio / ram_allocation_ratio / disk_allocation_ratio
-    (GPUs are never overcommitted; see vmsched_common.fit)."""
+    (GPUs are never overcommitted; see vmsched_domain.fit)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,5 +1,5 @@
 """The statuses a VM, a reservation and a host's drain can have. The changes between them are the
-services' (vmsched_common.lifecycle, vmsched_common.reservations, vmsched_common.drain)."""
+services' (vmsched_domain.lifecycle, vmsched_domain.reservations, vmsched_domain.drain)."""
 
 from __future__ import annotations
 

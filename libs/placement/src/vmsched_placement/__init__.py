@@ -1,4 +1,5 @@
-"""vmsched's placement engine: pure, columnar, fast. No I/O, no clock, no randomness it is not handed.
+"""vmsched's placement engine: which host each VM goes on, decided by filters, weighers and strategies
+over a columnar fleet. Pure and fast: no I/O, no clock, no randomness it is not handed.
 
 The scheduler service keeps a ``Fleet`` in memory (refreshed from the Redis snapshot), builds a
 ``PlacementRequest`` and a ``DecisionContext`` per VM, and calls ``decide``; ``explain`` spells out

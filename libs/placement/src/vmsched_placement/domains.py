@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from vmsched_common.groups import HOST_TOPOLOGY
+from vmsched_contract.groups import HOST_TOPOLOGY
 from vmsched_placement.fleet import NO_LABEL, BoolArray, CodeArray, FleetColumns, FloatArray
 from vmsched_placement.model import PlacementGroup
 

@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.filters import AVAILABILITY_FILTER, FILTERS
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import DecisionContext, PlacementRequest, RequestVector

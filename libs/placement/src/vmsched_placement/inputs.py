@@ -1,59 +1,24 @@
-"""The engine's inputs made from what the services hold: a snapshot host as a ``HostState``, a VM of
-a message as a ``PlacementRequest``. One mapping, used by the scheduler that decides and by the API
-that simulates (docs/whatif.md): both must see the same fleet and ask the same question."""
+"""The engine's inputs made from the contract's messages: a VM of a message as a ``PlacementRequest``,
+its resources as a ``Demand``. One mapping, used by the scheduler that decides and by the API that
+simulates (docs/whatif.md): both must ask the same question. (A snapshot host as a ``HostState``:
+:mod:`vmsched_redis.engine_inputs`.)"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from vmsched_common import messages
-from vmsched_common.messages import Capability, Resources, VmToPlace
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import MeasuredUsage, SnapshotHost
+from vmsched_contract import messages
+from vmsched_contract.messages import Resources, VmToPlace
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.model import (
     Demand,
-    HostState,
-    HostUsage,
     Migration,
     PlacementGroup,
     PlacementRequest,
     SelectorTerm,
     extras_of,
 )
-from vmsched_placement.taint_rules import Taint, Toleration
-
-
-def to_host_state(record: SnapshotHost) -> HostState:
-    return HostState(
-        id=record.id,
-        # A hash without allocations (a flush, then a heartbeat before reconciliation) cannot be
-        # claimed on: not "online" to the engine either, so it is not chosen in vain.
-        status=record.status if record.synced else "unsynced",
-        labels=dict(record.labels),
-        capacity=demand_of(record.capacity),
-        allocated=demand_of(record.allocated),
-        reserved=demand_of(record.reserved),
-        vm_count=record.vm_count,
-        scheduling_paused=record.scheduling_paused,
-        last_heartbeat=record.last_heartbeat,
-        cpu_ratio=record.overcommit.cpu,
-        memory_ratio=record.overcommit.memory,
-        disk_ratio=record.overcommit.disk,
-        usage=usage_of(record.usage),
-        taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
-        can_migrate=Capability.MIGRATE.value in record.capabilities,
-    )
-
-
-def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
-    if measured is None:
-        return None
-    return HostUsage(
-        cpu_used=measured.cpu_used,
-        memory_used_mb=float(measured.memory_used_mb),
-        allocated_cpu=measured.allocated_cpu,
-        allocated_memory_mb=measured.allocated_memory_mb,
-    )
+from vmsched_placement.taint_rules import Toleration
 
 
 def host_selector_of(terms: Sequence[messages.HostSelectorTerm]) -> tuple[SelectorTerm, ...]:

@@ -40,9 +40,10 @@ from uuid import UUID
 
 import numpy as np
 
-from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.messages import SelectorOperator
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule
 from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
     DecisionContext,

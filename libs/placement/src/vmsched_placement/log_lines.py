@@ -6,7 +6,7 @@ Selected agent 'hypervisor-01' for VM 'web-server-1' - CPU: 12/16, Memory: 24GB/
 
 from __future__ import annotations
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.model import Demand, HostState
 
 

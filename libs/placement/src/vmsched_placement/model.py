@@ -10,10 +10,10 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vmsched_common.fit import RESOURCES, allocatable, ratio_of
-from vmsched_common.groups import GroupRule
-from vmsched_common.messages import SelectorOperator
-from vmsched_common.settings import Strategy
+from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
+from vmsched_domain.groups import GroupRule
 from vmsched_placement.taint_rules import Taint, Toleration
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
@@ -180,7 +180,7 @@ class HostState:
 @dataclass(frozen=True, slots=True)
 class SelectorTerm:
     """One term of a host selector: the host's label ``key`` tested by ``operator`` against ``values``
-    (``vmsched_common.messages.HostSelectorTerm``, validated)."""
+    (``vmsched_contract.messages.HostSelectorTerm``, validated)."""
 
     key: str
     operator: SelectorOperator

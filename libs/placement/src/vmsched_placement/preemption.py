@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vmsched_common.fit import extra_shortfall, fits
+from vmsched_domain.fit import extra_shortfall, fits
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet
 from vmsched_placement.model import DecisionContext, Demand, HostState, PlacementRequest, RequestVector

@@ -23,9 +23,9 @@ from uuid import UUID
 
 import numpy as np
 
-from vmsched_common.groups import GroupRule, domain_of
-from vmsched_common.settings import Strategy
-from vmsched_contract.rebalance import Goal as Goal  # the API's, re-exported for the planner's callers
+from vmsched_contract.rebalance import Goal
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule, domain_of
 from vmsched_placement.engine import decide, verdict
 from vmsched_placement.fleet import Fleet, FloatArray
 from vmsched_placement.model import (

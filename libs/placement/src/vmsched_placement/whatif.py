@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.engine import NO_AVAILABLE_AGENTS, Decision, decide, rejected_examples
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet

@@ -10,9 +10,10 @@ from uuid import UUID
 
 from hypothesis import strategies as st
 
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, GroupRule
-from vmsched_common.messages import SelectorOperator
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.groups import GroupRule
 from vmsched_placement import (
     DecisionContext,
     Demand,

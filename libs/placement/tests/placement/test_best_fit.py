@@ -4,7 +4,7 @@ import math
 import random
 
 from libs.placement.tests.placement.support import context, fleet_of, host, request
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import Demand, Weights, decide
 
 BEST_FIT = Strategy.BEST_FIT

@@ -21,7 +21,7 @@ from libs.placement.tests.placement.support import (
     reference_penalty,
     reference_reason,
 )
-from vmsched_common.groups import GroupPolicy
+from vmsched_contract.groups import GroupPolicy
 from vmsched_placement import DecisionContext, Fleet, HostState, PlacementRequest, decide, explain
 from vmsched_placement.model import PlacementGroup
 

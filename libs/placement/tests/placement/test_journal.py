@@ -22,8 +22,8 @@ from libs.placement.tests.placement.support import (
     host_usages,
     placement_requests,
 )
-from vmsched_common.groups import GroupPolicy
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, HostUsage, PlacementRequest, Weights, decide
 from vmsched_placement.journal import Journal, PreemptionInputs, rebuild, replay_preemption, seeded, unpack
 from vmsched_placement.preemption import Resident, cheapest, drawn

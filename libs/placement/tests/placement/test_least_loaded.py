@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from libs.placement.tests.placement.support import context, fleet_of, host, request
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import Weights, decide
 
 LEAST_LOADED = Strategy.LEAST_LOADED

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from libs.placement.tests.placement.support import host
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import Demand, decision_log_lines, scheduling_line, selected_line
 
 

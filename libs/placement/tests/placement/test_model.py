@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from libs.placement.tests.placement.support import host
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import STRATEGIES, UnknownStrategyError, Weights, strategy_for
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vmsched_common.fit import RESOURCE_NAMES
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import RESOURCE_NAMES
 from vmsched_placement import (
     FILTER_NAMES,
     FILTERS,

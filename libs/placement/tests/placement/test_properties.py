@@ -32,7 +32,7 @@ from libs.placement.tests.placement.support import (
     reference_tolerated,
     request,
 )
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import (
     DecisionContext,
     Fleet,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import Counter
 
 from libs.placement.tests.placement.support import context, fleet_of, host, request
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import decide
 
 RANDOM = Strategy.RANDOM

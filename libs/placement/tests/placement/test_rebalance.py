@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.placement.tests.placement.support import context, fleet_of, host, request
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, GroupRule, domain_of
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.rebalance import Goal
+from vmsched_domain.groups import GroupRule, domain_of
 from vmsched_placement import Fleet, HostState
 from vmsched_placement.model import PlacementGroup
-from vmsched_placement.rebalance import Goal, MovableVm, Plan, fleet_score, move_refusal, plan_rebalance
+from vmsched_placement.rebalance import MovableVm, Plan, fleet_score, move_refusal, plan_rebalance
 
 
 def capable(state: HostState) -> HostState:

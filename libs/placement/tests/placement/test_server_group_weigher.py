@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 
 from libs.placement.tests.placement.support import context, fleet_of, group, host, request
-from vmsched_common.groups import GroupPolicy
-from vmsched_common.settings import Strategy
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import HostState, PlacementRequest, RequestVector, decide
 from vmsched_placement.weighers import ServerGroupWeigher
 

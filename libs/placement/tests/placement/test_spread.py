@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from libs.placement.tests.placement.filter_checks import passes
 from libs.placement.tests.placement.support import context, fleet_of, group, host, request
-from vmsched_common.groups import GroupPolicy
+from vmsched_contract.groups import GroupPolicy
 from vmsched_placement import HostState, PlacementRequest, RequestVector, decide
 from vmsched_placement.filters import SPREAD_FILTER
 

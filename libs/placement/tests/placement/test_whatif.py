@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.placement.tests.placement.support import context, fleet_of, host, host_states, request
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import Demand, Fleet, HostState, decide
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
 

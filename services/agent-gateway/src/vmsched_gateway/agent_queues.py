@@ -19,9 +19,9 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.amqp_channels import plain_channel
-from vmsched_common.logs import get_logger
+from vmsched_amqp import topology
+from vmsched_amqp.channels import plain_channel
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -7,21 +7,13 @@ import time
 from faststream import FastStream
 from faststream.middlewares import AckPolicy
 
-from vmsched_common import topology
-from vmsched_common.agent_identity import vhost_of
-from vmsched_common.amqp import make_broker
-from vmsched_common.background import BackgroundTasks, consumer_app
-from vmsched_common.connections import connect_redis
-from vmsched_common.db.drains import DrainStore
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.rebalance import RebalanceStore
-from vmsched_common.lean_consumer import LeanConsumer
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
-from vmsched_common.metrics_server import GATEWAY_METRICS_PORT
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import AgentAuth, Settings
-from vmsched_common.snapshot import Snapshot
+from vmsched_amqp import topology
+from vmsched_amqp.agent_identity import vhost_of
+from vmsched_amqp.broker import make_broker
+from vmsched_amqp.consumer_app import BackgroundTasks, consumer_app
+from vmsched_amqp.lean_consumer import LeanConsumer
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
@@ -36,6 +28,14 @@ from vmsched_gateway.reports import StatusReports
 from vmsched_gateway.sweep_store import SweepStore
 from vmsched_gateway.task_store import TaskStore
 from vmsched_gateway.tasks import Tasks
+from vmsched_pg.drains import DrainStore
+from vmsched_pg.engine import create_engine
+from vmsched_pg.rebalance_plans import RebalanceStore
+from vmsched_redis.connections import connect_redis
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.metrics_server import GATEWAY_METRICS_PORT
+from vmsched_runtime.settings import AgentAuth, Settings
 
 log = get_logger(__name__)
 

@@ -23,9 +23,9 @@ from urllib.parse import quote
 
 import httpx
 
-from vmsched_common import topology
-from vmsched_common.agent_identity import AgentCredentials, agent_username, vhost_of, with_credentials
-from vmsched_common.settings import Settings
+from vmsched_amqp import topology
+from vmsched_amqp.agent_identity import AgentCredentials, agent_username, vhost_of, with_credentials
+from vmsched_runtime.settings import Settings
 
 NOTHING = "^$"
 TIMEOUT = 10.0

@@ -23,20 +23,20 @@ from dataclasses import dataclass
 
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.amqp import ready_messages
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import CommandAction, HostStatus, VmDeleted
-from vmsched_common.outbox import publish_rows
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
-from vmsched_common.snapshot import Snapshot
-from vmsched_common.vm_changes import Change
+from vmsched_amqp import topology
+from vmsched_amqp.broker import ready_messages
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import CommandAction, HostStatus, VmDeleted
+from vmsched_contract.status import VmStatus
+from vmsched_domain.vm_changes import Change
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.metrics import HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
+from vmsched_pg.outbox import publish_rows
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings
 
 log = get_logger(__name__)
 

@@ -9,18 +9,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vmsched_common.batching import Batcher
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentConflict, AgentHeartbeat
-from vmsched_common.outbox import publish_implied
-from vmsched_common.publishing import Publisher
-from vmsched_common.snapshot import HostWrite, Snapshot
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import AgentConflict, AgentHeartbeat
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostFacts, HostStore
 from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
 from vmsched_gateway.instances import ConflictNotices, Refused
 from vmsched_gateway.metrics import VMS_RETURNED
 from vmsched_gateway.orphans import Orphans
+from vmsched_pg.outbox import publish_implied
+from vmsched_redis.host_hash import HostWrite
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_gateway")
 

@@ -16,16 +16,19 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db import vm_writes
-from vmsched_common.db.extra import extra_json
-from vmsched_common.db.inventory import labels_json, overlay, taints_json, taints_of
-from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns, trusted
-from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, Event, VmStatus, sources, sql_in
-from vmsched_common.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
-from vmsched_common.snapshot import capabilities_json
-from vmsched_common.vm_changes import Change, host_lost, host_returned
+from vmsched_contract.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
+from vmsched_contract.status import VmStatus
+from vmsched_domain.extra import extra_json
+from vmsched_domain.fit import RESOURCES
+from vmsched_domain.inventory import labels_json, taints_json, taints_of
+from vmsched_domain.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, Event, sources, sql_in
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change, host_lost, host_returned
 from vmsched_gateway.instances import Holder, Refused, settle
+from vmsched_pg import vm_writes
+from vmsched_pg.inventory import overlay
+from vmsched_pg.rows import VM_COLUMNS, VM_FIELDS, columns, trusted, vm_from_row
+from vmsched_redis.host_hash import capabilities_json
 
 _FIELDS = [rule.field for rule in RESOURCES]
 
@@ -199,7 +202,7 @@ class HostStore:
                 return Folded([], [], refused=settled.refused)
             rows = (await connection.execute(_UPSERT_HOSTS, heartbeat_params(ordered, settled.holders))).all()
             unknown = [
-                VmRecord.from_row(row)
+                vm_from_row(row)
                 for row in await connection.execute(_UNKNOWN_ON, {"hosts": [beat.agent_id for beat in ordered]})
             ]
             changes = [
@@ -251,7 +254,7 @@ class HostStore:
             changes = [
                 change
                 for row in rows
-                if (change := host_lost(VmRecord.from_row(row), now, exclude_for=exclude_for)) is not None
+                if (change := host_lost(vm_from_row(row), now, exclude_for=exclude_for)) is not None
             ]
             return await vm_writes.apply(connection, changes) if changes else []
 
@@ -263,4 +266,4 @@ class HostStore:
         params = {"hosts": [host for host, _ in pairs], "vm_ids": [vm for _, vm in pairs]}
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_ORPHANS, params)).all()
-        return [(row.reported_by, VmRecord.from_row(row)) for row in rows]
+        return [(row.reported_by, vm_from_row(row)) for row in rows]

@@ -2,7 +2,7 @@
 
 - With VMSCHED_AGENT_AUTH=required, a host's heartbeats and VM reports count only when published by
   that host's own broker user: the message's AMQP ``user_id`` must be the user
-  ``vmsched-gateway enroll-agent`` made for it (:mod:`vmsched_common.agent_identity`). RabbitMQ
+  ``vmsched-gateway enroll-agent`` made for it (:mod:`vmsched_amqp.agent_identity`). RabbitMQ
   refuses a ``user_id`` that is not the publishing connection's user (unless that user has the
   ``impersonator`` tag: give it to nobody), so the property cannot be forged.
 - A VM report counts only about a VM vmsched placed on that host, now or in an earlier attempt (a
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from vmsched_common.agent_identity import agent_username, host_of_username
-from vmsched_common.amqp import PoisonMessage
-from vmsched_common.db.records import VmRecord
-from vmsched_common.settings import AgentAuth
+from vmsched_amqp.agent_identity import agent_username, host_of_username
+from vmsched_amqp.failures import PoisonMessage
+from vmsched_domain.records import VmRecord
 from vmsched_gateway.metrics import AGENT_MESSAGES_REFUSED
+from vmsched_runtime.settings import AgentAuth
 
 
 class Refusal(StrEnum):

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vmsched_common.messages import AgentHeartbeat
+from vmsched_contract.messages import AgentHeartbeat
 
 
 @dataclass(frozen=True, slots=True)

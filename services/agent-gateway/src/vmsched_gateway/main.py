@@ -9,11 +9,14 @@ from typing import Annotated
 import typer
 import uvloop
 
-from vmsched_common.agent_identity import AgentCredentials
-from vmsched_common.logs import configure_logging
-from vmsched_common.service_cli import fail, service_main
-from vmsched_common.settings import Settings, load_settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_amqp.agent_identity import AgentCredentials
+from vmsched_amqp.nodes import BROKER
+from vmsched_pg.engine import DATABASE
+from vmsched_redis.connections import REDIS
+from vmsched_runtime.logs import configure_logging
+from vmsched_runtime.service_cli import fail, service_main
+from vmsched_runtime.settings import Settings, load_settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-gateway"
 
@@ -42,7 +45,7 @@ def enroll_agent(
     reports. Prints one JSON line per host: {"host_id", "username", "password", "amqp_url"}; hand
     it to the host's agent (docs/agent-sdk.md). Uses RabbitMQ's management API
     (VMSCHED_AMQP_ADMIN_URL)."""
-    from vmsched_common.agent_identity import agent_username
+    from vmsched_amqp.agent_identity import agent_username
     from vmsched_gateway.enrollment import EnrollmentError
 
     settings = load_settings(SERVICE)
@@ -64,6 +67,7 @@ main = service_main(
     "Relay each placed VM's create command to its host's queue, fold agents' heartbeats and VM status into "
     "Redis and PostgreSQL, and notice hosts that fall silent. Run without a command, it serves.",
     serve,
+    needs=(BROKER, REDIS, DATABASE),
     commands=[enroll_agent],
 )
 

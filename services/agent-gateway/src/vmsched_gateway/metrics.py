@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from vmsched_common.messages import OrphanKind
+from vmsched_contract.messages import OrphanKind
 
 ORPHAN_VMS = Counter(
     "vmsched_orphan_vms_total",

@@ -1,7 +1,7 @@
 """The gateway's duty for the work that moves VMs in steps: drains (POST /v1/hosts/{id}/drain) and
 rebalancing plans being applied (POST /v1/rebalance/plans/{id}/apply). Every second each active one
-takes its next step (its store's ``sweep``: :class:`vmsched_common.db.drains.DrainStore`,
-:class:`vmsched_common.db.rebalance.RebalanceStore`), and the migrations it started are announced to
+takes its next step (its store's ``sweep``: :class:`vmsched_pg.drains.DrainStore`,
+:class:`vmsched_pg.rebalance_plans.RebalanceStore`), and the migrations it started are announced to
 the schedulers. A ``vm.migrate`` lost here is sent again by the task sweep
 (:mod:`vmsched_gateway.tasks`), as one the API failed to publish."""
 
@@ -11,10 +11,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
-from vmsched_common.db.moves import announce_migration
-from vmsched_common.db.records import VmRecord
-from vmsched_common.logs import get_logger
-from vmsched_common.publishing import Publisher
+from vmsched_amqp.publishing import Publisher
+from vmsched_domain.records import VmRecord
+from vmsched_pg.vm_actions import announce_migration
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_gateway")
 

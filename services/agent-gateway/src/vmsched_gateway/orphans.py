@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import CommandAction, OrphanKind, VmOrphaned
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import OrphanPolicy
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import CommandAction, OrphanKind, VmOrphaned
+from vmsched_contract.status import VmStatus
+from vmsched_domain.lifecycle import HOLDS_CAPACITY
+from vmsched_domain.records import VmRecord
 from vmsched_gateway.metrics import ORPHAN_VMS
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import OrphanPolicy
 
 log = get_logger(__name__)
 

@@ -16,8 +16,9 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import VmStatus
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 
 # SQL: the VM aliased ``v`` has no victim left to delete.
 NO_VICTIMS_LEFT = (
@@ -50,4 +51,4 @@ class Preemptors:
         """The preemptor, once its last victim is gone and it still waits for its create."""
         async with self.engine.connect() as connection:
             row = (await connection.execute(_READY, {"id": preemptor})).first()
-        return None if row is None else VmRecord.from_row(row)
+        return None if row is None else vm_from_row(row)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import AgentCommand, CommandAction, VmAssigned
-from vmsched_common.publishing import Publisher
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import AgentCommand, CommandAction, VmAssigned
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.preemptors import Preemptors
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_gateway")
 

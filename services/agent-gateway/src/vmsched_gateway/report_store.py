@@ -1,8 +1,8 @@
 """The gateway's writes of what agents report about VMs (``vm.status``), through the lifecycle.
 
 "running" is most of the traffic (one per placed VM) and is applied in batches; the rest are one VM
-at a time: the row locked, the change computed by :mod:`vmsched_common.vm_changes`, written with
-:func:`vmsched_common.db.vm_writes.apply` (which gives capacity back in the same transaction).
+at a time: the row locked, the change computed by :mod:`vmsched_domain.vm_changes`, written with
+:func:`vmsched_pg.vm_writes.apply` (which gives capacity back in the same transaction).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db import vm_writes
-from vmsched_common.db.engine import lone_statement
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import Event, sources, sql_in, transitions
-from vmsched_common.messages import ReportedStatus
-from vmsched_common.vm_changes import Change, agent_delete_failed, agent_deleted, agent_failed
+from vmsched_contract.messages import ReportedStatus
+from vmsched_domain.lifecycle import Event, sources, sql_in, transitions
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change, agent_delete_failed, agent_deleted, agent_failed
+from vmsched_pg import vm_writes
+from vmsched_pg.engine import lone_statement
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 
 _RUNNING = {t.target for t in transitions(Event.AGENT_RUNNING)}
 assert len(_RUNNING) == 1, "agent_running leads to one status"
@@ -81,9 +82,7 @@ class ReportStore:
         current = {}
         if missed:
             async with self.engine.connect() as connection:
-                current = {
-                    row.id: VmRecord.from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})
-                }
+                current = {row.id: vm_from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})}
         return [RunningReport(vm_id in applied, None if vm_id in applied else current.get(vm_id)) for vm_id in ids]
 
     async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Reported:
@@ -94,7 +93,7 @@ class ReportStore:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
             if row is None:
                 return Reported(None, None)
-            vm = VmRecord.from_row(row)
+            vm = vm_from_row(row)
             change: Change | None
             if status is ReportedStatus.DELETED:
                 change = agent_deleted(vm, agent_id, now)

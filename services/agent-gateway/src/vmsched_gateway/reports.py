@@ -8,11 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from vmsched_common.batching import Batcher
-from vmsched_common.db.records import VmRecord
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
-from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import (
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import (
     MIGRATION_ACTIONS,
     POWER_ACTIONS,
     CommandAction,
@@ -20,14 +17,18 @@ from vmsched_common.messages import (
     VmDeleted,
     VmStatusReport,
 )
-from vmsched_common.outbox import publish_rows
-from vmsched_common.publishing import Publisher
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.status import VmStatus
+from vmsched_domain.lifecycle import HOLDS_CAPACITY
+from vmsched_domain.records import VmRecord
 from vmsched_gateway.identity import MessageKind, Refusal, placed_on, refuse
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.report_store import ReportStore, RunningReport
 from vmsched_gateway.tasks import Tasks
+from vmsched_pg.outbox import publish_rows
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import bound, get_logger
 
 log = get_logger("vmsched_gateway")
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db import vm_writes
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import Event, VmStatus, sources, sql_in
-from vmsched_common.messages import RestartPolicy
-from vmsched_common.vm_changes import Change, restart
+from vmsched_contract.messages import RestartPolicy
+from vmsched_contract.status import VmStatus
+from vmsched_domain.lifecycle import Event, sources, sql_in
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change, restart
 from vmsched_gateway.preemptors import NO_VICTIMS_LEFT
+from vmsched_pg import vm_writes
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 
 # Failed VMs that ran, whose restart policy says on_failure, once the restart delay has passed.
 _RESTART_DUE = text(
@@ -44,11 +46,11 @@ class SweepStore:
     async def restart_due(self, delay: float, limit: int = 500) -> list[Change]:
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_RESTART_DUE, {"delay": delay, "limit": limit})).all()
-            changes = [change for row in rows if (change := restart(VmRecord.from_row(row))) is not None]
+            changes = [change for row in rows if (change := restart(vm_from_row(row))) is not None]
             return await vm_writes.apply(connection, changes) if changes else []
 
     async def touch_stale_scheduled(self, stale_after: float, limit: int = 500) -> list[VmRecord]:
         """Scheduled VMs unanswered for ``stale_after`` seconds, marked so the next call skips them."""
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_TOUCH_STALE_SCHEDULED, {"stale": stale_after, "limit": limit})).all()
-        return [VmRecord.from_row(row) for row in rows]
+        return [vm_from_row(row) for row in rows]

@@ -1,9 +1,9 @@
 """The gateway's writes of what agents report about a VM's task (a migration's step, a stop, a
-start), through :mod:`vmsched_common.migration` and the lifecycle, and its sweeps of tasks: those
+start), through :mod:`vmsched_domain.live_migration` and the lifecycle, and its sweeps of tasks: those
 unanswered for a while (their command is sent again) and migrations in flight too long (rolled back).
 
 One VM at a time: the row locked, the change computed by the pure functions, written with
-:func:`vmsched_common.db.vm_writes.apply` (which gives a host's share back in the same transaction).
+:func:`vmsched_pg.vm_writes.apply` (which gives a host's share back in the same transaction).
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from collections.abc import Collection
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common import migration
-from vmsched_common.db import vm_writes
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.lifecycle import TASK_STATUS, VmStatus
-from vmsched_common.messages import VmStatusReport
-from vmsched_common.migration import Step
-from vmsched_common.vm_changes import Change, power_reported
+from vmsched_contract.messages import VmStatusReport
+from vmsched_contract.status import VmStatus
+from vmsched_domain import live_migration
+from vmsched_domain.lifecycle import TASK_STATUS
+from vmsched_domain.live_migration import Step
+from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change, power_reported
+from vmsched_pg import vm_writes
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 
 # Migrations asked for longer ago than the timeout; found through the index of VMs with a task.
 _TIMED_OUT = text(
@@ -67,7 +69,7 @@ class TaskStore:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [report.vm_id]})).first()
             if row is None:
                 return None
-            step = migration.on_report(VmRecord.from_row(row), report, time.time())
+            step = live_migration.on_report(vm_from_row(row), report, time.time())
             if step is None or not await vm_writes.apply(connection, [step.change]):
                 return None
         return step
@@ -80,9 +82,7 @@ class TaskStore:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [report.vm_id]})).first()
             if row is None:
                 return None
-            change = power_reported(
-                VmRecord.from_row(row), report.agent_id, report.action, report.status, report.message
-            )
+            change = power_reported(vm_from_row(row), report.agent_id, report.action, report.status, report.message)
             if change is None or not await vm_writes.apply(connection, [change]):
                 return None
         return change
@@ -93,7 +93,7 @@ class TaskStore:
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_TIMED_OUT, {"timeout": timeout, "limit": limit})).all()
             steps = [
-                step for row in rows if (step := migration.timed_out(VmRecord.from_row(row), now, timeout)) is not None
+                step for row in rows if (step := live_migration.timed_out(vm_from_row(row), now, timeout)) is not None
             ]
             landed = {change.after.id for change in await vm_writes.apply(connection, [s.change for s in steps])}
         return [step for step in steps if step.change.after.id in landed]
@@ -108,4 +108,4 @@ class TaskStore:
         """VMs whose task has waited ``stale_after`` seconds, marked so the next call skips them."""
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_TOUCH_STALE_TASKS, {"stale": stale_after, "limit": limit})).all()
-        return [VmRecord.from_row(row) for row in rows]
+        return [vm_from_row(row) for row in rows]

@@ -8,10 +8,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from vmsched_common import migration
-from vmsched_common.lifecycle import Capacity, Task
-from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import (
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import (
     CommandAction,
     MigrationOrder,
     VmMigrated,
@@ -19,12 +17,16 @@ from vmsched_common.messages import (
     VmMigrationFailed,
     VmStatusReport,
 )
-from vmsched_common.migration import Order, Step
-from vmsched_common.publishing import Publisher
-from vmsched_common.snapshot import Snapshot, target_claim_id
-from vmsched_common.vm_changes import power_command
+from vmsched_contract.status import Task
+from vmsched_domain import live_migration
+from vmsched_domain.claims import target_claim_id
+from vmsched_domain.lifecycle import Capacity
+from vmsched_domain.live_migration import Order, Step
+from vmsched_domain.vm_changes import power_command
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.task_store import TaskStore
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import bound, get_logger
 
 log = get_logger("vmsched_gateway")
 
@@ -46,7 +48,7 @@ class Tasks:
         """A scheduler claimed the target: tell it to prepare."""
         await self.queues.ensure(event.target)
         order = MigrationOrder(number=event.migration, source=event.source, target=event.target)
-        command = migration.prepare_command(event.vm_id, event.name, event.resources, order)
+        command = live_migration.prepare_command(event.vm_id, event.name, event.resources, order)
         await self.publisher.command(event.target, command)
         log.info("migration: target told to prepare", vm_id=str(event.vm_id), source=event.source, target=event.target)
 
@@ -125,8 +127,8 @@ class Tasks:
             with bound(vm_id=str(vm.id), task=vm.task.value if vm.task else None):
                 if vm.task is Task.CHOOSING_TARGET:
                     log.warning("no scheduler chose the migration's target yet; asking again")
-                    await self.publisher.vm_migrate(migration.request_of(vm, now))
-                elif (order := migration.awaited(vm)) is not None:
+                    await self.publisher.vm_migrate(live_migration.request_of(vm, now))
+                elif (order := live_migration.awaited(vm)) is not None:
                     log.warning("migration step unanswered; sending its command again", host=order.host)
                     await self.send(order)
                 elif (action := power_command(vm)) is not None and vm.hypervisor_id is not None:

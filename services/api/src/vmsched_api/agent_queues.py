@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
+from vmsched_amqp import topology
 
 
 async def delete_agent_queue(broker: RabbitBroker, host_id: str) -> None:

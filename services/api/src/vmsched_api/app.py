@@ -13,6 +13,9 @@ from faststream.rabbit import RabbitBroker
 from faststream.specification import AsyncAPI
 from faststream_fastapi import FastStreamAPI
 
+from vmsched_amqp import events, topology
+from vmsched_amqp.broker import declare_event_stream, declare_topology, make_broker, ready_messages
+from vmsched_amqp.publishing import Publisher
 from vmsched_api.dashboard import add_dashboard
 from vmsched_api.deps import Services
 from vmsched_api.docs_pages import add_documentation
@@ -41,21 +44,18 @@ from vmsched_api.routes import (
     whatif,
 )
 from vmsched_api.routes import settings as settings_routes
-from vmsched_api.schemas import ErrorDetail
 from vmsched_api.vm_acceptance import VmAcceptance
 from vmsched_api.vm_intake import VmIntake
-from vmsched_common import events, topology
-from vmsched_common.amqp import declare_event_stream, declare_topology, make_broker, ready_messages
-from vmsched_common.connections import connect_redis
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
-from vmsched_common.heap import freeze_startup_objects
-from vmsched_common.logs import get_logger
-from vmsched_common.outbox import published_marks, republish_unpublished
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
-from vmsched_common.snapshot import Snapshot
-from vmsched_common.telemetry import instrument_fastapi
+from vmsched_contract.api import ErrorDetail
+from vmsched_pg.engine import create_engine
+from vmsched_pg.outbox import published_marks, republish_unpublished
+from vmsched_pg.schema_upgrade import upgrade_schema
+from vmsched_redis.connections import connect_redis
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.heap import freeze_startup_objects
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import instrument_fastapi
 
 log = get_logger("vmsched_api")
 

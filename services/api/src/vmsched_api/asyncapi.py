@@ -7,7 +7,7 @@ import json
 import sys
 
 from vmsched_api.app import build_app
-from vmsched_common.settings import Settings
+from vmsched_runtime.settings import Settings
 
 # The committed document names the default broker, whatever VMSCHED_AMQP_URL the generating shell has; a
 # running API serves its own broker's address instead (without credentials).

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from faststream.rabbit import RabbitBroker
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_amqp.publishing import Publisher
 from vmsched_api.identity.audit import AuditLog
 from vmsched_api.identity.authenticator import Authenticator
 from vmsched_api.identity.rate_limit import RateLimiter
@@ -16,10 +17,9 @@ from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.repository import Repository
 from vmsched_api.vm_intake import VmIntake
-from vmsched_common.outbox import PublishedMarks
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
-from vmsched_common.snapshot import Snapshot
+from vmsched_pg.outbox import PublishedMarks
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.settings import Settings
 
 
 @dataclass

@@ -18,9 +18,9 @@ from typing import Any
 
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
-from vmsched_common import topology
-from vmsched_common.amqp_channels import plain_channel
-from vmsched_common.messages import DEFAULT_PROJECT
+from vmsched_amqp import topology
+from vmsched_amqp.channels import plain_channel
+from vmsched_contract.messages import DEFAULT_PROJECT
 
 # Unacked events in flight to one client: the broker waits for a slow client's acks beyond this.
 PREFETCH = 100

@@ -13,8 +13,8 @@ from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.messages import HostStatus
+from vmsched_contract.messages import HostStatus
+from vmsched_pg.engine import retry_on_dead_connection
 
 HOSTS = Gauge("vmsched_hosts", "Known hosts by status", ["status"])
 RESOURCE_CAPACITY = Gauge("vmsched_resource_capacity", "Capacity of online hosts", ["resource"])

@@ -1,6 +1,6 @@
 """The API's reads and writes of server groups in PostgreSQL.
 
-A group's members are its VMs in any status but a terminal one (:data:`~vmsched_common.lifecycle.TERMINAL`):
+A group's members are its VMs in any status but a terminal one (:data:`~vmsched_domain.lifecycle.TERMINAL`):
 a pending, unschedulable or failed VM may still be placed (again), under the group's rule. Deleting a
 group locks its row first, so a VM inserted meanwhile (whose foreign key check waits on that lock)
 either lands before the count, and the delete is refused, or finds the group gone.
@@ -19,11 +19,12 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.db.records import SERVER_GROUP_COLUMNS, ServerGroupRecord
-from vmsched_common.groups import GroupPolicy
-from vmsched_common.lifecycle import TERMINAL, sql_in
-from vmsched_common.messages import DEFAULT_PROJECT
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import DEFAULT_PROJECT
+from vmsched_domain.lifecycle import TERMINAL, sql_in
+from vmsched_domain.records import ServerGroupRecord
+from vmsched_pg.engine import retry_on_dead_connection
+from vmsched_pg.rows import SERVER_GROUP_COLUMNS, server_group_from_row
 
 
 class UnknownServerGroup(Exception):
@@ -113,7 +114,7 @@ class ServerGroupStore:
                     },
                 )
             ).one()
-        return GroupWithMembers(ServerGroupRecord.from_row(row), [])
+        return GroupWithMembers(server_group_from_row(row), [])
 
     @retry_on_dead_connection
     async def list(self, project: str | None = None) -> list[GroupWithMembers]:
@@ -124,7 +125,7 @@ class ServerGroupStore:
                 await connection.execute(text(f"{_SELECT} {where} ORDER BY created_at, id"), {"project": project})
             ).all()
             members = await _members(connection, [row.id for row in rows])
-        return [GroupWithMembers(ServerGroupRecord.from_row(row), members.get(row.id, [])) for row in rows]
+        return [GroupWithMembers(server_group_from_row(row), members.get(row.id, [])) for row in rows]
 
     @retry_on_dead_connection
     async def get(self, group_id: UUID, project: str | None = None) -> GroupWithMembers | None:
@@ -134,7 +135,7 @@ class ServerGroupStore:
             if row is None or (project is not None and row.project != project):
                 return None
             members = await _members(connection, [group_id])
-        return GroupWithMembers(ServerGroupRecord.from_row(row), members.get(group_id, []))
+        return GroupWithMembers(server_group_from_row(row), members.get(group_id, []))
 
     @retry_on_dead_connection
     async def delete(self, group_id: UUID, project: str | None = None) -> bool:

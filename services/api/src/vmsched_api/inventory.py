@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vmsched_api.schemas import HostPatch
-from vmsched_common.db.inventory import RatioOverrides, labels_json, taints_json
-from vmsched_common.db.records import HostRecord
-from vmsched_common.fit import RESOURCES
-from vmsched_common.messages import Resources, Taint
+from vmsched_contract.api import HostPatch
+from vmsched_contract.messages import Resources, Taint
+from vmsched_domain.fit import RESOURCES
+from vmsched_domain.inventory import RatioOverrides, labels_json, taints_json
+from vmsched_domain.records import HostRecord
 
 
 @dataclass(frozen=True, slots=True)

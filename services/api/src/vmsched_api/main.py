@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import uvicorn
 
+from vmsched_amqp.nodes import BROKER
 from vmsched_api.token_cli import create_token
-from vmsched_common.logs import configure_logging
-from vmsched_common.service_cli import service_main
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_pg.engine import DATABASE_SERVER
+from vmsched_redis.connections import REDIS
+from vmsched_runtime.logs import configure_logging
+from vmsched_runtime.service_cli import service_main
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-api"
 
@@ -33,7 +36,7 @@ main = service_main(
     "Serve the HTTP API (VMs, hosts, settings; OpenAPI docs at /docs, AsyncAPI at /asyncapi). Creates the "
     "database if it is missing and upgrades its schema first.",
     serve,
-    database_must_exist=False,
+    needs=(BROKER, REDIS, DATABASE_SERVER),
     commands=[create_token],
 )
 

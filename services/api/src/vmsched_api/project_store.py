@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.quota import USAGE
-from vmsched_common.db.engine import retry_on_dead_connection
+from vmsched_pg.engine import retry_on_dead_connection
 
 QUOTA_FIELDS = ("instances", "cpu", "memory_mb", "disk_gb", "gpu", "max_priority")
 _COLUMNS = "name, created_at, " + ", ".join(f"quota_{field}" for field in QUOTA_FIELDS)

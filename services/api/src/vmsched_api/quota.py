@@ -20,8 +20,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, literal_column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from vmsched_common.lifecycle import USES_QUOTA, VmStatus, sql_in
-from vmsched_common.reservations import ReservationStatus, SlotStatus
+from vmsched_contract.status import ReservationStatus, VmStatus
+from vmsched_domain.lifecycle import USES_QUOTA, sql_in
+from vmsched_domain.reservations import SlotStatus
 
 # The limits on what VMs hold; max_priority limits a request, not a sum.
 SUMMED = ("instances", "cpu", "memory_mb", "disk_gb", "gpu")

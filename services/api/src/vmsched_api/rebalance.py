@@ -15,11 +15,11 @@ from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
 from vmsched_api.whatif import SnapshotUnavailable, decision_context, default_strategy, live_fleet
-from vmsched_common.db.rebalance import RebalanceStore, StoredMove, StoredPlan
-from vmsched_common.messages import HostSelectorTerm
-from vmsched_common.rebalance_apply import MoveProgress
-from vmsched_common.selectors import holds
+from vmsched_contract.messages import HostSelectorTerm
 from vmsched_contract.rebalance import Goal, MoveState, PlannedMove, PlanRequest, RebalancePlan
+from vmsched_domain.rebalance_steps import MoveProgress
+from vmsched_domain.selectors import holds
+from vmsched_pg.rebalance_plans import RebalanceStore, StoredMove, StoredPlan
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.rebalance import MovableVm, plan_rebalance
 

@@ -12,21 +12,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.inventory import OperatorFields, patched
-from vmsched_api.schemas import Host, HostPatch, HostUsage, RatioOverrides, Vm
-from vmsched_common.db import moves, vm_writes
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.db.inventory import RATIOS, overlay
-from vmsched_common.db.models import SchedulerSettingRow
-from vmsched_common.db.moves import PowerAction
-from vmsched_common.db.records import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, HostRecord, VmRecord
-from vmsched_common.db.shares import HOLDINGS
-from vmsched_common.drain import DrainState
-from vmsched_common.fit import RESOURCES
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.messages import HostStatus
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import MeasuredUsage
-from vmsched_common.vm_changes import Change, delete_requested
+from vmsched_contract.api import Host, HostPatch, HostUsage, RatioOverrides, Vm
+from vmsched_contract.messages import HostStatus
+from vmsched_contract.status import DrainState, VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import RESOURCES
+from vmsched_domain.inventory import RATIOS
+from vmsched_domain.records import HostRecord, VmRecord
+from vmsched_domain.vm_changes import Change, delete_requested
+from vmsched_pg import vm_actions, vm_writes
+from vmsched_pg.engine import retry_on_dead_connection
+from vmsched_pg.inventory import overlay
+from vmsched_pg.models import SchedulerSettingRow
+from vmsched_pg.rows import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, host_from_row, vm_from_row
+from vmsched_pg.shares import HOLDINGS
+from vmsched_pg.vm_actions import PowerAction
+from vmsched_redis.host_hash import MeasuredUsage
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
@@ -148,7 +149,7 @@ class Repository:
             row = (await connection.execute(text(f"{_VM_SELECT} WHERE id = :id"), {"id": vm_id})).first()
         if row is None or (project is not None and row.project != project):
             return None
-        return VmRecord.from_row(row)
+        return vm_from_row(row)
 
     @retry_on_dead_connection
     async def list_vms(
@@ -179,7 +180,7 @@ class Repository:
         query = text(f"{_VM_SELECT} {where} ORDER BY created_at, id LIMIT :limit")
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query, params)).all()
-        items = [to_vm(VmRecord.from_row(row)) for row in rows[:limit]]
+        items = [to_vm(vm_from_row(row)) for row in rows[:limit]]
         next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
         return items, next_cursor
 
@@ -192,7 +193,7 @@ class Repository:
             row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
             if row is None or (project is not None and row.project != project):
                 return None
-            vm = VmRecord.from_row(row)
+            vm = vm_from_row(row)
             change = delete_requested(vm)
             if change is None or not await vm_writes.apply(connection, [change]):
                 return vm, None
@@ -202,19 +203,19 @@ class Repository:
     async def request_migration(
         self, vm_id: UUID, target_host: str | None, project: str | None = None
     ) -> VmRecord | None:
-        """:func:`vmsched_common.db.moves.start_migration`."""
-        return await moves.start_migration(self.engine, vm_id, target_host, project)
+        """:func:`vmsched_pg.vm_actions.start_migration`."""
+        return await vm_actions.start_migration(self.engine, vm_id, target_host, project)
 
     @retry_on_dead_connection
     async def request_power(self, vm_id: UUID, action: PowerAction, project: str | None = None) -> VmRecord | None:
-        """:func:`vmsched_common.db.moves.request_power`."""
-        return await moves.request_power(self.engine, vm_id, action, project)
+        """:func:`vmsched_pg.vm_actions.request_power`."""
+        return await vm_actions.request_power(self.engine, vm_id, action, project)
 
     @retry_on_dead_connection
     async def list_hosts(self) -> list[HostRecord]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY id"))).all()
-        return [HostRecord.from_row(row) for row in rows]
+        return [host_from_row(row) for row in rows]
 
     @retry_on_dead_connection
     async def count_waiting(self) -> int:
@@ -233,7 +234,7 @@ class Repository:
             row = (
                 await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
             ).first()
-        return HostRecord.from_row(row) if row else None
+        return host_from_row(row) if row else None
 
     @retry_on_dead_connection
     async def patch_host(self, host_id: str, patch: HostPatch) -> HostRecord | None:
@@ -243,9 +244,9 @@ class Repository:
             row = (await connection.execute(_LOCK_HOST, {"id": host_id})).first()
             if row is None:
                 return None
-            fields = patched(OperatorFields.of(HostRecord.from_row(row)), patch)
+            fields = patched(OperatorFields.of(host_from_row(row)), patch)
             row = (await connection.execute(_PATCH_HOST, {"id": host_id, **fields.params()})).one()
-        return HostRecord.from_row(row)
+        return host_from_row(row)
 
     @retry_on_dead_connection
     async def delete_host(self, host_id: str) -> tuple[HostRemoval, list[UUID]]:

@@ -1,4 +1,4 @@
-"""The API's reads and writes of reservations in PostgreSQL (vmsched_common.reservations).
+"""The API's reads and writes of reservations in PostgreSQL (vmsched_domain.reservations).
 
 A reservation is made ``pending`` in the transaction that checks its project's quota (it counts as
 its ``count`` VMs from then on); a scheduler places it. DELETE ends it: its held slots give their
@@ -17,11 +17,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_api import quota
-from vmsched_api.schemas import VmDefaults, VmRequest
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.db.reservation_store import SELECT_RESERVATIONS, ReservationRecord, end_reservations
-from vmsched_common.messages import HostSelectorTerm, Resources
-from vmsched_common.reservations import OPEN, ReservationStatus
+from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.messages import HostSelectorTerm, Resources
+from vmsched_contract.status import ReservationStatus
+from vmsched_domain.records import ReservationRecord
+from vmsched_domain.reservations import OPEN
+from vmsched_pg.engine import retry_on_dead_connection
+from vmsched_pg.reservation_store import SELECT_RESERVATIONS, end_reservations
+from vmsched_pg.rows import reservation_from_row
 
 
 class UnknownReservation(Exception):
@@ -134,7 +137,7 @@ class ReservationStore:
             }
             await quota.enforce_amounts(connection, project, requested)
             row = (await connection.execute(_ONE, {"id": reservation_id})).one()
-        return ReservationRecord.from_row(row)
+        return reservation_from_row(row)
 
     @retry_on_dead_connection
     async def get(self, reservation_id: UUID, project: str | None = None) -> ReservationRecord | None:
@@ -143,14 +146,14 @@ class ReservationStore:
             row = (await connection.execute(_ONE, {"id": reservation_id})).first()
         if row is None or (project is not None and row.project != project):
             return None
-        return ReservationRecord.from_row(row)
+        return reservation_from_row(row)
 
     @retry_on_dead_connection
     async def newest(self, project: str | None, limit: int) -> list[ReservationRecord]:
         """Newest first; every project's for None."""
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_PAGE, {"project": project, "limit": limit})).all()
-        return [ReservationRecord.from_row(row) for row in rows]
+        return [reservation_from_row(row) for row in rows]
 
     @retry_on_dead_connection
     async def release(
@@ -167,4 +170,4 @@ class ReservationStore:
                 connection, [reservation_id], ReservationStatus.RELEASED, "released by DELETE /v1/reservations"
             )
             row = (await connection.execute(_ONE, {"id": reservation_id})).one()
-        return ReservationRecord.from_row(row), slots
+        return reservation_from_row(row), slots

@@ -11,13 +11,14 @@ from typing import Annotated
 
 import typer
 
-from vmsched_api.identity.scopes import Scope
 from vmsched_api.identity.store import TokenStore, UnknownProject
 from vmsched_api.identity.token_secrets import PREFIX
-from vmsched_common.db.engine import create_engine
-from vmsched_common.db.migrate import upgrade_schema
-from vmsched_common.service_cli import Server, fail, unreachable
-from vmsched_common.settings import MIN_BOOTSTRAP_TOKEN, load_settings
+from vmsched_contract.scopes import Scope
+from vmsched_pg.engine import DATABASE_SERVER, create_engine
+from vmsched_pg.schema_upgrade import upgrade_schema
+from vmsched_runtime.reachability import unreachable
+from vmsched_runtime.service_cli import fail
+from vmsched_runtime.settings import MIN_BOOTSTRAP_TOKEN, load_settings
 
 SERVICE = "vmsched-api"
 
@@ -60,7 +61,7 @@ def create_token(
     """Make an API token in the database VMSCHED_DATABASE_URL names (upgrading its schema first)
     and print its secret, which nothing keeps."""
     settings = load_settings(SERVICE)
-    problems = asyncio.run(unreachable(settings, [Server.DATABASE], database_must_exist=False))
+    problems = asyncio.run(unreachable(settings, [DATABASE_SERVER]))
     if problems:
         fail(SERVICE, "; ".join(problems))
     given = None

@@ -34,11 +34,12 @@ from vmsched_api.group_store import UnknownServerGroup, check_groups_exist
 from vmsched_api.identity.audit import AuditStub, write_audit
 from vmsched_api.request_phases import Phase, timed
 from vmsched_api.reservation_store import UnknownReservation, check_reservations_fit
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.db.models import VmRow
-from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord
-from vmsched_common.lifecycle import VmStatus
 from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
+from vmsched_pg.engine import retry_on_dead_connection
+from vmsched_pg.models import VmRow
+from vmsched_pg.rows import VM_COLUMNS, VM_FIELDS, vm_from_row
 
 
 class IdempotencyConflict(Exception):
@@ -194,7 +195,7 @@ class VmAcceptance:
             if n in missing:
                 outcomes[n] = _replay(requests[n], existing)
             else:
-                outcomes[n] = Accepted([VmRecord.from_row(inserted[row["id"]]) for row in rows[n]])
+                outcomes[n] = Accepted([vm_from_row(inserted[row["id"]]) for row in rows[n]])
         done = [outcome for outcome in outcomes if outcome is not None]
         await _audit(connection, requests, done)
         return done
@@ -219,7 +220,7 @@ class VmAcceptance:
                 continue
             await savepoint.commit()
             if len(inserted) == len(mine):
-                outcomes.append(Accepted([VmRecord.from_row(inserted[row["id"]]) for row in mine]))
+                outcomes.append(Accepted([vm_from_row(inserted[row["id"]]) for row in mine]))
             else:
                 outcomes.append(_replay(request, await _existing(connection, [request])))
         await _audit(connection, requests, outcomes)
@@ -261,7 +262,7 @@ def _replay(request: CreateRequest, existing: dict[tuple[str, str], Any]) -> Out
     row = existing[(request.project, request.idempotency_key)]
     if row.request_hash != request_hash(request.bodies[0]):
         return IdempotencyConflict(request.idempotency_key)
-    return Accepted([VmRecord.from_row(row)], replayed=True)
+    return Accepted([vm_from_row(row)], replayed=True)
 
 
 async def _audit(connection: AsyncConnection, requests: Sequence[CreateRequest], outcomes: Sequence[Outcome]) -> None:

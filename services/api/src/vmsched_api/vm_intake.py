@@ -24,13 +24,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vmsched_amqp.publishing import Publisher
 from vmsched_api.request_phases import Phase, observe, timed
 from vmsched_api.vm_acceptance import Accepted, CreateRequest, Outcome, VmAcceptance
-from vmsched_common.batching import Batcher
-from vmsched_common.db.records import VmRecord
-from vmsched_common.logs import get_logger
-from vmsched_common.outbox import PublishedMarks, publish_implied
-from vmsched_common.publishing import Publisher
+from vmsched_domain.records import VmRecord
+from vmsched_pg.outbox import PublishedMarks, publish_implied
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_api")
 

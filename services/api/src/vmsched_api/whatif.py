@@ -16,10 +16,10 @@ from uuid import UUID
 from redis.exceptions import RedisError
 
 from vmsched_api.deps import Services
-from vmsched_api.schemas import VmDefaults, VmRequest
-from vmsched_common.decision import RejectedHost
-from vmsched_common.messages import VmToPlace
-from vmsched_common.settings import Strategy
+from vmsched_contract.api import VmDefaults, VmRequest
+from vmsched_contract.decision import RejectedHost
+from vmsched_contract.messages import VmToPlace
+from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import (
     Capacity,
     HostCapacity,
@@ -30,8 +30,9 @@ from vmsched_contract.whatif import (
     ZoneCapacity,
 )
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
-from vmsched_placement.inputs import placement_request, to_host_state
+from vmsched_placement.inputs import placement_request
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
+from vmsched_redis.engine_inputs import to_host_state
 
 
 class UnknownHosts(Exception):

@@ -14,12 +14,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from vmsched_common.logs import get_logger
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import instrument_fastapi
 from vmsched_router.cells import CellTable
 from vmsched_router.routing import Router
 from vmsched_router.store import RouteStore
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import instrument_fastapi
 
 log = get_logger("vmsched_router")
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from vmsched_common.cells import CellSummary
-from vmsched_common.logs import get_logger
-from vmsched_common.settings import CellEndpoint
+from vmsched_contract.cells import CellSummary
 from vmsched_router import metrics
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import CellEndpoint
 
 log = get_logger("vmsched_router")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vmsched_common.cells import CellSummary, LabelSetSummary
-from vmsched_common.messages import HostSelectorTerm
-from vmsched_common.selectors import matches
+from vmsched_contract.cells import CellSummary, LabelSetSummary
+from vmsched_contract.messages import HostSelectorTerm
+from vmsched_domain.selectors import matches
 
 # The resources a VM body names as top-level fields; named extra resources come in ``extra``.
 RESOURCE_FIELDS = ("cpu", "memory_mb", "disk_gb", "gpu")

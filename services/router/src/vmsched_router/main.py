@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uvicorn
 
-from vmsched_common.logs import configure_logging
-from vmsched_common.service_cli import fail, service_main
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_runtime.logs import configure_logging
+from vmsched_runtime.service_cli import fail, service_main
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-router"
 

@@ -17,13 +17,13 @@ import httpx
 from fastapi import Response, status
 from fastapi.responses import JSONResponse
 
-from vmsched_common.logs import get_logger
-from vmsched_common.settings import Settings
 from vmsched_router import metrics
 from vmsched_router.cells import Cell, CellTable
 from vmsched_router.choice import Demand, cells_to_try, least_loaded
 from vmsched_router.forwarding import CELL_HEADER, Answer, forward
 from vmsched_router.store import RouteStore
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.settings import Settings
 
 log = get_logger("vmsched_router")
 

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.engine import create_engine, ensure_database, retry_on_dead_connection
+from vmsched_pg.engine import create_engine, ensure_database, retry_on_dead_connection
 
 _CREATE = text(
     """

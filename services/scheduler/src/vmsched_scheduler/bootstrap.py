@@ -14,27 +14,27 @@ from faststream import FastStream
 from faststream.middlewares import AckPolicy
 from faststream.rabbit import RabbitBroker
 
-from vmsched_common import topology
-from vmsched_common.amqp import make_broker
-from vmsched_common.background import BackgroundTasks, consumer_app
-from vmsched_common.connections import connect_redis
-from vmsched_common.db import journal
-from vmsched_common.db.engine import create_engine
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmCreate, VmMigrate
-from vmsched_common.metrics_server import SCHEDULER_METRICS_PORT
-from vmsched_common.outbox import publish_rows
-from vmsched_common.publishing import Publisher
-from vmsched_common.settings import Settings
-from vmsched_common.snapshot import Snapshot
+from vmsched_amqp import topology
+from vmsched_amqp.broker import make_broker
+from vmsched_amqp.consumer_app import BackgroundTasks, consumer_app
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import VmCreate, VmMigrate
+from vmsched_pg import journal
+from vmsched_pg.engine import create_engine
+from vmsched_pg.outbox import publish_rows
 from vmsched_placement import Weights
+from vmsched_redis.connections import connect_redis
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
+from vmsched_runtime.metrics_server import SCHEDULER_METRICS_PORT
+from vmsched_runtime.settings import Settings
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.journal_pruning import prune_forever
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.moves import MigrationRound
+from vmsched_scheduler.migration_round import MigrationRound
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
 from vmsched_scheduler.round import RoundSettings

@@ -21,11 +21,13 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 
-from vmsched_common.logs import get_logger
-from vmsched_common.snapshot import OwnChange, Snapshot, SnapshotHost
 from vmsched_placement import Fleet
-from vmsched_placement.inputs import to_host_state
 from vmsched_placement.model import HostState
+from vmsched_redis.claims import OwnChange
+from vmsched_redis.engine_inputs import to_host_state
+from vmsched_redis.host_hash import SnapshotHost
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.usage_cadence import UsageCadence
 
 log = get_logger(__name__)

@@ -5,7 +5,7 @@ The settlement locks the groups' rows (after the VMs', before the hosts': the or
 keeps), so two schedulers settling members of one group queue on each other; then this reads each
 group's members per domain from the VMs that hold capacity (a migrating VM counts on its source and
 on its target: in flight it may be on either) and walks the round's placements in
-order, each checked by :func:`vmsched_common.groups.refusal` and counted if it passes.
+order, each checked by :func:`vmsched_domain.groups.refusal` and counted if it passes.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from vmsched_common.db.shares import SHARES
-from vmsched_common.groups import domain_of, refusal
-from vmsched_common.snapshot import GroupClaim
+from vmsched_domain.groups import domain_of, refusal
+from vmsched_pg.shares import SHARES
+from vmsched_redis.claims import GroupClaim
 
 LOCK_GROUPS = text("SELECT id FROM server_groups WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE")
 
-# The domain as vmsched_common.groups.domain_of says (tests/integration/test_group_rule.py checks).
+# The domain as vmsched_domain.groups.domain_of says (tests/integration/test_group_rule.py checks).
 _MEMBERS = text(
     f"""
     SELECT s.server_group AS group_id,

@@ -12,14 +12,16 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.records import SERVER_GROUP_COLUMNS, ServerGroupRecord
-from vmsched_common.groups import GroupPolicy, GroupRule, domain_of
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import VmToPlace
-from vmsched_common.snapshot import GroupClaim, Snapshot
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import VmToPlace
+from vmsched_domain.groups import GroupRule, domain_of
+from vmsched_pg.rows import SERVER_GROUP_COLUMNS, server_group_from_row
 from vmsched_placement import DecisionContext, Fleet, PlacementRequest, RequestVector
 from vmsched_placement.filters import SPREAD_FILTER
 from vmsched_placement.model import PlacementGroup
+from vmsched_redis.claims import GroupClaim
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -50,7 +52,7 @@ class ServerGroups:
         if unknown:
             async with self.engine.connect() as connection:
                 for row in await connection.execute(_RULES, {"ids": unknown}):
-                    self._rules[row.id] = ServerGroupRecord.from_row(row).rule
+                    self._rules[row.id] = server_group_from_row(row).rule
         return {group_id: self._rules[group_id] for group_id in group_ids if group_id in self._rules}
 
     async def members(self, group_ids: Sequence[UUID]) -> Mapping[UUID, Mapping[str, int]]:

@@ -19,15 +19,21 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from opentelemetry import context as otel_context
 
-from vmsched_common.amqp import TransientError
-from vmsched_common.batching import Batcher
-from vmsched_common.db.records import VmRecord
-from vmsched_common.logs import bound, get_logger
-from vmsched_common.messages import VmCreate, VmMigrate, VmPreempted
-from vmsched_common.outbox import publish_implied
-from vmsched_common.publishing import Publisher
+from vmsched_amqp.failures import TransientError
+from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import VmCreate, VmMigrate, VmPreempted
+from vmsched_domain.records import VmRecord
+from vmsched_pg.outbox import publish_implied
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import bound, get_logger
 from vmsched_scheduler.metrics import ROUND_VMS
-from vmsched_scheduler.moves import MigrationItem, MigrationOutcome, MigrationRound, NoTargetFound, TargetChosen
+from vmsched_scheduler.migration_round import (
+    MigrationItem,
+    MigrationOutcome,
+    MigrationRound,
+    NoTargetFound,
+    TargetChosen,
+)
 from vmsched_scheduler.round import (
     Assigned,
     Ignored,

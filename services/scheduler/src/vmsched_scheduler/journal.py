@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from vmsched_common.decision import JournalKind, JournalRef
+from vmsched_contract.decision import JournalKind, JournalRef
 from vmsched_placement import DecisionContext, Fleet, PlacementRequest, Weights
 from vmsched_placement.journal import Entry, Journal, PreemptionInputs
 
@@ -24,7 +24,7 @@ class DecisionJournal:
         retention: float | None = None,
     ) -> None:
         """``retention``: VMSCHED_JOURNAL_RETENTION; a checkpoint then comes at least every half of it,
-        so that pruning may drop a chain older than the retention whole (vmsched_common.db.journal)."""
+        so that pruning may drop a chain older than the retention whole (vmsched_pg.journal)."""
         self.replica = replica or uuid.uuid4().hex[:16]  # a new chain per process: its settings may differ
         self._append = append
         self._journal = Journal(weights, offline_timeout, checkpoint_age=None if retention is None else retention / 2)

@@ -1,5 +1,5 @@
 """Pruning the decision journal: entries older than ``VMSCHED_JOURNAL_RETENTION`` go, except those a
-decision still inside the retention reads (vmsched_common.db.journal.prune).
+decision still inside the retention reads (vmsched_pg.journal.prune).
 
 One replica per ``VMSCHED_JOURNAL_PRUNE_INTERVAL`` prunes: a Redis lock that lasts the interval, as
 the reconcile takes. Two prunings at once would still be correct (each deletes only what no kept
@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db import journal
-from vmsched_common.logs import get_logger
-from vmsched_common.snapshot import Snapshot
+from vmsched_pg import journal
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.one_replica import every_interval_on_one_replica
 
 log = get_logger(__name__)

@@ -6,7 +6,7 @@ deadlocking), then in one statement every VM still pending at its attempt moves 
 and each host's allocations grow by what moved onto it, but only along the prefix of the host's
 placements (in the round's order) that keeps it within the fit rule (named extra resources too),
 online and unpaused. A placement past that prefix is refused (its claim is released and it is
-decided again); the rest of the round is unaffected. The fit rule is pasted in from ``vmsched_common.fit``.
+decided again); the rest of the round is unaffected. The fit rule is pasted in from ``vmsched_domain.fit``.
 
 Members of server groups are checked too, under their groups' row locks (:mod:`group_guard`): a
 placement the group rule refuses is left out of the statement (GROUP_REFUSED). Leaving a spread
@@ -25,17 +25,20 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from vmsched_common.db.extra import extra_json, sql_extra_plus
-from vmsched_common.db.records import VM_COLUMNS, VmRecord
-from vmsched_common.db.vm_writes import LOCK_VMS, apply
-from vmsched_common.decision import JournalKind, PlacementRecord
-from vmsched_common.fit import RESOURCES, sql_extra_fits, sql_fits
-from vmsched_common.groups import GroupPolicy
-from vmsched_common.lifecycle import Condition, Event, VmStatus, sources, sql_in, transition
-from vmsched_common.messages import HostStatus
-from vmsched_common.reservations import ReservationStatus, SlotStatus
-from vmsched_common.settings import Strategy
-from vmsched_common.vm_changes import preempted
+from vmsched_contract.decision import JournalKind, PlacementRecord
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import HostStatus
+from vmsched_contract.status import ReservationStatus, VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.extra import extra_json
+from vmsched_domain.fit import RESOURCES, sql_extra_fits, sql_fits
+from vmsched_domain.lifecycle import Condition, Event, sources, sql_in, transition
+from vmsched_domain.records import VmRecord
+from vmsched_domain.reservations import SlotStatus
+from vmsched_domain.vm_changes import preempted
+from vmsched_pg.extra_sql import sql_extra_plus
+from vmsched_pg.rows import VM_COLUMNS, vm_from_row
+from vmsched_pg.vm_writes import LOCK_VMS, apply
 from vmsched_placement import Demand
 from vmsched_placement.model import extras_of
 from vmsched_placement.preemption import Resident
@@ -62,7 +65,7 @@ _REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED})
 
 # Locks, taken as every writer takes them: the VMs first, in id order, then their server groups, then
 # their hosts, in id order
-# (see vmsched_common.db.vm_writes), so no two writers can each hold a row the other waits for.
+# (see vmsched_pg.vm_writes), so no two writers can each hold a row the other waits for.
 # The VMs are found by id alone and their status checked under the lock, here: a statement that
 # also asked for ``status = 'pending'`` let the planner, whose statistics predate a burst of
 # requests, walk every pending VM instead (14 ms a round with a backlog of 10,000).
@@ -378,7 +381,7 @@ class PostgresLedger:
             return {}
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_LOAD, {"ids": list(vm_ids)})).all()
-        return {row.id: VmRecord.from_row(row) for row in rows}
+        return {row.id: vm_from_row(row) for row in rows}
 
     async def residents(self, host_ids: Sequence[str], below: int) -> Mapping[str, list[Resident]]:
         if not host_ids or below <= 0:
@@ -396,7 +399,7 @@ class PostgresLedger:
     ) -> tuple[PlacementResult, list[VmRecord]]:
         async with self.engine.connect() as connection, connection.begin() as transaction:
             ids = sorted({placement.vm_id, *victims})
-            records = {row.id: VmRecord.from_row(row) for row in await connection.execute(LOCK_VMS, {"ids": ids})}
+            records = {row.id: vm_from_row(row) for row in await connection.execute(LOCK_VMS, {"ids": ids})}
             preemptor = records.get(placement.vm_id)
             if preemptor is None or preemptor.status is not PLACED.source or preemptor.attempt != placement.attempt:
                 return PlacementResult(Committed.NOT_PENDING), []

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import uvloop
 
-from vmsched_common.logs import configure_logging
-from vmsched_common.service_cli import service_main
-from vmsched_common.settings import Settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_amqp.nodes import BROKER
+from vmsched_pg.engine import DATABASE
+from vmsched_redis.connections import REDIS
+from vmsched_runtime.logs import configure_logging
+from vmsched_runtime.service_cli import service_main
+from vmsched_runtime.settings import Settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-scheduler"
 
@@ -26,6 +29,7 @@ main = service_main(
     "Place VMs: consume vm.create, choose hosts, claim their capacity in Redis, commit to PostgreSQL, "
     "emit vm.assigned. Stateless: run as many replicas as you like.",
     serve,
+    needs=(BROKER, REDIS, DATABASE),
 )
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 
 PLACEMENTS = Counter(
     "vmsched_placements_total",

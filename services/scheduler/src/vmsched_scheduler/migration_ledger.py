@@ -20,14 +20,16 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from vmsched_common.db import vm_writes
-from vmsched_common.db.extra import extra_json, sql_extra_plus
-from vmsched_common.db.records import HOST_COLUMNS, HostRecord, VmRecord
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.fit import RESOURCES, fits
-from vmsched_common.messages import Capability, HostStatus, Resources
-from vmsched_common.migration import no_target, target_claimed
-from vmsched_common.vm_changes import Change
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import Capability, HostStatus, Resources
+from vmsched_domain.extra import extra_json
+from vmsched_domain.fit import RESOURCES, fits
+from vmsched_domain.live_migration import no_target, target_claimed
+from vmsched_domain.records import HostRecord, VmRecord
+from vmsched_domain.vm_changes import Change
+from vmsched_pg import vm_writes
+from vmsched_pg.extra_sql import sql_extra_plus
+from vmsched_pg.rows import HOST_COLUMNS, host_from_row, vm_from_row
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.ports import Committed, MigrationSettlement, NoTarget, TargetClaim
 
@@ -49,7 +51,7 @@ async def settle_migrations(
 ) -> MigrationSettlement:
     async with engine.begin() as connection:
         ids = sorted({t.vm_id for t in targets} | {n.vm_id for n in no_targets})
-        vms = {row.id: VmRecord.from_row(row) for row in await connection.execute(vm_writes.LOCK_VMS, {"ids": ids})}
+        vms = {row.id: vm_from_row(row) for row in await connection.execute(vm_writes.LOCK_VMS, {"ids": ids})}
         placed: dict[UUID, Committed] = {}
         choosing = [t for t in targets if (vm := vms.get(t.vm_id)) and target_claimed(vm, t.migration, t.host_id)]
         if choosing:
@@ -73,7 +75,7 @@ async def _commit_targets(
     if groups:
         await connection.execute(LOCK_GROUPS, {"ids": groups})
     rows = await connection.execute(_LOCK_HOSTS, {"hosts": sorted({t.host_id for t in targets})})
-    hosts = {row.id: HostRecord.from_row(row) for row in rows}
+    hosts = {row.id: host_from_row(row) for row in rows}
     refused = await refused_by_groups(connection, targets, {h.id: h.labels for h in hosts.values()})
     booked: dict[str, Resources] = defaultdict(lambda: Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0))
     results: dict[UUID, Committed] = {}
@@ -104,7 +106,7 @@ async def _commit_targets(
 
 def _takes(host: HostRecord, resources: Resources, booked: Resources) -> bool:
     """The guard: the host is online, unpaused, can migrate, and fits the VM on top of what it holds
-    and what this call put on it before (the fit rule, named extra resources included: vmsched_common.fit)."""
+    and what this call put on it before (the fit rule, named extra resources included: vmsched_domain.fit)."""
     holding = host.allocated.plus(booked)
     return (
         host.status == HostStatus.ONLINE.value

@@ -7,8 +7,8 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 
-from vmsched_common.logs import get_logger
-from vmsched_common.snapshot import Snapshot
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

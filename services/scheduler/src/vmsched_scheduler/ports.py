@@ -2,7 +2,7 @@
 only, so it runs on in-memory fakes in a unit test and on Redis and PostgreSQL in production.
 
 - :class:`FleetView`: the engine's copy of the capacity snapshot (Redis, in ``fleet_cache``).
-- :class:`ClaimStore`: the atomic claims (Redis, ``vmsched_common.snapshot.Snapshot``).
+- :class:`ClaimStore`: the atomic claims (Redis, ``vmsched_redis.snapshot.Snapshot``).
 - :class:`Ledger`: the truth (PostgreSQL, ``ledger``).
 """
 
@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.messages import Resources
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, Claimed, GroupClaim, OwnChange
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import Resources
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.records import VmRecord
 from vmsched_placement import Fleet
 from vmsched_placement.preemption import Resident
+from vmsched_redis.claims import Claim, Claimed, GroupClaim, OwnChange
 
 
 class FleetView(Protocol):

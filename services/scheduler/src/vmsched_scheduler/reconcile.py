@@ -2,7 +2,7 @@
 mappings on startup", done on start and then periodically by one replica at a time).
 
 For every host: the claims of its committed VMs, of the VMs migrating to it (their target claims)
-and of the reservation slots it holds (:data:`vmsched_common.db.shares.HOLDINGS`) are restored,
+and of the reservation slots it holds (:data:`vmsched_pg.shares.HOLDINGS`) are restored,
 claims PostgreSQL does not count are dropped once older than the grace period, and the allocations
 are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*`` columns are
 checked against the same sums too; a difference would be a bug, so it is logged loudly and repaired
@@ -27,11 +27,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.records import trusted
-from vmsched_common.db.shares import HOLDINGS, SHARES
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import add_counts
-from vmsched_common.snapshot import CommittedVm, Snapshot
+from vmsched_contract.messages import add_counts
+from vmsched_pg.rows import trusted
+from vmsched_pg.shares import HOLDINGS, SHARES
+from vmsched_redis.claims import CommittedVm
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.one_replica import every_interval_on_one_replica
 
 log = get_logger(__name__)
@@ -54,7 +55,7 @@ _COMMITTED = text(
      ORDER BY host_id COLLATE "C"
     """
 )
-# Every group with each committed member and its domain (vmsched_common.groups.domain_of, in SQL); a
+# Every group with each committed member and its domain (vmsched_domain.groups.domain_of, in SQL); a
 # group without members comes once, with NULLs: its counts are emptied.
 _GROUP_MEMBERS = text(
     f"""

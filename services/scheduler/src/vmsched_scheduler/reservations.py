@@ -1,5 +1,5 @@
 """Reservations on the scheduler's side: placing them and ending them at ``ends_at``
-(vmsched_common.reservations).
+(vmsched_domain.reservations).
 
 A pending reservation is placed by the one round (:meth:`SchedulingRound.run_gang`): its slots are
 an all-or-nothing batch of VM-sized requests, decided by the engine with every filter, claimed in
@@ -24,15 +24,17 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.records import VmRecord, trusted, trusted_selector
-from vmsched_common.db.reservation_store import due_reservations, end_reservations
-from vmsched_common.fit import RESOURCES, sql_fits
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import HostStatus, VmToPlace
-from vmsched_common.reservations import ReservationStatus, SlotStatus, slot_id
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Snapshot
+from vmsched_contract.messages import HostStatus, VmToPlace
+from vmsched_contract.status import ReservationStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.fit import RESOURCES, sql_fits
+from vmsched_domain.records import VmRecord
+from vmsched_domain.reservations import SlotStatus, slot_id
+from vmsched_pg.reservation_store import due_reservations, end_reservations
+from vmsched_pg.rows import trusted, trusted_selector
 from vmsched_placement.preemption import Resident
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.ports import (
     Committed,
     Ledger,

@@ -30,13 +30,12 @@ from uuid import UUID
 
 from opentelemetry import context as otel_context
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import Candidate, JournalRef, PlacementRecord, RefusedClaim, RejectedHost
-from vmsched_common.lifecycle import HOLDS_CAPACITY, VmStatus
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
-from vmsched_common.settings import Strategy
-from vmsched_common.snapshot import Claim, GroupClaim
+from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord, RefusedClaim, RejectedHost
+from vmsched_contract.messages import Assignment, Unplaced, VmMigrate, VmToPlace, WaitingVm
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.lifecycle import HOLDS_CAPACITY
+from vmsched_domain.records import VmRecord
 from vmsched_placement import (
     NO_AVAILABLE_AGENTS,
     Decision,
@@ -53,6 +52,8 @@ from vmsched_placement.journal import PreemptionInputs, seeded
 from vmsched_placement.model import Migration, PlacementGroup
 from vmsched_placement.preemption import drawn, preemptible_rows
 from vmsched_placement.whatif import unplaced_detail
+from vmsched_redis.claims import Claim, GroupClaim
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
@@ -133,7 +134,7 @@ class _Open:
     strategy: Strategy
     avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
     refused: list[RefusedClaim] = field(default_factory=list)
-    move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.moves)
+    move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.migration_round)
 
     def always_out(self) -> frozenset[str]:
         """Hosts never tried for it, even when its exclusions are set aside: those that refused its

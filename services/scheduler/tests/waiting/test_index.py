@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.placement.tests.placement.support import NOW, TIMEOUT, host
-from vmsched_common.groups import GroupPolicy, GroupRule
-from vmsched_common.messages import (
+from vmsched_contract.groups import GroupPolicy
+from vmsched_contract.messages import (
     HostSelectorTerm,
     Resources,
     SelectorOperator,
@@ -20,6 +20,7 @@ from vmsched_common.messages import (
     TolerationOperator,
     VmToPlace,
 )
+from vmsched_domain.groups import GroupRule
 from vmsched_placement import DecisionContext, Fleet, Weights
 from vmsched_placement.taint_rules import Taint
 from vmsched_scheduler.groups import RoundGroups

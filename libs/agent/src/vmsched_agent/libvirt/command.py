@@ -14,9 +14,9 @@ from vmsched_agent.credentials import read_credentials
 from vmsched_agent.libvirt.runner import LibvirtAgent
 from vmsched_agent.libvirt.settings import LibvirtAgentSettings, load
 from vmsched_agent.libvirt.template import TemplateError
-from vmsched_common.logs import configure_logging, get_logger
-from vmsched_common.settings import load_settings
-from vmsched_common.telemetry import setup_tracing
+from vmsched_runtime.logs import configure_logging, get_logger
+from vmsched_runtime.settings import load_settings
+from vmsched_runtime.telemetry import setup_tracing
 
 SERVICE = "vmsched-agent"
 log = get_logger("vmsched_agent.libvirt")

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from vmsched_agent.libvirt.ports import HostError, LibvirtHost, OpensHosts
-from vmsched_common.logs import get_logger
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

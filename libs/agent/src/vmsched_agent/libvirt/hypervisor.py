@@ -19,8 +19,8 @@ from vmsched_agent.libvirt.lifecycle import Lifecycle
 from vmsched_agent.libvirt.live_migration import LiveMigration
 from vmsched_agent.libvirt.ports import HostError, LibvirtHost
 from vmsched_agent.libvirt.usage import UsageMeter
-from vmsched_common.logs import get_logger
 from vmsched_contract.messages import AgentCommand, Usage
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -28,8 +28,8 @@ from vmsched_agent.libvirt.ports import KIB_PER_MIB, LibvirtHost, NodeInfo, Open
 from vmsched_agent.libvirt.settings import LibvirtAgentSettings
 from vmsched_agent.libvirt.template import Backing, DomainTemplate
 from vmsched_agent.libvirt.usage import UsageMeter
-from vmsched_common.logs import get_logger
 from vmsched_contract.messages import Capability
+from vmsched_runtime.logs import get_logger
 
 log = get_logger(__name__)
 

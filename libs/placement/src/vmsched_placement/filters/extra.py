@@ -1,5 +1,5 @@
 """``extra``: enough of every named extra resource the VM asks for (``{"fpga": 1}``, seed 002's open
-resource map), counted as GPUs are: whole units, never overcommitted (``vmsched_common.fit.extra_shortfall``).
+resource map), counted as GPUs are: whole units, never overcommitted (``vmsched_domain.fit.extra_shortfall``).
 
 The fleet keeps a free column per name only once a VM asks for that name, so a request without
 extras costs nothing and one with extras one comparison per name.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.fit import EXTRA, extra_shortfall
+from vmsched_domain.fit import EXTRA, extra_shortfall
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector
 

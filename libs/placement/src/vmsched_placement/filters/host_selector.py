@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from vmsched_common.messages import SelectorOperator
-from vmsched_common.selectors import holds
+from vmsched_contract.messages import SelectorOperator
+from vmsched_domain.selectors import holds
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector, SelectorTerm
 

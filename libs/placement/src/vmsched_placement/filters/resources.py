@@ -1,16 +1,16 @@
 """The shared rule of the ``cpu``, ``memory``, ``disk`` and ``gpu`` filters: the fit rule, one resource.
 
-The rule itself (``vmsched_common.fit``) says: ``allocated + requested <= floor((capacity - reserved)
+The rule itself (``vmsched_domain.fit``) says: ``allocated + requested <= floor((capacity - reserved)
 x ratio + 1e-9)``, checked only for a resource the VM asks for, so a host over capacity on GPUs
 still takes a VM without GPUs. The fleet keeps ``free = allocatable - allocated`` per resource as a
-column, so the mask is one comparison; the reason is the rule's own :class:`~vmsched_common.fit.Shortfall`.
+column, so the mask is one comparison; the reason is the rule's own :class:`~vmsched_domain.fit.Shortfall`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.fit import RESOURCES, shortfall
+from vmsched_domain.fit import RESOURCES, shortfall
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector
 

@@ -3,7 +3,7 @@
 ``anti-affinity``: the host's domain holds fewer than ``max_per_domain`` of the group's members.
 ``affinity``: the host's domain holds members, or the group has none yet (the first fixes the domain).
 A host in no domain (lacking the topology label) takes no member. The rule is
-:func:`vmsched_common.groups.refuses`; the counts are the request's (the snapshot's, plus the round's
+:func:`vmsched_domain.groups.refuses`; the counts are the request's (the snapshot's, plus the round's
 own choices so far).
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, domain_of, refusal
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_domain.groups import domain_of, refusal
 from vmsched_placement.domains import host_members, hosts_in, label_members
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector

@@ -5,7 +5,7 @@ A host passes when, with the VM on it, its domain holds at most ``max_skew`` mor
 members than the emptiest *eligible* domain. The eligible domains are those of the hosts that pass
 every other filter for this VM (they run before this one): a zone that is offline, paused, full or
 not what the VM's labels ask for does not hold the others back. A host in no domain (lacking the
-topology label) takes no member. The rule is :func:`vmsched_common.groups.refuses`; the claim and the
+topology label) takes no member. The rule is :func:`vmsched_domain.groups.refuses`; the claim and the
 commit check the same rule against the same domains (:func:`spread_domains`).
 """
 
@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy, domain_of, refusal
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_domain.groups import domain_of, refusal
 from vmsched_placement.domains import codes_among, domain_names, host_members, hosts_in, label_members
 from vmsched_placement.filters.base import HostFilter
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns

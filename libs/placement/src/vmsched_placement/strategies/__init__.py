@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.strategies.base import PlacementStrategy, Ranking
 from vmsched_placement.strategies.best_fit import BestFit
 from vmsched_placement.strategies.least_loaded import LeastLoaded

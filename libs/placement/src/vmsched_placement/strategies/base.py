@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from vmsched_common.settings import Strategy
+    from vmsched_contract.strategy import Strategy
     from vmsched_placement.fleet import BoolArray, FleetColumns, FloatArray
     from vmsched_placement.model import DecisionContext, RequestVector
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.fleet import FleetColumns, FloatArray
 from vmsched_placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector
 from vmsched_placement.strategies.scoring import LowestScoreWins, weighted_sum

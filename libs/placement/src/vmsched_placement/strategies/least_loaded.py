@@ -7,7 +7,7 @@ agent; it does not depend on the VM, so a decision ranks hosts by how busy they 
 
 from __future__ import annotations
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.fleet import FleetColumns, FloatArray
 from vmsched_placement.model import DecisionContext, RequestVector
 from vmsched_placement.strategies.scoring import LowestScoreWins, WeightedShares

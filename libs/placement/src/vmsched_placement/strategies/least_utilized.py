@@ -9,7 +9,7 @@ usage is ranked by its allocated shares, exactly as ``least_loaded`` ranks it.
 
 from __future__ import annotations
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.fleet import FleetColumns, FloatArray
 from vmsched_placement.model import DecisionContext, RequestVector
 from vmsched_placement.strategies.scoring import LowestScoreWins, WeightedLoad

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.settings import Strategy
+from vmsched_contract.strategy import Strategy
 from vmsched_placement.fleet import BoolArray, FleetColumns, FloatArray
 from vmsched_placement.model import DecisionContext, RequestVector
 from vmsched_placement.strategies.base import Ranking

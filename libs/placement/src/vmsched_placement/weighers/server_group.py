@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vmsched_common.groups import HOST_TOPOLOGY, GroupPolicy
+from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_placement.domains import host_members, hosts_in, label_members
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import RequestVector

@@ -23,10 +23,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vmsched_api.identity.scopes import Principal
 from vmsched_api.request_phases import Phase, timed
-from vmsched_common.batching import Batcher
-from vmsched_common.db.engine import lone_statement, retry_on_dead_connection
-from vmsched_common.db.models import AuditRow
-from vmsched_common.logs import get_logger
+from vmsched_pg.engine import lone_statement, retry_on_dead_connection
+from vmsched_pg.models import AuditRow
+from vmsched_runtime.batching import Batcher
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_api")
 

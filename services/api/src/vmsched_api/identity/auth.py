@@ -22,8 +22,9 @@ from starlette.routing import BaseRoute
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.audit import PRINCIPAL
 from vmsched_api.identity.rate_limit import retry_after_header
-from vmsched_api.identity.scopes import Principal, Scope
+from vmsched_api.identity.scopes import Principal
 from vmsched_api.request_phases import Phase, timed
+from vmsched_contract.scopes import Scope
 
 REALM = 'Bearer realm="vmsched"'
 

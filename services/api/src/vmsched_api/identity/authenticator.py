@@ -7,10 +7,11 @@ import hmac
 from pydantic import SecretStr
 
 from vmsched_api.identity.cache import TokenCache
-from vmsched_api.identity.scopes import BOOTSTRAP_TOKEN_ID, Principal, Scope
+from vmsched_api.identity.scopes import BOOTSTRAP_TOKEN_ID, Principal
 from vmsched_api.identity.store import TokenStore
 from vmsched_api.identity.token_secrets import PREFIX, secret_hash
-from vmsched_common.messages import DEFAULT_PROJECT
+from vmsched_contract.messages import DEFAULT_PROJECT
+from vmsched_contract.scopes import Scope
 
 # Longer than any secret vmsched makes; a longer one is not looked up.
 MAX_SECRET_LENGTH = 256

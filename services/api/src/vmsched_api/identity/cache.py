@@ -23,8 +23,8 @@ from typing import Any
 import asyncpg
 
 from vmsched_api.identity.store import REVOCATIONS_CHANNEL, TokenRecord
-from vmsched_common.db.engine import connect_directly
-from vmsched_common.logs import get_logger
+from vmsched_pg.engine import connect_directly
+from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_api")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vmsched_contract.scopes import Scope as Scope
+from vmsched_contract.scopes import Scope
 
 # The scopes that grant each scope: itself, and those that include it.
 GRANTED_BY: dict[Scope, frozenset[Scope]] = {

@@ -13,9 +13,10 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_api.identity.scopes import Principal, Scope
+from vmsched_api.identity.scopes import Principal
 from vmsched_api.identity.token_secrets import new_secret, secret_hash
-from vmsched_common.db.engine import retry_on_dead_connection
+from vmsched_contract.scopes import Scope
+from vmsched_pg.engine import retry_on_dead_connection
 
 # Revocations are announced here (payload: the token id), in the revoking transaction: PostgreSQL
 # delivers it to every listening API replica when that transaction commits.

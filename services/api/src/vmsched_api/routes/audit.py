@@ -8,8 +8,8 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import Admin
-from vmsched_api.schemas import AuditPage, AuditRecord
-from vmsched_common.messages import ProjectName
+from vmsched_contract.api import AuditPage, AuditRecord
+from vmsched_contract.messages import ProjectName
 
 router = APIRouter(prefix="/audit", tags=["audit"])
 

@@ -1,7 +1,7 @@
 """/v1/hosts/{id}/drain: empty a host for maintenance (CloudStack's maintenance mode, ``kubectl
 drain``): pause it and move every VM away by live migration; watch where it stands; end it (the host
 back in service). The gateway carries drains out (vmsched_gateway.migration_sweeps); the rules are
-vmsched_common.drain's."""
+vmsched_domain.drain's."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from fastapi import APIRouter, Body, HTTPException, Response, status
 
 from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.identity.auth import HostsAdmin, HostsReader
-from vmsched_api.schemas import Drain, DrainedVm, DrainRequest, StuckVm, refusals
-from vmsched_common.db.drains import AlreadyDraining, DrainStore, StoredDrain, deadline_of
-from vmsched_common.db.records import HostRecord
-from vmsched_common.logs import get_logger
-from vmsched_common.snapshot import inventory_fields
+from vmsched_api.refusals import refusals
+from vmsched_contract.api import Drain, DrainedVm, DrainRequest, StuckVm
+from vmsched_domain.records import HostRecord
+from vmsched_pg.drains import AlreadyDraining, DrainStore, StoredDrain, deadline_of
+from vmsched_redis.host_hash import inventory_fields
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 log = get_logger("vmsched_api")

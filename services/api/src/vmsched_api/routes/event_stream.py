@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from vmsched_api.deps import ServicesDep
 from vmsched_api.event_feed import EventFilter, follow, start_offset
 from vmsched_api.identity.auth import VmsReader
-from vmsched_common.messages import ProjectName
+from vmsched_contract.messages import ProjectName
 
 router = APIRouter(tags=["events"])
 

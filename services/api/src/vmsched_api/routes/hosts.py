@@ -12,12 +12,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from vmsched_api.agent_queues import delete_agent_queue
 from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.identity.auth import HostsAdmin, HostsReader
+from vmsched_api.refusals import refusals
 from vmsched_api.repository import HostRemoval, to_host
-from vmsched_api.schemas import Host, HostPatch, refusals
-from vmsched_common.db.drains import DrainStore
-from vmsched_common.logs import get_logger
-from vmsched_common.scheduling_info import render_scheduling_info, scheduling_info
-from vmsched_common.snapshot import MeasuredUsage, inventory_fields
+from vmsched_api.scheduling_info import render_scheduling_info, scheduling_info
+from vmsched_contract.api import Host, HostPatch
+from vmsched_pg.drains import DrainStore
+from vmsched_redis.host_hash import MeasuredUsage, inventory_fields
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 log = get_logger("vmsched_api")

@@ -7,8 +7,9 @@ from fastapi import APIRouter, HTTPException, Response, status
 from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.identity.auth import Admin, VmsReader
 from vmsched_api.project_store import ProjectExists, ProjectRecord
-from vmsched_api.schemas import Project, ProjectRequest, ProjectUsage, Quota, refusals
-from vmsched_common.messages import ProjectName
+from vmsched_api.refusals import refusals
+from vmsched_contract.api import Project, ProjectRequest, ProjectUsage, Quota
+from vmsched_contract.messages import ProjectName
 
 router = APIRouter(prefix="/projects", tags=["projects"])
 

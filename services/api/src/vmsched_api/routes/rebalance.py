@@ -12,10 +12,8 @@ from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsAdmin
 from vmsched_api.rebalance import create_plan, to_plan
-from vmsched_api.schemas import refusals
+from vmsched_api.refusals import refusals
 from vmsched_api.whatif import SnapshotUnavailable
-from vmsched_common.db.rebalance import NotPlanned, RebalanceStore
-from vmsched_common.logs import get_logger
 from vmsched_contract.rebalance import (
     MAX_PLANS_PER_PAGE,
     PLANS_PER_PAGE,
@@ -24,6 +22,8 @@ from vmsched_contract.rebalance import (
     RebalancePlan,
     RebalancePlanPage,
 )
+from vmsched_pg.rebalance_plans import NotPlanned, RebalanceStore
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/rebalance", tags=["rebalance"])
 log = get_logger("vmsched_api")

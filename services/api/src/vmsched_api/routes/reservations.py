@@ -1,4 +1,4 @@
-"""/v1/reservations: capacity held for a project (vmsched_common.reservations).
+"""/v1/reservations: capacity held for a project (vmsched_domain.reservations).
 
 Made and ended by an admin (for any project); seen by the project's own tokens too (``vms:read``):
 another project's reservation is a 404, as its VMs are.
@@ -13,12 +13,13 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import Admin, VmsReader
+from vmsched_api.refusals import QUOTA_REFUSAL, refusals
 from vmsched_api.reservation_store import ReservationStore, UnknownProject
-from vmsched_api.schemas import QUOTA_REFUSAL, Reservation, ReservationRequest, refusals
-from vmsched_common.db.reservation_store import ReservationRecord
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import ProjectName, Resources
+from vmsched_contract.api import Reservation, ReservationRequest
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import ProjectName, Resources
+from vmsched_domain.records import ReservationRecord
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/reservations", tags=["reservations"])
 log = get_logger(__name__)

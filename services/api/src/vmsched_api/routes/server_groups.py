@@ -1,4 +1,4 @@
-"""/v1/server-groups: groups of VMs kept apart, together or spread (vmsched_common.groups)."""
+"""/v1/server-groups: groups of VMs kept apart, together or spread (vmsched_domain.groups)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import GroupHasMembers, GroupWithMembers, ServerGroupStore
 from vmsched_api.identity.auth import VmsReader, VmsWriter
-from vmsched_api.schemas import ServerGroup, ServerGroupRequest, refusals
+from vmsched_api.refusals import refusals
+from vmsched_contract.api import ServerGroup, ServerGroupRequest
 
 router = APIRouter(prefix="/server-groups", tags=["server-groups"])
 

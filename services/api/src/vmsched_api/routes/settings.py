@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import Admin, HostsReader
-from vmsched_api.schemas import SchedulerSettings, SchedulerSettingsView
+from vmsched_contract.api import SchedulerSettings, SchedulerSettingsView
 
 router = APIRouter(prefix="/settings", tags=["settings"])
 

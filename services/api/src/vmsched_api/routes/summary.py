@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from vmsched_api.cell_summary import summarize
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader
-from vmsched_common.cells import CellSummary, summarize
+from vmsched_contract.cells import CellSummary
 
 router = APIRouter(prefix="/summary", tags=["hosts"])
 

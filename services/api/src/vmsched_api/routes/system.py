@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.fleet_metrics import refresh_fleet_gauges
-from vmsched_common.logs import get_logger
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(tags=["system"])
 log = get_logger(__name__)

@@ -10,9 +10,10 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import Admin
 from vmsched_api.identity.store import TokenRecord, UnknownProject
-from vmsched_api.schemas import Token, TokenCreated, TokenRequest, refusals
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import ProjectName
+from vmsched_api.refusals import refusals
+from vmsched_contract.api import Token, TokenCreated, TokenRequest
+from vmsched_contract.messages import ProjectName
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 log = get_logger("vmsched_api")

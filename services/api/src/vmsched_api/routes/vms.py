@@ -13,12 +13,12 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.audit import AuditStub, mark_audited
 from vmsched_api.identity.auth import VmsReader, VmsWriter
-from vmsched_api.identity.scopes import Scope
 from vmsched_api.quota import QuotaExceeded
+from vmsched_api.refusals import QUOTA_REFUSAL, refusals
 from vmsched_api.repository import to_vm
 from vmsched_api.reservation_store import UnknownReservation
-from vmsched_api.schemas import (
-    QUOTA_REFUSAL,
+from vmsched_api.vm_acceptance import Accepted, CreateRequest, IdempotencyConflict
+from vmsched_contract.api import (
     MigrateRequest,
     Placement,
     PlacementReplay,
@@ -28,20 +28,19 @@ from vmsched_api.schemas import (
     VmDefaults,
     VmPage,
     VmRequest,
-    refusals,
 )
-from vmsched_api.vm_acceptance import Accepted, CreateRequest, IdempotencyConflict
-from vmsched_common.db.journal import IncompleteChain, PrunedEntry, chain
-from vmsched_common.db.moves import BadTarget, PowerAction, Refused, announce_migration, announce_power
-from vmsched_common.db.records import VmRecord
-from vmsched_common.decision import Candidate, PlacementRecord
-from vmsched_common.lifecycle import VmStatus
-from vmsched_common.logs import get_logger
-from vmsched_common.messages import ProjectName, VmDeleted
-from vmsched_common.outbox import publish_rows
-from vmsched_common.settings import Strategy
+from vmsched_contract.decision import Candidate, PlacementRecord
+from vmsched_contract.messages import ProjectName, VmDeleted
+from vmsched_contract.scopes import Scope
+from vmsched_contract.status import VmStatus
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.records import VmRecord
+from vmsched_pg.journal import IncompleteChain, PrunedEntry, chain
+from vmsched_pg.outbox import publish_rows
+from vmsched_pg.vm_actions import BadTarget, PowerAction, Refused, announce_migration, announce_power
 from vmsched_placement import decide
 from vmsched_placement.journal import Inputs, rebuild, replay_preemption
+from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/vms", tags=["vms"])
 log = get_logger("vmsched_api")

@@ -9,13 +9,11 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader, VmsReader
-from vmsched_api.schemas import refusals
+from vmsched_api.refusals import refusals
 from vmsched_api.whatif import SnapshotUnavailable, UnknownHosts, fleet_capacity, simulate_placements
 from vmsched_contract.whatif import Capacity, Shape, Simulation, SimulationRequest
 
 router = APIRouter(tags=["what-if"], responses=refusals(503))
-
-NOT_SIMULATED = "server groups are not simulated"
 
 
 @router.post("/placement/simulate", response_model=Simulation)

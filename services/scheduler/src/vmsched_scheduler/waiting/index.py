@@ -25,8 +25,8 @@ from uuid import UUID
 
 import numpy as np
 
-from vmsched_common.messages import VmToPlace
-from vmsched_common.settings import Strategy
+from vmsched_contract.messages import VmToPlace
+from vmsched_contract.strategy import Strategy
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
 from vmsched_placement.fleet import FloatArray
 from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of

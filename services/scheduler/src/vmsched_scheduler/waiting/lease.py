@@ -8,7 +8,7 @@ import uuid
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from vmsched_common.snapshot import render_script
+from vmsched_redis.scripts import render_script
 
 
 class Lease:

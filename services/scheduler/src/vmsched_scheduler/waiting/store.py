@@ -1,6 +1,6 @@
 """The waiting VMs in PostgreSQL, the truth: read them, wake them, end those that waited too long.
 
-Every change is a lifecycle transition out of ``waiting`` (:mod:`vmsched_common.lifecycle`), guarded
+Every change is a lifecycle transition out of ``waiting`` (:mod:`vmsched_domain.lifecycle`), guarded
 by the status (and, for a wake, the attempt) under the row lock, with the rows locked in id order
 as every writer locks them: a VM deleted, expired or woken by another waker meanwhile is left alone,
 so a VM deleted while waiting is never placed, and a VM is woken once.
@@ -16,11 +16,13 @@ from uuid import UUID
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.engine import retry_on_dead_connection
-from vmsched_common.db.records import VM_COLUMNS, VM_FIELDS, VmRecord, columns
-from vmsched_common.decision import PlacementRecord
-from vmsched_common.lifecycle import Event, VmStatus, transition
-from vmsched_common.messages import Unplaced, UnschedulableReason
+from vmsched_contract.decision import PlacementRecord
+from vmsched_contract.messages import Unplaced, UnschedulableReason
+from vmsched_contract.status import VmStatus
+from vmsched_domain.lifecycle import Event, transition
+from vmsched_domain.records import VmRecord
+from vmsched_pg.engine import retry_on_dead_connection
+from vmsched_pg.rows import VM_COLUMNS, VM_FIELDS, columns, vm_from_row
 
 WAKE = transition(Event.ROOM_APPEARED, VmStatus.WAITING)
 EXPIRE = transition(Event.WAIT_EXPIRED, VmStatus.WAITING)
@@ -88,7 +90,7 @@ class WaitingStore:
     @retry_on_dead_connection
     async def all_waiting(self) -> list[VmRecord]:
         async with self.engine.connect() as connection:
-            return [VmRecord.from_row(row) for row in await connection.execute(_ALL_WAITING)]
+            return [vm_from_row(row) for row in await connection.execute(_ALL_WAITING)]
 
     @retry_on_dead_connection
     async def entered_since(self, since: datetime) -> list[Entered]:
@@ -102,7 +104,7 @@ class WaitingStore:
         if not vm_ids:
             return []
         async with self.engine.connect() as connection:
-            return [VmRecord.from_row(row) for row in await connection.execute(_ROWS, {"ids": list(vm_ids)})]
+            return [vm_from_row(row) for row in await connection.execute(_ROWS, {"ids": list(vm_ids)})]
 
     @retry_on_dead_connection
     async def wake(self, wanted: Sequence[tuple[UUID, int]]) -> list[VmRecord]:
@@ -113,7 +115,7 @@ class WaitingStore:
         ids = [vm_id for vm_id, _ in wanted]
         async with self.engine.begin() as connection:
             rows = await connection.execute(_WAKE, {"ids": ids, "attempts": [attempt for _, attempt in wanted]})
-            return [VmRecord.from_row(row) for row in rows]
+            return [vm_from_row(row) for row in rows]
 
     @retry_on_dead_connection
     async def expire(self, limit: int = 1000) -> list[Unplaced]:

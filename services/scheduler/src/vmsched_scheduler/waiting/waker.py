@@ -36,13 +36,13 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_common.db.records import VmRecord
-from vmsched_common.logs import get_logger
-from vmsched_common.outbox import publish_rows
-from vmsched_common.publishing import Publisher
-from vmsched_common.snapshot import Snapshot
+from vmsched_amqp.publishing import Publisher
+from vmsched_domain.records import VmRecord
+from vmsched_pg.outbox import publish_rows
 from vmsched_placement import DecisionContext, Fleet, HostState, Weights
-from vmsched_placement.inputs import to_host_state
+from vmsched_redis.engine_inputs import to_host_state
+from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.waiting.index import (
     Shape,

@@ -1,0 +1,37 @@
+"""The Redis client every service builds from the settings, and how a service checks at start that
+Redis answers."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.settings import Settings
+
+
+def connect_redis(settings: Settings) -> Redis:
+    return Redis.from_url(
+        str(settings.redis_url),
+        decode_responses=True,
+        health_check_interval=10,
+        socket_connect_timeout=5,
+        socket_timeout=10,
+        retry_on_timeout=True,
+    )
+
+
+async def ping_redis(settings: Settings) -> None:
+    """Return once Redis answers a PING, else raise why not."""
+    client = Redis.from_url(str(settings.redis_url), socket_connect_timeout=CONNECT_TIMEOUT)
+    try:
+        await client.ping()
+    finally:
+        await client.aclose()
+
+
+def _redis_url(settings: Settings) -> str:
+    return str(settings.redis_url)
+
+
+# Redis, as a service's command line checks it before starting (vmsched_runtime.reachability).
+REDIS = Server("Redis", "REDIS_URL", url=_redis_url, reach=ping_redis)

@@ -166,9 +166,16 @@ class MemoryFleet:
     def __init__(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
         self.fleet = Fleet.from_hosts([])
+        self._seen: list[SnapshotHost] = []
 
     async def refresh(self, *, force_full: bool = False) -> None:
-        self.fleet = Fleet.from_hosts(to_host_state(self.snapshot.record(h)) for h in self.snapshot.hosts.values())
+        self._seen = [self.snapshot.record(h) for h in self.snapshot.hosts.values()]
+        self.fleet = Fleet.from_hosts(to_host_state(record) for record in self._seen)
+
+    async def catch_up(self) -> bool:
+        seen = self._seen
+        await self.refresh()
+        return self._seen != seen
 
     def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
         """Nothing to skip: :meth:`refresh` reads every host anyway."""
@@ -259,7 +266,7 @@ class MemoryLedger:
                 strategy=no_host.strategy,
                 placement=no_host.record.model_dump(mode="json"),
             )
-            recorded.append(Committed.WAITING if may_wait else Committed.PLACED)
+            recorded.append(Committed.WAITING if may_wait else Committed.UNSCHEDULABLE)
         return Settlement(results, recorded, waiting)
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
@@ -336,7 +343,7 @@ class MemoryLedger:
                 ended.append(Committed.NOT_PENDING)
                 continue
             self.vms[change.after.id] = replace(change.after, placement=item.record.model_dump(mode="json"))
-            ended.append(Committed.PLACED)
+            ended.append(Committed.NO_TARGET)
         return MigrationSettlement(placed, ended)
 
     async def take_slot(self, placement: Placement, reservation: UUID, project: str) -> SlotTaken:

@@ -14,7 +14,7 @@ from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import Resources, VmAssigned, VmCreate, VmMigrating, VmMigrationFailed, VmUnschedulable
 from vmsched_scheduler.bootstrap import subscribe
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
-from vmsched_scheduler.round import Outcome, RoundItem
+from vmsched_scheduler.round_items import Outcome, RoundItem
 
 HOST = Resources(cpu=4, memory_mb=8192, disk_gb=100)
 VM = Resources(cpu=2, memory_mb=2048, disk_gb=10)

@@ -8,7 +8,7 @@ from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import ZERO, Resources
 from vmsched_contract.status import Task, VmStatus
 from vmsched_scheduler.migration_round import MigrationItem, NoTargetFound, TargetChosen
-from vmsched_scheduler.round import Ignored
+from vmsched_scheduler.round_items import Ignored
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 VM = Resources(cpu=2, memory_mb=4096, disk_gb=10)

@@ -9,7 +9,7 @@ from tests.round.worlds import World
 from vmsched_contract.messages import Resources
 from vmsched_contract.status import VmStatus
 from vmsched_scheduler.migration_round import MigrationItem, TargetChosen
-from vmsched_scheduler.round import Assigned, NotPlaced, RoundItem
+from vmsched_scheduler.round_items import Assigned, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 SMALL = Resources(cpu=2, memory_mb=2048, disk_gb=10)

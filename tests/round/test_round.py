@@ -10,7 +10,7 @@ from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import ZERO, Resources
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
-from vmsched_scheduler.round import Assigned, Ignored, Later, NotPlaced, RoundItem
+from vmsched_scheduler.round_items import Assigned, Ignored, Later, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 VM = Resources(cpu=2, memory_mb=4096, disk_gb=10)

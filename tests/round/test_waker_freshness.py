@@ -16,7 +16,7 @@ from tests.round.worlds import ServersWorld
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import Resources, VmToPlace
 from vmsched_placement import Weights
-from vmsched_scheduler.round import Assigned, RoundItem
+from vmsched_scheduler.round_items import Assigned, RoundItem
 from vmsched_scheduler.waiting.waker import Waker
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from vmsched_contract.strategy import Strategy
 from vmsched_placement import DecisionContext, Fleet
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.whatif import simulate
-from vmsched_scheduler.round import Assigned, RoundItem
+from vmsched_scheduler.round_items import Assigned, RoundItem
 
 SHAPES = [(4, 1), (2, 3), (6, 2), (8, 1), (3, 4), (5, 1), (64, 1), (1, 1)]  # (cpu, memory in 2 GiB)
 

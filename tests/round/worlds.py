@@ -30,28 +30,36 @@ from vmsched_redis.host_hash import HostWrite
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.migration_round import MigrationRound
 from vmsched_scheduler.ports import ClaimStore, FleetView, Ledger
-from vmsched_scheduler.round import RoundSettings
+from vmsched_scheduler.round import SchedulingRound
+from vmsched_scheduler.round_items import RoundSettings
 
 SETTINGS = RoundSettings(weights=Weights(), offline_timeout=15.0)
 
 
 class FreezableFleet:
     """A fleet view that stops refreshing when frozen: what a scheduler sees when another one has
-    changed the snapshot since it last read it."""
+    changed the snapshot since it last read it; or only lags (a refresh skipped, as one that began
+    a moment before a change is taken for it)."""
 
     def __init__(self, inner: FleetView) -> None:
         self.inner = inner
         self.frozen = False
+        # Lagging: a refresh is skipped (as when another began a moment ago), but catching up reads.
+        self.lagging = False
 
     @property
     def fleet(self) -> Fleet:
         return self.inner.fleet
 
     async def refresh(self, *, force_full: bool = False) -> None:
-        if not self.frozen:
+        if not self.frozen and not self.lagging:
             await self.inner.refresh(force_full=force_full)
+
+    async def catch_up(self) -> bool:
+        if self.frozen:
+            return False
+        return await self.inner.catch_up()
 
     async def reread(self, host_ids: Iterable[str]) -> None:
         await self.inner.reread(host_ids)
@@ -61,7 +69,7 @@ class FreezableFleet:
 
 
 class World(Protocol):
-    round: MigrationRound
+    round: SchedulingRound
     view: FreezableFleet
 
     async def add_host(
@@ -115,6 +123,10 @@ class World(Protocol):
         """Another scheduler claims on the host, in the snapshot and in PostgreSQL."""
         ...
 
+    async def set_paused(self, host_id: str, paused: bool) -> None:
+        """As an operator's PATCH does: PostgreSQL and the snapshot at once."""
+        ...
+
     async def pause_in_ledger_only(self, host_id: str) -> None:
         """An operator's pause that PostgreSQL has and the snapshot not yet."""
         ...
@@ -152,13 +164,13 @@ class MemoryWorld:
     snapshot: MemorySnapshot
     ledger: MemoryLedger
     view: FreezableFleet
-    round: MigrationRound
+    round: SchedulingRound
 
     @classmethod
     def build(cls) -> MemoryWorld:
         snapshot, ledger = MemorySnapshot(), MemoryLedger()
         view = FreezableFleet(MemoryFleet(snapshot))
-        return cls(snapshot, ledger, view, MigrationRound(view, snapshot, ledger, SETTINGS))
+        return cls(snapshot, ledger, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
 
     async def add_host(
         self,
@@ -249,6 +261,10 @@ class MemoryWorld:
             gpu=host.allocated.gpu + resources.gpu,
         )
 
+    async def set_paused(self, host_id: str, paused: bool) -> None:
+        self.ledger.hosts[host_id].paused = paused
+        self.snapshot.hosts[host_id].paused = paused
+
     async def pause_in_ledger_only(self, host_id: str) -> None:
         self.ledger.hosts[host_id].paused = True
 
@@ -262,14 +278,14 @@ class ServersWorld:
     engine: AsyncEngine
     snapshot: Snapshot
     view: FreezableFleet
-    round: MigrationRound
+    round: SchedulingRound
 
     @classmethod
     def build(cls, engine: AsyncEngine, redis: Redis, prefix: str) -> ServersWorld:
         snapshot = Snapshot(redis, prefix)
         view = FreezableFleet(FleetCache(snapshot))
         ledger = PostgresLedger(engine, default_strategy=Strategy.LEAST_LOADED)
-        return cls(engine, snapshot, view, MigrationRound(view, snapshot, ledger, SETTINGS))
+        return cls(engine, snapshot, view, SchedulingRound(view, snapshot, ledger, SETTINGS))
 
     async def add_host(
         self,
@@ -426,6 +442,13 @@ class ServersWorld:
                 ),
                 {"id": host_id, **resources.model_dump()},
             )
+
+    async def set_paused(self, host_id: str, paused: bool) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text("UPDATE hosts SET scheduling_paused = :paused WHERE id = :id"), {"id": host_id, "paused": paused}
+            )
+        await self.snapshot.set_host_fields(host_id, {"paused": "1" if paused else "0"})
 
     async def pause_in_ledger_only(self, host_id: str) -> None:
         async with self.engine.begin() as connection:

@@ -34,10 +34,10 @@ from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.journal_pruning import prune_forever
 from vmsched_scheduler.ledger import PostgresLedger
-from vmsched_scheduler.migration_round import MigrationRound
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
-from vmsched_scheduler.round import RoundSettings
+from vmsched_scheduler.round import SchedulingRound
+from vmsched_scheduler.round_items import RoundSettings
 from vmsched_scheduler.waiting.waker import Waker
 
 log = get_logger("vmsched_scheduler")
@@ -87,7 +87,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     fleet = FleetCache(snapshot, min_refresh_interval=0.02, usage_refresh_interval=settings.usage_refresh_interval)
     weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
     groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
-    scheduling_round = MigrationRound(
+    scheduling_round = SchedulingRound(
         fleet,
         snapshot,
         PostgresLedger(engine, default_strategy=settings.scheduling_strategy),

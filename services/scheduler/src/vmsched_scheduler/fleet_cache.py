@@ -47,6 +47,7 @@ class FleetCache:
         self._last_refresh = float("-inf")
         self._lock = asyncio.Lock()
         self._booked: dict[str, OwnChange] = {}
+        self._hosts_read = 0  # hosts read by refreshes so far: whether a refresh brought anything
 
     def booked(self, changes: Mapping[str, OwnChange], *, on: Fleet) -> None:
         """The caller booked these claims on ``on`` as it made them: if that is still :attr:`fleet`
@@ -67,6 +68,18 @@ class FleetCache:
                 self._replace(*await self._read_whole(), now)
             elif now - self._last_refresh >= self._min_refresh_interval:
                 await self._incremental(now)
+
+    async def catch_up(self) -> bool:
+        """Read what changed since the last refresh now, however recent that was (the minimum
+        interval is for the rounds' refreshes; this is for a round about to say that no host fits);
+        whether anything did, besides this copy's own claims."""
+        async with self._lock:
+            before = self._hosts_read
+            if self._seq < 0:
+                self._replace(*await self._read_whole(), time.monotonic())
+            else:
+                await self._incremental(time.monotonic())
+            return self._hosts_read != before
 
     async def reload(self) -> None:
         """Read the whole fleet into a new copy while rounds go on with the old one, then swap."""
@@ -110,6 +123,7 @@ class FleetCache:
         self.fleet = fleet
         self._seq = seq
         self._booked = {}
+        self._hosts_read += len(fleet)
         self._last_full = self._last_refresh = began
         log.debug("snapshot reloaded", hosts=len(fleet), seq=seq)
 
@@ -125,6 +139,7 @@ class FleetCache:
         ]
         if stale:
             self._take(await self.snapshot.read_hosts(stale))
+            self._hosts_read += len(stale)
         # A Redis flush resets the change counter: start over from a full read.
         if seq < self._seq or (not changed and await self.snapshot.current_seq() < self._seq):
             self._replace(*await self._read_whole(), began)

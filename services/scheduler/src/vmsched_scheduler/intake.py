@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TypeVar
 
 from opentelemetry import context as otel_context
 
@@ -27,28 +28,40 @@ from vmsched_pg.outbox import publish_implied
 from vmsched_runtime.batching import Batcher
 from vmsched_runtime.logs import bound, get_logger
 from vmsched_scheduler.metrics import ROUND_VMS
-from vmsched_scheduler.migration_round import (
-    MigrationItem,
-    MigrationOutcome,
-    MigrationRound,
-    NoTargetFound,
-    TargetChosen,
-)
-from vmsched_scheduler.round import (
-    Assigned,
-    Ignored,
-    Later,
-    NotPlaced,
-    Outcome,
-    RoundItem,
-    SchedulingRound,
-    Waiting,
-)
+from vmsched_scheduler.migration_round import MigrationItem, MigrationOutcome, NoTargetFound, TargetChosen
+from vmsched_scheduler.round import SchedulingRound
+from vmsched_scheduler.round_items import Assigned, Ignored, Later, NotPlaced, Outcome, RoundItem, Waiting
 
 log = get_logger("vmsched_scheduler")
 
 FIRST_RETRY_DELAY = 0.05
 LAST_RETRY_DELAY = 1.0
+
+T = TypeVar("T")
+
+
+async def until_settled(
+    attempt: Callable[[], Awaitable[T]], later: Callable[[T], Later | None], limit: float, what: str
+) -> T:
+    """``attempt()`` again, after a pause that doubles up to LAST_RETRY_DELAY, while ``later`` says
+    its result is :class:`Later`; past ``limit`` seconds, a transient error (the message goes back
+    to the broker, which delivers it again). The one retry loop of the intake."""
+    started = time.monotonic()
+    delay = FIRST_RETRY_DELAY
+    while True:
+        result = await attempt()
+        not_yet = later(result)
+        if not_yet is None:
+            return result
+        if time.monotonic() - started > limit:
+            raise TransientError(f"{what} not settled after {limit:g}s: {not_yet.why}")
+        log.info(f"{what} not settled in this round; trying again", why=not_yet.why)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, LAST_RETRY_DELAY)
+
+
+def _later(outcome: object) -> Later | None:
+    return outcome if isinstance(outcome, Later) else None
 
 
 class PlacementIntake:
@@ -126,33 +139,23 @@ class PlacementIntake:
         await asyncio.gather(*events, self.send_deletes(victims))
 
     async def _settle(self, item: RoundItem) -> Outcome:
-        started = time.monotonic()
-        delay = FIRST_RETRY_DELAY
-        while True:
-            outcome = await self._batcher.submit(item)
-            if not isinstance(outcome, Later):
-                return outcome
-            if time.monotonic() - started > self.later_limit:
-                raise TransientError(f"VM {item.vm.vm_id} not settled after {self.later_limit:g}s: {outcome.why}")
-            log.info("VM not settled in this round; trying again", vm_id=str(item.vm.vm_id), why=outcome.why)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LAST_RETRY_DELAY)
+        return await until_settled(lambda: self._batcher.submit(item), _later, self.later_limit, f"VM {item.vm.vm_id}")
 
     async def _settle_gang(self, items: list[RoundItem]) -> list[Outcome]:
         """An all-or-nothing batch: a round of its own (a batched round could cut it in two), tried
         again whole while any of it comes back :class:`Later`."""
-        started = time.monotonic()
-        delay = FIRST_RETRY_DELAY
-        while True:
-            outcomes = await self._run_round_of(self.round.run_gang, items)
-            later = next((o for o in outcomes if isinstance(o, Later)), None)
-            if later is None:
-                return list(outcomes)
-            if time.monotonic() - started > self.later_limit:
-                raise TransientError(f"batch of {len(items)} not settled after {self.later_limit:g}s: {later.why}")
-            log.info("all-or-nothing batch not settled in this round; trying again", why=later.why)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LAST_RETRY_DELAY)
+
+        def any_later(outcomes: Iterable[Outcome]) -> Later | None:
+            return next((o for o in outcomes if isinstance(o, Later)), None)
+
+        return list(
+            await until_settled(
+                lambda: self._run_round_of(self.round.run_gang, items),
+                any_later,
+                self.later_limit,
+                f"all-or-nothing batch of {len(items)}",
+            )
+        )
 
     async def _run_round(self, items: list[RoundItem]) -> Sequence[Outcome]:
         return await self._run_round_of(self.round.run, items)
@@ -188,7 +191,7 @@ class MigrationIntake:
 
     def __init__(
         self,
-        migration_round: MigrationRound,
+        migration_round: SchedulingRound,
         publisher: Publisher,
         *,
         max_moves: int,
@@ -205,16 +208,9 @@ class MigrationIntake:
     async def migrate(self, message: VmMigrate) -> MigrationOutcome:
         """Choose, claim and commit the target of one migration, and announce it."""
         item = MigrationItem(message, otel_context.get_current())
-        started = time.monotonic()
-        delay = FIRST_RETRY_DELAY
-        while True:
-            outcome = await self._batcher.submit(item)
-            if not isinstance(outcome, Later):
-                break
-            if time.monotonic() - started > self.later_limit:
-                raise TransientError(f"VM {message.vm.vm_id}'s migration not settled: {outcome.why}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LAST_RETRY_DELAY)
+        outcome = await until_settled(
+            lambda: self._batcher.submit(item), _later, self.later_limit, f"VM {message.vm.vm_id}'s migration"
+        )
         with bound(vm_id=str(message.vm.vm_id), migration=message.migration, source=message.source):
             if isinstance(outcome, TargetChosen):
                 await self.publisher.vm_migrating(outcome.event)

@@ -326,7 +326,7 @@ class PostgresLedger:
         def recorded_as(vm_id: UUID) -> Committed:
             if vm_id in waiting:
                 return Committed.WAITING
-            return Committed.PLACED if vm_id in marked else Committed.NOT_PENDING
+            return Committed.UNSCHEDULABLE if vm_id in marked else Committed.NOT_PENDING
 
         return Settlement(
             [placed.get(p.vm_id, PlacementResult(Committed.NOT_PENDING)) for p in placements],

@@ -64,7 +64,7 @@ async def settle_migrations(
                 ended.add(item.vm_id)
     return MigrationSettlement(
         [placed.get(t.vm_id, Committed.NOT_PENDING) for t in targets],
-        [Committed.PLACED if n.vm_id in ended else Committed.NOT_PENDING for n in no_targets],
+        [Committed.NO_TARGET if n.vm_id in ended else Committed.NOT_PENDING for n in no_targets],
     )
 
 

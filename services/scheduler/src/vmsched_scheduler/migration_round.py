@@ -10,40 +10,34 @@ the VM holds both hosts until the migration ends (:mod:`vmsched_domain.live_migr
 sends the VM to the next pass, as for a placement; a VM no host takes goes back to ``running`` with
 the reason, nothing claimed.
 
-:meth:`MigrationRound.run_migrations` is also the port a drain or a rebalance uses for one VM: give
-it the VM's ``vm.migrate`` and read the outcome.
+:meth:`SchedulingRound.run_migrations <vmsched_scheduler.round.SchedulingRound.run_migrations>` is
+also the port a drain or a rebalance uses for one VM: give it the VM's ``vm.migrate`` and read the
+outcome. Its pass is the round's skeleton with its own claim (the VM's *target claim*) and
+settlement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 
-from vmsched_contract.decision import RejectedHost
 from vmsched_contract.messages import VmMigrate, VmMigrating, VmMigrationFailed
 from vmsched_contract.status import Task
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.live_migration import in_flight
 from vmsched_domain.records import VmRecord
-from vmsched_placement import NO_AVAILABLE_AGENTS, DecisionContext, rejected_examples, verdict
+from vmsched_placement import NO_AVAILABLE_AGENTS, Fleet, verdict
 from vmsched_placement.filters import MigrationFilter
 from vmsched_placement.whatif import unplaced_detail
 from vmsched_scheduler.groups import RoundGroups
-from vmsched_scheduler.metrics import CLAIM_CONFLICTS
 from vmsched_scheduler.ports import Committed, NoTarget, TargetClaim
-from vmsched_scheduler.round import (
-    Ignored,
-    Later,
-    RoundItem,
-    SchedulingRound,
-    _Choice,
-    _Open,
-    _placement_request,
-    _record,
-)
+from vmsched_scheduler.round_items import Choice, Ignored, Later, OpenVm, decision_record
 from vmsched_scheduler.tracing import traced_step
+
+if TYPE_CHECKING:
+    from vmsched_scheduler.round import SchedulingRound
 
 MIGRATION = MigrationFilter.NAME
 
@@ -75,81 +69,73 @@ class NoTargetFound:
 MigrationOutcome = TargetChosen | NoTargetFound | Ignored | Later
 
 
-class MigrationRound(SchedulingRound):
-    """A scheduling round that also chooses migration targets (with the same fleet copy, claims,
-    ledger and server groups)."""
+class Migrations:
+    """The pass of migrations: each claims its target beside its source; no target: the VM stays
+    on its source with the reason."""
 
-    async def run_migrations(self, items: Sequence[MigrationItem]) -> list[MigrationOutcome]:
-        """Choose, claim and commit a target for each migration; one outcome per item, in order."""
-        default = await self.ledger.default_strategy()
-        await self.fleet.refresh()
-        outcomes: list[MigrationOutcome] = [Later("not decided") for _ in items]
-        open_moves = [
-            _Open(i, RoundItem(item.request.vm, item.trace), item.request.vm.strategy or default, move=item.request)
-            for i, item in enumerate(items)
-        ]
-        for _ in range(self.settings.max_passes):
-            if not open_moves:
-                break
-            open_moves = await self._migration_pass(open_moves, outcomes)
-        for work in open_moves:
-            outcomes[work.index] = Later(f"claims refused on {len(work.refused)} hosts; the snapshot keeps changing")
-        return outcomes
+    whole = False
 
-    async def _migration_pass(self, open_moves: list[_Open], outcomes: list[MigrationOutcome]) -> list[_Open]:
-        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_moves))
-        choices, fleet = await self._decide_all(open_moves, groups)
-        placing = [c for c in choices if c.decision.host_id is not None]
-        nowhere = [c for c in choices if c.decision.host_id is None]
-        if nowhere and len(self.fleet.fleet) < await self.ledger.online_hosts():
-            await self.fleet.refresh(force_full=True)
-            for choice in nowhere:
-                outcomes[choice.work.index] = Later("the snapshot knows fewer hosts than PostgreSQL")
-            nowhere = []
-        again = await self._claim(placing, fleet)
-        claimed = [c for c in placing if c.host_id]
-        again += await self._settle_moves(claimed, nowhere, outcomes)
-        return again
+    def __init__(self, scheduling_round: SchedulingRound) -> None:
+        self.round = scheduling_round
 
-    async def _settle_moves(
-        self, claimed: list[_Choice], nowhere: list[_Choice], outcomes: list[MigrationOutcome]
-    ) -> list[_Open]:
+    def undecided(self) -> MigrationOutcome:
+        return Later("not decided")
+
+    def later(self, why: str) -> MigrationOutcome:
+        return Later(why)
+
+    def gave_up(self, work: OpenVm) -> MigrationOutcome:
+        return Later(f"claims refused on {len(work.refused)} hosts; the snapshot keeps changing")
+
+    async def prepare(self, open_vms: list[OpenVm], outcomes: list[MigrationOutcome]) -> list[OpenVm]:
+        return open_vms
+
+    async def revisit(self, choices: list[Choice], fleet: Fleet, groups: RoundGroups) -> list[Choice]:
+        return choices
+
+    async def claim(self, choices: list[Choice], fleet: Fleet) -> tuple[list[OpenVm], list[Choice]]:
+        return await self.round.claim_each(choices, fleet)
+
+    async def settle(
+        self, claimed: list[Choice], nowhere: list[Choice], groups: RoundGroups, outcomes: list[MigrationOutcome]
+    ) -> list[OpenVm]:
         if not claimed and not nowhere:
             return []
+        rnd = self.round
         targets = [self._target(c) for c in claimed]
         no_targets = [self._no_target(c) for c in nowhere]
         with traced_step("commit", [c.work.item.trace for c in (*claimed, *nowhere)]) as spans:
-            settled = await self.ledger.settle_migrations(targets, no_targets)
+            settled = await rnd.ledger.settle_migrations(targets, no_targets)
             spans.outcomes([o.value for o in (*settled.targets, *settled.no_targets)])
-        again: list[_Open] = []
+        again: list[OpenVm] = []
         refused: list[TargetClaim] = []
-        check: list[_Choice] = []
+        check: list[Choice] = []
         for choice, target, committed in zip(claimed, targets, settled.targets, strict=True):
             if committed is Committed.PLACED:
                 outcomes[choice.work.index] = TargetChosen(_migrating(choice, target.host_id), True)
             elif committed in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED):
-                CLAIM_CONFLICTS.labels("postgres").inc()
-                choice.work.avoid.add(target.host_id)
+                rnd.refused(choice, target.host_id, "postgres", committed.value)
                 refused.append(target)
                 again.append(choice.work)
             else:
                 check.append(choice)
         if refused:
-            await self.claims.release_many([target_claim_id(t.vm_id) for t in refused])
-            await self.fleet.reread({t.host_id for t in refused})
+            await rnd.claims.release_many([target_claim_id(t.vm_id) for t in refused])
+            await rnd.fleet.reread({t.host_id for t in refused})
         for choice, no_target, committed in zip(nowhere, no_targets, settled.no_targets, strict=True):
-            if committed is Committed.PLACED:
+            if committed is Committed.NO_TARGET:
                 outcomes[choice.work.index] = NoTargetFound(_failed(choice, no_target), True)
             else:
                 check.append(choice)
         if check:
-            await self._moves_already_handled(check, outcomes)
+            await self._already_handled(check, outcomes)
         return again
 
-    async def _moves_already_handled(self, choices: list[_Choice], outcomes: list[MigrationOutcome]) -> None:
+    async def _already_handled(self, choices: list[Choice], outcomes: list[MigrationOutcome]) -> None:
         """Migrations no longer choosing their target: a target committed before is announced again;
         a target claim this round took for nothing is given back."""
-        records = await self.ledger.load([c.work.item.vm.vm_id for c in choices])
+        rnd = self.round
+        records = await rnd.ledger.load([c.vm.vm_id for c in choices])
         needless = []
         for choice in choices:
             move = choice.work.move
@@ -163,49 +149,38 @@ class MigrationRound(SchedulingRound):
             else:
                 outcomes[choice.work.index] = Ignored(_why_ignored(record, move.migration))
         if needless:
-            await self.claims.release_many(needless)
-            await self.fleet.reread({c.host_id for c in choices if c.claimed_now})
+            await rnd.claims.release_many(needless)
+            await rnd.fleet.reread({c.host_id for c in choices if c.claimed_now})
 
-    def _target(self, choice: _Choice) -> TargetClaim:
+    def _target(self, choice: Choice) -> TargetClaim:
         move = choice.work.move
         assert move is not None
         decision = choice.decision
+        score = decision.score if choice.host_id == decision.host_id else None
         return TargetClaim(
             vm_id=move.vm.vm_id,
             migration=move.migration,
             host_id=choice.host_id,
             resources=move.vm.resources,
-            record=_record(
-                choice, host=choice.host_id, score=decision.score if choice.host_id == decision.host_id else None
-            ),
+            record=decision_record(choice, host=choice.host_id, score=score),
             group=choice.group,
         )
 
-    def _no_target(self, choice: _Choice) -> NoTarget:
+    def _no_target(self, choice: Choice) -> NoTarget:
         move = choice.work.move
         assert move is not None
         decision = choice.decision
         reason, detail = decision.reason or NO_AVAILABLE_AGENTS, unplaced_detail(decision)
-        context = DecisionContext(
-            now=self.clock(), offline_timeout=self.settings.offline_timeout, weights=self.settings.weights, rng=self.rng
-        )
-        request = _placement_request(choice.work, choice.placement_group)
-        examples = rejected_examples(self.fleet.fleet, request, context) if decision.considered else {}
         if move.target_host is not None:
             # The host asked for: the rule it fails, with its numbers, rather than the fleet's count.
-            found = verdict(self.fleet.fleet, request, context, move.target_host)
+            request = choice.work.request(choice.placement_group)
+            found = verdict(self.round.fleet.fleet, request, self.round.context(), move.target_host)
             if found is None:
                 reason, detail = MIGRATION, f"migration: no host {move.target_host} is known"
             elif found.filter is not None and found.reason is not None:
                 reason, detail = found.filter, found.reason
-        record = _record(
-            choice,
-            host=None,
-            score=None,
-            reason=reason,
-            detail=detail,
-            examples={rule: [RejectedHost(host=h, reason=why) for h, why in hosts] for rule, hosts in examples.items()},
-        )
+        examples = self.round.rejected_examples(choice)
+        record = decision_record(choice, host=None, score=None, reason=reason, detail=detail, examples=examples)
         return NoTarget(move.vm.vm_id, move.migration, reason, detail, record)
 
 
@@ -224,7 +199,7 @@ def _why_ignored(record: VmRecord | None, migration: int) -> str:
     return f"the migration ended: the VM is {record.status.value}"
 
 
-def _migrating(choice: _Choice, target: str) -> VmMigrating:
+def _migrating(choice: Choice, target: str) -> VmMigrating:
     move = choice.work.move
     assert move is not None
     return VmMigrating(
@@ -237,7 +212,7 @@ def _migrating(choice: _Choice, target: str) -> VmMigrating:
     )
 
 
-def _failed(choice: _Choice, no_target: NoTarget) -> VmMigrationFailed:
+def _failed(choice: Choice, no_target: NoTarget) -> VmMigrationFailed:
     move = choice.work.move
     assert move is not None
     return VmMigrationFailed(

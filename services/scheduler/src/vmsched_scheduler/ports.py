@@ -34,6 +34,11 @@ class FleetView(Protocol):
         """Bring :attr:`fleet` up to date (cheaply: only what changed since the last refresh)."""
         ...
 
+    async def catch_up(self) -> bool:
+        """Read what changed since the last refresh now, however recent that was; whether anything
+        did (besides this process's own claims)."""
+        ...
+
     async def reread(self, host_ids: Iterable[str]) -> None:
         """Read these hosts again: a claim proved the copy of them stale."""
         ...
@@ -94,7 +99,9 @@ class NoHost:
 
 
 class Committed(enum.Enum):
-    PLACED = "placed"  # the VM is scheduled on the host (or unschedulable, for a NoHost)
+    PLACED = "placed"  # the VM is scheduled on the host (a migration's target: committed)
+    UNSCHEDULABLE = "unschedulable"  # a NoHost recorded: the VM is unschedulable
+    NO_TARGET = "no_target"  # a NoTarget recorded: the VM stays on its source, the migration ended
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
     GROUP_REFUSED = "group_refused"  # PostgreSQL's guard: its server group's rule refuses the host
@@ -115,7 +122,7 @@ class PlacementResult:
 @dataclass(frozen=True, slots=True)
 class Settlement:
     placements: list[PlacementResult]  # one per Placement, in order
-    no_hosts: list[Committed]  # one per NoHost, in order: PLACED (unschedulable), WAITING or NOT_PENDING
+    no_hosts: list[Committed]  # one per NoHost, in order: UNSCHEDULABLE, WAITING or NOT_PENDING
     wait_until: Mapping[UUID, datetime] = field(default_factory=dict)  # of the NoHosts now WAITING
 
 
@@ -146,7 +153,7 @@ class NoTarget:
 @dataclass(frozen=True, slots=True)
 class MigrationSettlement:
     targets: list[Committed]  # per TargetClaim: PLACED, HOST_REFUSED, GROUP_REFUSED or NOT_PENDING (no longer choosing)
-    no_targets: list[Committed]  # per NoTarget: PLACED (back to running) or NOT_PENDING
+    no_targets: list[Committed]  # per NoTarget: NO_TARGET (back to running) or NOT_PENDING
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,8 @@ from vmsched_scheduler.ports import (
     SlotTaken,
     TargetClaim,
 )
-from vmsched_scheduler.round import Assigned, Later, NotPlaced, RoundItem, SchedulingRound
+from vmsched_scheduler.round import SchedulingRound
+from vmsched_scheduler.round_items import Assigned, Later, NotPlaced, RoundItem
 
 log = get_logger(__name__)
 
@@ -149,7 +150,8 @@ class SlotLedger:
                         {"id": self.reservation, "reason": first.reason, "record": first.record.model_dump_json()},
                     )
                     return Settlement(
-                        [PlacementResult(Committed.GANG_REFUSED)] * len(placements), [Committed.PLACED] * len(no_hosts)
+                        [PlacementResult(Committed.GANG_REFUSED)] * len(placements),
+                        [Committed.UNSCHEDULABLE] * len(no_hosts),
                     )
                 by_host: dict[str, list[Placement]] = defaultdict(list)
                 for placement in placements:

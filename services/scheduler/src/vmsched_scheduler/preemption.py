@@ -1,0 +1,112 @@
+"""A VM that fits nowhere takes the room of VMs of lower priority on one host (seed 001's
+preemption; the choice of victims is the engine's, :mod:`vmsched_placement.preemption`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from vmsched_placement.journal import PreemptionInputs, seeded
+from vmsched_placement.preemption import drawn, preemptible_rows
+from vmsched_redis.claims import Claim
+from vmsched_runtime.logs import get_logger
+from vmsched_scheduler.groups import RoundGroups
+from vmsched_scheduler.metrics import CLAIM_CONFLICTS, PLACEMENTS
+from vmsched_scheduler.ports import Committed
+from vmsched_scheduler.round_items import Assigned, Choice, Later, Outcome, assignment_of
+from vmsched_scheduler.tracing import traced_step
+
+if TYPE_CHECKING:
+    from vmsched_scheduler.round import SchedulingRound
+
+log = get_logger("vmsched_scheduler")
+
+# Choices of victims made again when another scheduler took them first.
+PREEMPTION_TRIES = 8
+
+
+async def preempt(
+    scheduling_round: SchedulingRound, choice: Choice, groups: RoundGroups, outcomes: list[Outcome]
+) -> bool:
+    """Place a VM that fits nowhere by taking the room of VMs of lower priority on one host; False
+    when no removal would make room. True when its outcome is set: placed, or :class:`Later` when
+    other schedulers kept taking the victims it chose first.
+
+    PostgreSQL first, in one transaction: the victims become ``preempted`` and give their room back,
+    and the VM is placed under the host's guard. Then Redis, in one script: the victims' claims
+    become the VM's. Until then the victims' claims keep the room, so no other VM takes it; should
+    the script be refused (the snapshot drifted), the periodic reconcile restores the snapshot from
+    PostgreSQL. Another scheduler may take the same victims first: the choice is then made again,
+    against what PostgreSQL holds now."""
+    if choice.vm.priority <= 0 or choice.gang_failure:
+        return False
+    for _ in range(PREEMPTION_TRIES):
+        made = await _preempt_once(scheduling_round, choice, groups, outcomes)
+        if made is not None:
+            return made
+    outcomes[choice.work.index] = Later("preemption: other schedulers kept taking the victims first")
+    return True
+
+
+async def _preempt_once(
+    scheduling_round: SchedulingRound, choice: Choice, groups: RoundGroups, outcomes: list[Outcome]
+) -> bool | None:
+    """One try of :func:`preempt`: True when made, False when nothing can be, None to try again."""
+    rnd = scheduling_round
+    vm = choice.vm
+    request = choice.work.request(choice.placement_group)
+    # Among equally cheap hosts one is drawn from a seed of its own, kept in the journal.
+    seed = rnd.rng.getrandbits(63)
+    context = seeded(rnd.context(), seed)
+    fleet = rnd.fleet.fleet
+    rows = preemptible_rows(fleet, request, context)
+    residents = await rnd.ledger.residents([fleet.host_at(row).id for row in rows], vm.priority)
+    # The fleet as it is now (other rounds may have changed it while the residents were read): the
+    # hosts chosen among and the journal's entry are both taken from it, with no await between.
+    fleet = rnd.fleet.fleet
+    hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
+    victims, drawn_among = drawn(hosts, request.demand, vm.priority, residents, seed)
+    if victims is None:
+        return False
+    if rnd.journal is not None:
+        kept = {v.host_id: residents[v.host_id] for v in drawn_among}
+        choice.journal = rnd.journal.note(fleet, request, context, seed, PreemptionInputs(vm.priority, kept))
+        await rnd.journal.flush([choice.journal])
+    victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
+    choice.host_id = victims.host_id
+    group = groups.claim(request, fleet, context)
+    placement = replace(rnd.placement_of(choice), group=group)
+    with traced_step("preempt", [choice.work.item.trace]) as spans:
+        result, preempted = await rnd.ledger.settle_preemption(placement, victim_ids, vm.priority)
+        spans.outcomes([result.outcome.value])
+    if result.outcome is not Committed.PLACED or result.scheduled_at is None:
+        log.info("preemption not made", vm_id=str(vm.vm_id), host=victims.host_id, outcome=result.outcome.value)
+        choice.host_id = ""
+        await rnd.fleet.reread({victims.host_id})
+        if result.outcome is Committed.NOT_PENDING:
+            return False
+        CLAIM_CONFLICTS.labels("postgres").inc()
+        return None
+    swapped = await rnd.claims.preempt(Claim(vm.vm_id, victims.host_id, vm.resources, group), victim_ids, rnd.clock())
+    if not swapped.results[0].holds:
+        log.warning(
+            "preemption committed but the snapshot refused the swap; the reconcile will restore it",
+            vm_id=str(vm.vm_id),
+            host=victims.host_id,
+            outcome=swapped.results[0].outcome,
+        )
+    await rnd.fleet.reread({victims.host_id})
+    PLACEMENTS.labels(placement.strategy.value, "preempted").inc()
+    log.info(
+        f"VM '{vm.name}' (priority {vm.priority}) preempted {len(preempted)} VMs on '{victims.host_id}'",
+        vm_id=str(vm.vm_id),
+        victims=[str(record.id) for record in preempted],
+    )
+    outcomes[choice.work.index] = Assigned(
+        assignment_of(vm, placement, result.scheduled_at, preempted=bool(preempted)),
+        True,
+        rnd.log_lines(vm, placement),
+        tuple(preempted),
+    )
+    return True

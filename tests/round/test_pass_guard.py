@@ -1,0 +1,94 @@
+"""The guard every kind of pass goes through before it says that no host fits (placements, all-or-
+nothing batches, migration targets alike), on the fakes and on the real servers: after a Redis flush
+the VMs are tried again later, and a copy of the fleet that lags behind the snapshot reads it again
+and decides once more, so no VM ends unschedulable on a stale view."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from tests.round.worlds import World
+from vmsched_contract.messages import Resources
+from vmsched_contract.status import VmStatus
+from vmsched_scheduler.migration_round import MigrationItem, TargetChosen
+from vmsched_scheduler.round_items import Assigned, Later, RoundItem
+
+HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
+VM = Resources(cpu=2, memory_mb=4096, disk_gb=10)
+
+# A kind of pass, run on a world whose hosts are hv-1 and hv-2: what it asks, and its outcomes.
+Run = Callable[[World], Awaitable[list[object]]]
+
+
+async def placement(world: World) -> list[object]:
+    vm = await world.add_vm(VM)
+    return list(await world.round.run([RoundItem(vm)]))
+
+
+async def gang(world: World) -> list[object]:
+    vms = [await world.add_vm(VM, name=f"g{n}") for n in range(2)]
+    return list(await world.round.run_gang([RoundItem(vm) for vm in vms]))
+
+
+async def migration(world: World) -> list[object]:
+    vm = await world.add_running_vm(VM, "hv-1")
+    return list(await world.round.run_migrations([MigrationItem(await world.ask_migration(vm.id))]))
+
+
+PASSES = pytest.mark.parametrize("run", [placement, gang, migration], ids=["placement", "gang", "migration"])
+
+
+@PASSES
+async def test_no_host_online_in_the_copy_while_postgresql_knows_some_is_tried_again_later(
+    world: World, run: Run
+) -> None:
+    # After a Redis flush the copy may still hold hosts the flush took, their heartbeats long past:
+    # as many hosts as PostgreSQL knows online, none online itself. The round's clock an hour ahead.
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    world.round.clock = lambda: time.time() + 3600
+    outcomes = await run(world)
+    assert outcomes
+    assert all(isinstance(outcome, Later) for outcome in outcomes), outcomes
+
+
+@PASSES
+async def test_no_host_while_postgresql_knows_more_online_hosts_is_tried_again_later(world: World, run: Run) -> None:
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    # No host takes the VM (a migration's source, hv-1, is never its target).
+    for host in ("hv-1", "hv-2") if run is not migration else ("hv-2",):
+        await world.set_paused(host, True)
+    await world.set_online_hosts(3)  # as after a Redis flush: the snapshot has none of them yet
+    outcomes = await run(world)
+    assert all(isinstance(outcome, Later) for outcome in outcomes), outcomes
+
+
+@PASSES
+async def test_a_host_unpaused_a_moment_ago_takes_the_vm_though_the_copy_had_not_read_it_yet(
+    world: World, run: Run
+) -> None:
+    """An operator's PATCH answered, then at once a VM: the scheduler's copy, refreshed a moment
+    before the PATCH reached the snapshot, still has the host paused (a refresh is skipped within a
+    few milliseconds of the last). The guard reads it again before saying that no host fits."""
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    for host in ("hv-1", "hv-2") if run is not migration else ("hv-2",):
+        await world.set_paused(host, True)
+    await world.view.refresh()
+    world.view.lagging = True
+    await world.set_paused("hv-2", False)
+
+    outcomes = await run(world)
+
+    assert outcomes
+    for outcome in outcomes:
+        if isinstance(outcome, TargetChosen):
+            assert outcome.event.target == "hv-2"
+        else:
+            assert isinstance(outcome, Assigned), outcome
+            assert outcome.assignment.hypervisor_id == "hv-2"
+            assert (await world.vm(outcome.assignment.vm_id)).status is VmStatus.SCHEDULED

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 # Importing each process's metrics registers them: the dashboard covers every service's.
-import vmsched_api.fleet_metrics  # noqa: F401
+import vmsched_api.fleet_metrics
 import vmsched_api.request_phases  # noqa: F401
 import vmsched_common.metrics  # noqa: F401
 import vmsched_gateway.metrics  # noqa: F401

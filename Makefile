@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal bench-single servers clean asyncapi docs
+.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal bench-single servers clean asyncapi docs sync-client
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -63,6 +63,9 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs
+
+sync-client: .venv/.synced ## write vmsched_client's blocking client (sync.py) from its asyncio one (aio.py)
+	$(PY) -m devtools.sync_client
 
 asyncapi: .venv/.synced ## regenerate docs/asyncapi.json (the event contract) from the code
 	$(PY) -m vmsched_api.asyncapi > docs/asyncapi.json

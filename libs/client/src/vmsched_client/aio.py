@@ -1,5 +1,9 @@
 """The asyncio client: ``async with AsyncClient() as vmsched: await vmsched.create_vm(...)``; the
-same methods as :class:`vmsched_client.sync.Client`, awaited."""
+same methods as :class:`vmsched_client.sync.Client`, awaited.
+
+The one source of both clients: ``make sync-client`` writes :mod:`vmsched_client.sync` from this
+file (devtools/sync_client.py, by unasync). Write what taking ``async`` and ``await`` out turns
+into the blocking code; an asyncio name that has a blocking twin goes in that tool's table."""
 
 from __future__ import annotations
 
@@ -107,7 +111,8 @@ class AsyncClient:
         return await self.send(calls.create_vm(request, idempotency_key))
 
     async def create_vms(self, request: VmBatchRequest) -> list[Vm]:
-        return (await self.send(calls.create_vms(request))).items
+        batch = await self.send(calls.create_vms(request))
+        return batch.items
 
     async def get_vm(self, vm_id: UUID | str) -> Vm:
         return await self.send(calls.get_vm(vm_id))

@@ -1,4 +1,7 @@
-"""The blocking client: ``with Client() as vmsched: vmsched.create_vm(...)``."""
+"""The blocking client: ``with Client() as vmsched: vmsched.create_vm(...)``.
+
+Written from :mod:`vmsched_client.aio` by ``make sync-client`` (devtools/sync_client.py): change
+that file and run it, never this one; a test fails while the two differ."""
 
 from __future__ import annotations
 
@@ -105,7 +108,8 @@ class Client:
         return self.send(calls.create_vm(request, idempotency_key))
 
     def create_vms(self, request: VmBatchRequest) -> list[Vm]:
-        return self.send(calls.create_vms(request)).items
+        batch = self.send(calls.create_vms(request))
+        return batch.items
 
     def get_vm(self, vm_id: UUID | str) -> Vm:
         return self.send(calls.get_vm(vm_id))

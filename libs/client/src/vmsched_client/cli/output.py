@@ -1,4 +1,4 @@
-"""How the CLI shows things: a table for people (default), JSON for scripts (``-o json``)."""
+"""How the CLI shows things: a table for people (default), JSON for scripts (``-o json``); progress on stderr."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
@@ -29,6 +30,19 @@ def stdout() -> Console:
 
 def stderr() -> Console:
     return Console(stderr=True, highlight=False)
+
+
+def progress() -> Progress:
+    """A progress bar for --wait: on stderr, so that -o json keeps stdout for the answer alone."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=stderr(),
+        transient=True,
+    )
 
 
 def to_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> str:

@@ -1,0 +1,59 @@
+"""The options and arguments several commands take, each stated once, and how the command line's
+values are read (``key=value`` labels, UTC times)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import typer
+
+from vmsched_client.cli.output import Format
+from vmsched_contract.messages import HostSelectorTerm, SelectorOperator
+
+OutputOption = Annotated[
+    Format | None,
+    typer.Option("--output", "-o", help="table for people, json for scripts, id: the ids alone", show_default=False),
+]
+IdArgument = Annotated[UUID, typer.Argument(metavar="ID")]
+HostIdArgument = Annotated[str, typer.Argument(metavar="ID")]
+TimeoutOption = Annotated[float, typer.Option(help="seconds --wait waits at most")]
+
+# A VM's shape (vms create, simulate, capacity)
+CpuOption = Annotated[int | None, typer.Option(help="vCPUs (default: the API's VMSCHED_DEFAULT_VM_CPU)")]
+MemoryOption = Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DEFAULT_VM_MEMORY_MB)")]
+DiskOption = Annotated[int, typer.Option(help="GB of disk")]
+GpuOption = Annotated[int, typer.Option(help="GPUs")]
+HostLabelOption = Annotated[list[str], typer.Option("--label", "-l", help="key=value the host must have")]
+
+
+def pairs(values: list[str], what: str) -> dict[str, str]:
+    """``key=value`` values (of the option ``what``) as a dict; a usage error (exit 2) for any other."""
+    found = {}
+    for value in values:
+        key, equals, text = value.partition("=")
+        if not equals or not key:
+            raise typer.BadParameter(f"{value!r}: expected key=value", param_hint=what)
+        found[key] = text
+    return found
+
+
+def vm_shape(cpu: int | None, memory_mb: int | None, disk_gb: int, gpu: int, label: list[str]) -> dict[str, Any]:
+    """A VmRequest's size and labels; cpu and memory_mb left out when not given (the API's defaults)."""
+    shape: dict[str, Any] = {"disk_gb": disk_gb, "gpu": gpu, "labels": pairs(label, "--label")}
+    return shape | {key: value for key, value in {"cpu": cpu, "memory_mb": memory_mb}.items() if value is not None}
+
+
+def host_selector(label: list[str]) -> list[HostSelectorTerm]:
+    """``--label key=value``, each a term the hosts must match."""
+    return [
+        HostSelectorTerm(key=key, operator=SelectorOperator.IN, values=[value])
+        for key, value in pairs(label, "--label").items()
+    ]
+
+
+def utc(moment: datetime | None) -> datetime | None:
+    """A time the command line gave: UTC, as the options say (Click's datetimes carry no zone;
+    ``astimezone`` would take them for the machine's local time)."""
+    return None if moment is None else moment.replace(tzinfo=UTC)

@@ -4,7 +4,7 @@ See docs/agent-sdk.md. ``vmsched-agent simulate --count N`` runs a fleet of fake
 """
 
 from vmsched_agent.agent import Agent, AgentStats, CommandObserver, ReceiveObserver
-from vmsched_agent.connection import AgentConnection, AgentQueueMissing, status_message_id
+from vmsched_agent.connection import AgentConnection, AgentQueueMissing
 from vmsched_agent.credentials import parse_credentials, read_credentials
 from vmsched_agent.hosts import HostSpec, Profile, generate_hosts, load_hosts
 from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
@@ -42,5 +42,4 @@ __all__ = [
     "load_hosts",
     "parse_credentials",
     "read_credentials",
-    "status_message_id",
 ]

@@ -51,7 +51,7 @@ from vmsched_agent.heartbeats import HeartbeatScheduler
 from vmsched_amqp import topology
 from vmsched_amqp.agent_identity import DEFAULT_VHOST, agent_username
 from vmsched_amqp.broker import dead_letter, make_broker
-from vmsched_contract.messages import AgentHeartbeat, CommandAction, VmStatusReport
+from vmsched_contract.messages import AgentHeartbeat, VmStatusReport, status_message_id
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.settings import Settings
 
@@ -81,16 +81,6 @@ RESUME_MAX_DELAY = 5.0
 
 class AgentQueueMissing(TimeoutError):
     """The gateway did not declare ``agent.<id>`` in time (it declares it on the first heartbeat)."""
-
-
-def status_message_id(report: VmStatusReport) -> str:
-    """Deterministic, so that a re-sent report is recognisably the same event:
-    ``<vm_id>:<status>:<attempt>`` for a create or a delete, ``<vm_id>:<action>:<status>:m<number>``
-    for a migration's command, ``<vm_id>:<action>:<status>:<attempt>`` for a stop or a start."""
-    if report.action is None or report.action in (CommandAction.CREATE, CommandAction.DELETE):
-        return f"{report.vm_id}:{report.status.value}:{report.attempt or 0}"
-    which = f"m{report.migration}" if report.migration is not None else str(report.attempt or 0)
-    return f"{report.vm_id}:{report.action.value}:{report.status.value}:{which}"
 
 
 def _delays(first: tuple[float, ...], then: float) -> Iterator[float]:

@@ -24,36 +24,17 @@ import aio_pika
 from aio_pika.abc import AbstractChannel
 from faststream.rabbit import RabbitBroker
 from opentelemetry import propagate, trace
+from pydantic import BaseModel
 
 from vmsched_amqp import events, topology
-from vmsched_contract.messages import (
-    MAX_VMS_PER_MESSAGE,
-    AgentCommand,
-    AgentConflict,
-    Assignment,
-    Unplaced,
-    VmAssigned,
-    VmCreate,
-    VmDeleted,
-    VmMigrate,
-    VmMigrated,
-    VmMigrating,
-    VmMigrationFailed,
-    VmOrphaned,
-    VmPreempted,
-    VmToPlace,
-    VmUnschedulable,
-    VmWaiting,
-    WaitingVm,
-    batch_message_id,
-    command_message_id,
-)
+from vmsched_contract.messages import MAX_VMS_PER_MESSAGE, AgentCommand, VmCreate, VmToPlace, command_message_id
 
 if TYPE_CHECKING:
     from faststream.rabbit.publisher import RabbitPublisher
 
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 def chunks(items: Sequence[T], size: int = MAX_VMS_PER_MESSAGE) -> list[Sequence[T]]:
@@ -65,8 +46,9 @@ JSON = "application/json"
 
 
 class Publisher:
-    """Publishers of every message a service sends. Declaring them on the broker is what puts them
-    in the AsyncAPI document; a service only declares those it makes."""
+    """Sends the events of the contract (:data:`vmsched_amqp.events.EVENTS`): each with the
+    persistence and the message id its row says. Declaring an event's publisher on the broker is
+    what puts it in the AsyncAPI document; a service declares only those it sends."""
 
     def __init__(self, broker: RabbitBroker) -> None:
         self.broker = broker
@@ -74,76 +56,17 @@ class Publisher:
         self._commands: AbstractChannel | None = None
         self._opening = asyncio.Lock()
 
-    def _publisher(self, declare: events.Declare) -> RabbitPublisher:
-        key = declare.__name__
-        if key not in self._publishers:
-            self._publishers[key] = declare(self.broker)
-        return self._publishers[key]
+    async def publish(self, event: events.Event[M], message: M) -> None:
+        """``message`` as ``event``, returned once the broker confirmed it."""
+        publisher = self._publishers.get(event.title)
+        if publisher is None:
+            publisher = self._publishers[event.title] = event.declare(self.broker)
+        message_id = None if event.message_id is None else event.message_id(message)
+        await publisher.publish(message, message_id=message_id)
 
     async def vm_create(self, vms: Sequence[VmToPlace]) -> None:
         """``vm.create`` for these VMs: one message per MAX_VMS_PER_MESSAGE, sent at once."""
-        publisher = self._publisher(events.vm_create)
-        await asyncio.gather(
-            *(
-                publisher.publish(
-                    VmCreate(vms=list(part)),
-                    message_id=batch_message_id("create", [(vm.vm_id, vm.attempt) for vm in part]),
-                )
-                for part in chunks(vms)
-            )
-        )
-
-    async def vm_assigned(self, assignments: Sequence[Assignment]) -> None:
-        await self._publisher(events.vm_assigned).publish(
-            VmAssigned(assignments=list(assignments)),
-            message_id=batch_message_id("assigned", [(a.vm_id, a.attempt) for a in assignments]),
-        )
-
-    async def vm_unschedulable(self, vms: Sequence[Unplaced]) -> None:
-        await self._publisher(events.vm_unschedulable).publish(
-            VmUnschedulable(vms=list(vms)),
-            message_id=batch_message_id("unschedulable", [(vm.vm_id, vm.attempt) for vm in vms]),
-        )
-
-    async def vm_waiting(self, vms: Sequence[WaitingVm]) -> None:
-        await self._publisher(events.vm_waiting).publish(
-            VmWaiting(vms=list(vms)),
-            message_id=batch_message_id("waiting", [(vm.vm_id, vm.attempt) for vm in vms]),
-        )
-
-    async def vm_deleted(self, event: VmDeleted) -> None:
-        await self._publisher(events.vm_deleted).publish(event, message_id=f"{event.vm_id}:deleted")
-
-    async def vm_orphaned(self, event: VmOrphaned) -> None:
-        await self._publisher(events.vm_orphaned).publish(event, message_id=f"{event.vm_id}:orphaned:{event.host_id}")
-
-    async def vm_preempted(self, event: VmPreempted) -> None:
-        await self._publisher(events.vm_preempted).publish(
-            event, message_id=f"{event.vm_id}:preempted:{event.preempted_by}"
-        )
-
-    async def agent_conflict(self, event: AgentConflict) -> None:
-        await self._publisher(events.agent_conflict).publish(
-            event, message_id=f"{event.host_id}:conflict:{event.instance_id}"
-        )
-
-    async def vm_migrate(self, request: VmMigrate) -> None:
-        await self._publisher(events.vm_migrate).publish(
-            request, message_id=f"{request.vm.vm_id}:migrate:{request.migration}"
-        )
-
-    async def vm_migrating(self, event: VmMigrating) -> None:
-        await self._publisher(events.vm_migrating).publish(
-            event, message_id=f"{event.vm_id}:migrating:{event.migration}"
-        )
-
-    async def vm_migrated(self, event: VmMigrated) -> None:
-        await self._publisher(events.vm_migrated).publish(event, message_id=f"{event.vm_id}:migrated:{event.migration}")
-
-    async def vm_migration_failed(self, event: VmMigrationFailed) -> None:
-        await self._publisher(events.vm_migration_failed).publish(
-            event, message_id=f"{event.vm_id}:migration_failed:{event.migration}"
-        )
+        await asyncio.gather(*(self.publish(events.VM_CREATE, VmCreate(vms=list(part))) for part in chunks(vms)))
 
     async def command(self, host_id: str, command: AgentCommand) -> None:
         """A command on ``agent.<host_id>`` (through the ``vmsched.agents`` exchange), returned once

@@ -685,3 +685,13 @@ def command_message_id(command: AgentCommand) -> str:
     migration's command (a VM migrates many times at one attempt)."""
     which = f"m{command.migration.number}" if command.migration is not None else str(command.attempt)
     return f"{command.vm_id}:{command.action.value}-command:{which}"
+
+
+def status_message_id(report: VmStatusReport) -> str:
+    """Deterministic, so that a re-sent report is recognisably the same event:
+    ``<vm_id>:<status>:<attempt>`` for a create or a delete, ``<vm_id>:<action>:<status>:m<number>``
+    for a migration's command, ``<vm_id>:<action>:<status>:<attempt>`` for a stop or a start."""
+    if report.action is None or report.action in (CommandAction.CREATE, CommandAction.DELETE):
+        return f"{report.vm_id}:{report.status.value}:{report.attempt or 0}"
+    which = f"m{report.migration}" if report.migration is not None else str(report.attempt or 0)
+    return f"{report.vm_id}:{report.action.value}:{report.status.value}:{which}"

@@ -1,9 +1,10 @@
 """Starting a migration, a stop or a start, from whichever service asks: the API's routes today, a
 drain or a rebalance tomorrow. The one place that checks that the VM and its hosts allow it, records
-it (through the lifecycle, :mod:`vmsched_domain.live_migration`, :mod:`vmsched_domain.vm_changes`) and says
-what to send once it is committed.
+it (through the lifecycle, :mod:`vmsched_domain.live_migration`, :mod:`vmsched_domain.vm_changes`); the
+caller then sends what the committed change implies (``vm.migrate``, or the agent's stop or start
+command: :func:`vmsched_domain.vm_changes.power_command`).
 
-A drain moves each VM of a host with :func:`start_migration` then :func:`announce_migration`, and reads
+A drain moves each VM of a host with :func:`start_migration` then sends ``vm.migrate``, and reads
 how each migration ended with :func:`vmsched_domain.live_migration.outcome` on the VM's row (or follows
 ``vm.migrated`` and ``vm.migration_failed``).
 """
@@ -12,17 +13,16 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Protocol
 from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_contract.messages import AgentCommand, Capability, VmMigrate
+from vmsched_contract.messages import Capability
 from vmsched_contract.status import VmStatus
 from vmsched_domain import live_migration
 from vmsched_domain.records import VmRecord
-from vmsched_domain.vm_changes import power_command, start_requested, stop_requested
+from vmsched_domain.vm_changes import start_requested, stop_requested
 from vmsched_pg import vm_writes
 from vmsched_pg.rows import vm_from_row
 
@@ -36,14 +36,6 @@ class Refused(Exception):
 class BadTarget(Exception):
     """A migration's ``target_host`` that can never take the VM (unknown, its own host); nothing
     changed (HTTP 422)."""
-
-
-class ActionPublisher(Protocol):
-    """What an action is announced through once committed (``vmsched_amqp.publishing.Publisher`` is one)."""
-
-    async def vm_migrate(self, request: VmMigrate) -> None: ...
-
-    async def command(self, host_id: str, command: AgentCommand) -> None: ...
 
 
 class PowerAction(StrEnum):
@@ -83,12 +75,6 @@ async def start_migration(
     return change.after
 
 
-async def announce_migration(publisher: ActionPublisher, vm: VmRecord) -> None:
-    """Ask the schedulers to choose the target of a migration :func:`start_migration` committed. If
-    this fails, the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed."""
-    await publisher.vm_migrate(live_migration.request_of(vm, time.time()))
-
-
 async def request_power(
     engine: AsyncEngine, vm_id: UUID, action: PowerAction, project: str | None = None
 ) -> VmRecord | None:
@@ -112,14 +98,6 @@ async def request_power(
             )
         await vm_writes.apply(connection, [change])
     return change.after
-
-
-async def announce_power(publisher: ActionPublisher, vm: VmRecord) -> None:
-    """Tell the VM's agent the stop or start :func:`request_power` committed. If this fails, the
-    gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed."""
-    action = power_command(vm)
-    if action is not None and vm.hypervisor_id is not None:
-        await publisher.command(vm.hypervisor_id, vm.command(action))
 
 
 def _why_not(vm: VmRecord, action: str, wanted: VmStatus) -> str:

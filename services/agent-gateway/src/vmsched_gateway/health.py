@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from faststream.rabbit import RabbitBroker
 
-from vmsched_amqp import topology
+from vmsched_amqp import events, topology
 from vmsched_amqp.broker import ready_messages
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import CommandAction, HostStatus, VmDeleted
@@ -125,12 +125,13 @@ class HealthCheck:
         await publish_rows(self.publisher, self.hosts.engine, [change.after for change in changes])
         for change in changes:
             if change.after.status is VmStatus.DELETED:
-                await self.publisher.vm_deleted(
+                await self.publisher.publish(
+                    events.VM_DELETED,
                     VmDeleted(
                         vm_id=change.after.id,
                         hypervisor_id=change.before.hypervisor_id,
                         project=change.after.project,
-                    )
+                    ),
                 )
 
     async def forever(self, interval: float = 1.0) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentConflict, AgentHeartbeat
 from vmsched_gateway.agent_queues import AgentQueues
@@ -103,7 +104,7 @@ class HeartbeatFold:
             event = AgentConflict(
                 host_id=beat.agent_id, instance_id=beat.instance_id, held_by=refused.held_by, detail=detail
             )
-            await self.publisher.agent_conflict(event)
+            await self.publisher.publish(events.AGENT_CONFLICT, event)
         return refuse(MessageKind.HEARTBEAT, Refusal.INSTANCE_CONFLICT, detail)
 
 

@@ -8,12 +8,14 @@ the schedulers. A ``vm.migrate`` lost here is sent again by the task sweep
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
+from vmsched_domain import live_migration
 from vmsched_domain.records import VmRecord
-from vmsched_pg.vm_actions import announce_migration
 from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_gateway")
@@ -36,7 +38,7 @@ class MigrationSweep:
         started = await self.store.sweep()
         for vm in started:
             try:
-                await announce_migration(self.publisher, vm)
+                await self.publisher.publish(events.VM_MIGRATE, live_migration.request_of(vm, time.time()))
             except Exception as error:  # the task sweep sends it again once VMSCHED_RESEND_STALE_AFTER passed
                 log.warning(f"vm.migrate of a {self.name} not published", vm_id=str(vm.id), error=repr(error))
         if started:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import CommandAction, OrphanKind, VmOrphaned
 from vmsched_contract.status import VmStatus
@@ -71,7 +72,8 @@ class Orphans:
         )
         if delete:
             await self.publisher.command(host_id, vm.command(CommandAction.DELETE))
-        await self.publisher.vm_orphaned(
+        await self.publisher.publish(
+            events.VM_ORPHANED,
             VmOrphaned(
                 vm_id=vm.id,
                 host_id=host_id,
@@ -80,5 +82,5 @@ class Orphans:
                 held_on=held_on,
                 deleted=delete,
                 project=vm.project,
-            )
+            ),
         )

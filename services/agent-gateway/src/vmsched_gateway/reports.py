@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import (
     MIGRATION_ACTIONS,
@@ -74,8 +75,9 @@ class StatusReports:
             if change.after.status is VmStatus.PENDING:
                 await publish_rows(self.publisher, self.store.engine, [change.after])
             elif change.after.status is VmStatus.DELETED:
-                await self.publisher.vm_deleted(
-                    VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id, project=change.after.project)
+                await self.publisher.publish(
+                    events.VM_DELETED,
+                    VmDeleted(vm_id=report.vm_id, hypervisor_id=report.agent_id, project=change.after.project),
                 )
             if change.before.status is VmStatus.PREEMPTED and change.before.preempted_by is not None:
                 await self._create_preemptor(change.before.preempted_by)

@@ -8,6 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import (
     CommandAction,
@@ -86,13 +87,15 @@ class Tasks:
                 await self.send(order)
             number = step.change.before.migrations
             if step.migrated:
-                await self.publisher.vm_migrated(
-                    VmMigrated(vm_id=vm.id, migration=number, source=step.source, target=str(vm.hypervisor_id))
+                await self.publisher.publish(
+                    events.VM_MIGRATED,
+                    VmMigrated(vm_id=vm.id, migration=number, source=step.source, target=str(vm.hypervisor_id)),
                 )
                 log.info("VM migrated", source=step.source, target=vm.hypervisor_id)
             elif step.failed is not None:
                 reason, detail = step.failed
-                await self.publisher.vm_migration_failed(
+                await self.publisher.publish(
+                    events.VM_MIGRATION_FAILED,
                     VmMigrationFailed(
                         vm_id=vm.id,
                         migration=number,
@@ -100,7 +103,7 @@ class Tasks:
                         target=step.target,
                         reason=reason,
                         detail=detail,
-                    )
+                    ),
                 )
                 log.warning("migration rolled back", source=step.source, target=step.target, reason=detail)
             elif capacity is Capacity.KEEP:
@@ -127,7 +130,7 @@ class Tasks:
             with bound(vm_id=str(vm.id), task=vm.task.value if vm.task else None):
                 if vm.task is Task.CHOOSING_TARGET:
                     log.warning("no scheduler chose the migration's target yet; asking again")
-                    await self.publisher.vm_migrate(live_migration.request_of(vm, now))
+                    await self.publisher.publish(events.VM_MIGRATE, live_migration.request_of(vm, now))
                 elif (order := live_migration.awaited(vm)) is not None:
                     log.warning("migration step unanswered; sending its command again", host=order.host)
                     await self.send(order)

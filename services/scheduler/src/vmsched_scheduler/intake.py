@@ -20,9 +20,10 @@ from typing import TypeVar
 
 from opentelemetry import context as otel_context
 
+from vmsched_amqp import events
 from vmsched_amqp.failures import TransientError
 from vmsched_amqp.publishing import Publisher
-from vmsched_contract.messages import VmCreate, VmMigrate, VmPreempted
+from vmsched_contract.messages import VmAssigned, VmCreate, VmMigrate, VmPreempted, VmUnschedulable, VmWaiting
 from vmsched_domain.records import VmRecord
 from vmsched_pg.outbox import publish_implied
 from vmsched_runtime.batching import Batcher
@@ -106,11 +107,15 @@ class PlacementIntake:
         )
         sends = []
         if assigned:
-            sends.append(self.publisher.vm_assigned([o.assignment for o in assigned]))
+            sends.append(
+                self.publisher.publish(events.VM_ASSIGNED, VmAssigned(assignments=[o.assignment for o in assigned]))
+            )
         if not_placed:
-            sends.append(self.publisher.vm_unschedulable([o.unplaced for o in not_placed]))
+            sends.append(
+                self.publisher.publish(events.VM_UNSCHEDULABLE, VmUnschedulable(vms=[o.unplaced for o in not_placed]))
+            )
         if waiting:
-            sends.append(self.publisher.vm_waiting([o.waiting for o in waiting]))
+            sends.append(self.publisher.publish(events.VM_WAITING, VmWaiting(vms=[o.waiting for o in waiting])))
         await asyncio.gather(*sends)
         for vm, outcome in zip(message.vms, outcomes, strict=True):
             if isinstance(outcome, Assigned) and outcome.fresh:
@@ -123,7 +128,8 @@ class PlacementIntake:
     async def _announce_preempted(self, priority: int, victims: Sequence[VmRecord]) -> None:
         """``vm.preempted`` for each victim, and its agent's delete command."""
         events = [
-            self.publisher.vm_preempted(
+            self.publisher.publish(
+                events.VM_PREEMPTED,
                 VmPreempted(
                     vm_id=victim.id,
                     hypervisor_id=victim.hypervisor_id or "",
@@ -131,7 +137,7 @@ class PlacementIntake:
                     preempted_by=victim.preempted_by,
                     preemptor_priority=priority,
                     project=victim.project,
-                )
+                ),
             )
             for victim in victims
             if victim.preempted_by is not None
@@ -213,13 +219,13 @@ class MigrationIntake:
         )
         with bound(vm_id=str(message.vm.vm_id), migration=message.migration, source=message.source):
             if isinstance(outcome, TargetChosen):
-                await self.publisher.vm_migrating(outcome.event)
+                await self.publisher.publish(events.VM_MIGRATING, outcome.event)
                 if outcome.fresh:
                     log.info(
                         f"Selected agent '{outcome.event.target}' as the migration target of VM '{message.vm.name}'"
                     )
             elif isinstance(outcome, NoTargetFound):
-                await self.publisher.vm_migration_failed(outcome.event)
+                await self.publisher.publish(events.VM_MIGRATION_FAILED, outcome.event)
                 log.warning(f"No migration target for VM '{message.vm.name}': {outcome.event.detail}")
             else:
                 log.info("vm.migrate ignored", why=outcome.why)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Annotated
 from uuid import UUID
@@ -9,6 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response, status
 from pydantic import ValidationError
 
+from vmsched_amqp import events
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.audit import AuditStub, mark_audited
@@ -34,10 +36,12 @@ from vmsched_contract.messages import ProjectName, VmDeleted
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_domain import live_migration
 from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import power_command
 from vmsched_pg.journal import IncompleteChain, PrunedEntry, chain
 from vmsched_pg.outbox import publish_rows
-from vmsched_pg.vm_actions import BadTarget, PowerAction, Refused, announce_migration, announce_power
+from vmsched_pg.vm_actions import BadTarget, PowerAction, Refused
 from vmsched_placement import decide
 from vmsched_placement.journal import Inputs, rebuild, replay_preemption
 from vmsched_runtime.logs import get_logger
@@ -289,7 +293,9 @@ async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) ->
         await _publish(services, [vm])
     elif change is not None and vm.status is VmStatus.DELETED:
         try:
-            await services.publisher.vm_deleted(VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project))
+            await services.publisher.publish(
+                events.VM_DELETED, VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project)
+            )
         except Exception as error:  # the VM is deleted; only subscribers miss the event
             log.warning("vm.deleted not published", error=repr(error))
     return to_vm(vm)
@@ -327,7 +333,7 @@ async def migrate_vm(
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     try:
-        await announce_migration(services.publisher, vm)
+        await services.publisher.publish(events.VM_MIGRATE, live_migration.request_of(vm, time.time()))
     except Exception as error:  # the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed
         log.warning("vm.migrate not published; it will be sent again", error=repr(error))
     return to_vm(vm)
@@ -356,7 +362,9 @@ async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep, projec
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     try:
-        await announce_power(services.publisher, vm)
+        command = power_command(vm)
+        if command is not None and vm.hypervisor_id is not None:
+            await services.publisher.command(vm.hypervisor_id, vm.command(command))
     except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
         log.warning(f"{action.value} command not published; it will be sent again", error=repr(error))
     return to_vm(vm)

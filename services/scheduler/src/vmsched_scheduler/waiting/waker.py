@@ -36,7 +36,9 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
+from vmsched_contract.messages import VmUnschedulable
 from vmsched_domain.records import VmRecord
 from vmsched_pg.outbox import publish_rows
 from vmsched_placement import DecisionContext, Fleet, HostState, Weights
@@ -281,4 +283,4 @@ class Waker:
         for vm in ended:
             self.index.remove(vm.vm_id)
         log.info("waiting VMs waited their wait_s: unschedulable", count=len(ended))
-        await self.publisher.vm_unschedulable(ended)
+        await self.publisher.publish(events.VM_UNSCHEDULABLE, VmUnschedulable(vms=list(ended)))

@@ -39,12 +39,12 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import SelectorOperator
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule, domain_of
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement import (
     DecisionContext,
     Demand,
     Fleet,
     HostState,
-    HostUsage,
     PlacementRequest,
     SelectorTerm,
     Weights,
@@ -105,11 +105,11 @@ def build_hosts(count: int, rng: random.Random) -> list[HostState]:
     return hosts
 
 
-def measured_usage(cpu: int, memory_mb: int, fill: float, rng: random.Random) -> HostUsage | None:
+def measured_usage(cpu: int, memory_mb: int, fill: float, rng: random.Random) -> MeasuredUsage | None:
     if rng.random() >= 0.8:
         return None
     busy = rng.uniform(0.2, 0.9)
-    return HostUsage(
+    return MeasuredUsage(
         cpu_used=cpu * fill * busy,
         memory_used_mb=float(int(memory_mb * fill * busy)),
         allocated_cpu=int(cpu * fill),

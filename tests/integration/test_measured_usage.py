@@ -21,9 +21,9 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import AgentHeartbeat, Resources, Usage
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
-from vmsched_redis.host_hash import MeasuredUsage
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 

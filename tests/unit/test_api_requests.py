@@ -188,10 +188,11 @@ async def accepting_app() -> AsyncIterator[tuple[httpx.AsyncClient, Accepting]]:
 
 
 @pytest.fixture
-def accepting(accepting_app: tuple[httpx.AsyncClient, Accepting]) -> tuple[httpx.AsyncClient, Accepting]:
+async def accepting(accepting_app: tuple[httpx.AsyncClient, Accepting]) -> tuple[httpx.AsyncClient, Accepting]:
     """The module's accepting app (built once: a few tenths of a second each), with nothing recorded:
-    what earlier tests had it record is forgotten."""
+    what earlier tests had it record is forgotten (their publishes, which follow the answers, ended)."""
     _, stores = accepting_app
+    await stores.intake.drain()
     stores.defaults.clear()
     stores.sent.clear()
     return accepting_app

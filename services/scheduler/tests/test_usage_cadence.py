@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from libs.placement.tests.placement.support import host
-from vmsched_placement.model import HostUsage
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_scheduler.usage_cadence import UsageCadence
 
 
-def measured(cpu: float) -> HostUsage:
-    return HostUsage(cpu_used=cpu, memory_used_mb=1024.0, allocated_cpu=0, allocated_memory_mb=0)
+def measured(cpu: float) -> MeasuredUsage:
+    return MeasuredUsage(cpu_used=cpu, memory_used_mb=1024.0, allocated_cpu=0, allocated_memory_mb=0)
 
 
 def test_a_reread_host_keeps_its_usage_until_the_interval_has_passed_since_it_was_taken() -> None:

@@ -166,11 +166,17 @@ Extras = Annotated[
 ]
 
 
-def add_counts(mine: Mapping[str, int], theirs: Mapping[str, int], sign: int = 1) -> dict[str, int]:
-    """``mine`` plus (``sign`` 1) or minus (-1) ``theirs``, by name; names left at 0 are dropped."""
+def add_counts(
+    mine: Mapping[str, int], theirs: Mapping[str, int], sign: int = 1, *, floored: bool = False
+) -> dict[str, int]:
+    """``mine`` plus (``sign`` 1) or minus (-1) ``theirs``, by name; names left at 0 are dropped;
+    ``floored``: none below 0 (a release cannot free more than was allocated). The one arithmetic of
+    named extra resources (the placement engine's ``Demand`` uses it too)."""
     total = dict(mine)
     for name, count in theirs.items():
         total[name] = total.get(name, 0) + sign * count
+        if floored and total[name] < 0:
+            total[name] = 0
     return {name: count for name, count in total.items() if count}
 
 

@@ -38,6 +38,7 @@ from vmsched_contract.messages import (
     VmStatusReport,
 )
 from vmsched_contract.status import Task, VmStatus
+from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.lifecycle import Condition, Event, choose
 from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import Change
@@ -295,9 +296,7 @@ def timed_out(vm: VmRecord, now: float, timeout: float) -> Step | None:
 
 def prepare_command(vm_id: UUID, name: str, resources: Resources, order: MigrationOrder) -> AgentCommand:
     """The first command of a migration whose target was claimed (``vm.migrating``): to the target."""
-    return AgentCommand(
-        action=CommandAction.PREPARE_MIGRATION, vm_id=vm_id, name=name, resources=resources, migration=order
-    )
+    return agent_command(CommandAction.PREPARE_MIGRATION, vm_id, name, resources, migration=order)
 
 
 def awaited(vm: VmRecord) -> Order | None:

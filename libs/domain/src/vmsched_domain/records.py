@@ -26,6 +26,7 @@ from vmsched_contract.messages import (
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.inventory import RatioOverrides
 
@@ -91,16 +92,14 @@ class VmRecord:
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
-        return AgentCommand(
-            action=action, vm_id=self.id, name=self.name, resources=self.resources, attempt=self.attempt
-        )
+        return agent_command(action, self.id, self.name, self.resources, attempt=self.attempt)
 
     def migration_command(self, action: CommandAction) -> AgentCommand:
         """A command of its current migration (its source is ``hypervisor_id``, its target the claimed one)."""
         if self.hypervisor_id is None or self.migration_target is None:
             raise ValueError(f"VM {self.id} has no migration with a target in flight")
         order = MigrationOrder(number=self.migrations, source=self.hypervisor_id, target=self.migration_target)
-        return self.command(action).model_copy(update={"migration": order})
+        return agent_command(action, self.id, self.name, self.resources, attempt=self.attempt, migration=order)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,12 +44,12 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import SelectorOperator
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
     DecisionContext,
     Demand,
     HostState,
-    HostUsage,
     Migration,
     PlacementGroup,
     PlacementRequest,
@@ -83,7 +83,7 @@ def _to_demand(v: Json) -> Demand:
 def _host_value(name: str, value: Any) -> Json:
     if isinstance(value, Demand):
         return _demand(value)
-    if isinstance(value, HostUsage):
+    if isinstance(value, MeasuredUsage):
         return [value.cpu_used, value.memory_used_mb, value.allocated_cpu, value.allocated_memory_mb]
     if name == "taints":
         return [[t.key, t.value, t.effect] for t in value]
@@ -96,7 +96,7 @@ def _to_host_value(name: str, v: Json) -> Any:
     if name in ("capacity", "allocated", "reserved"):
         return _to_demand(v)
     if name == "usage":
-        return None if v is None else HostUsage(v[0], v[1], v[2], v[3])
+        return None if v is None else MeasuredUsage(v[0], v[1], v[2], v[3])
     if name == "taints":
         return tuple(Taint(k, val, e) for k, val, e in v)
     return v

@@ -10,10 +10,11 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.messages import SelectorOperator, add_counts
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
 # Rows of the fleet's (4, n) resource columns: the order of the fit rule's RESOURCES.
@@ -37,10 +38,7 @@ def extras_of(counts: Mapping[str, int]) -> Extras:
 def _combined(mine: Extras, theirs: Extras, sign: int) -> Extras:
     if not theirs:
         return mine
-    merged = dict(mine)
-    for name, count in theirs:
-        merged[name] = max(0, merged.get(name, 0) + sign * count)
-    return extras_of(merged)
+    return extras_of(add_counts(dict(mine), dict(theirs), sign, floored=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,35 +88,6 @@ class Ratios:
 
 
 @dataclass(frozen=True, slots=True)
-class HostUsage:
-    """A host's last measured usage (its agent's heartbeat), and what was allocated on it when the
-    measurement was folded into the snapshot."""
-
-    cpu_used: float  # cores busy
-    memory_used_mb: float
-    allocated_cpu: int = 0  # the host's allocation at the time of the measurement
-    allocated_memory_mb: int = 0
-
-    def in_use(self, allocated: Demand) -> tuple[float, float]:
-        """cpu and memory in use as best known now, given what is ``allocated`` now.
-
-        The measurement plus everything allocated since it was taken: a VM placed after the
-        measurement is not in it yet, so it is counted at the full amount it asked for until the
-        next measurement shows what it really uses. Without this, every VM of a round (and of the
-        seconds until the next heartbeat) would pile onto the host that looked idle. A VM released
-        since is not subtracted: the next measurement shows it gone; until then the host looks a
-        little busier than it is, which errs on the side of spreading.
-
-        Not ``max(measured, allocated)``: that would rank every host whose VMs are idle by their
-        allocation, which is what ``least_loaded`` does already, and measuring would change nothing.
-        """
-        return (
-            self.cpu_used + max(0, allocated.cpu - self.allocated_cpu),
-            self.memory_used_mb + max(0, allocated.memory_mb - self.allocated_memory_mb),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class HostState:
     """One host as the capacity snapshot knows it."""
 
@@ -134,7 +103,7 @@ class HostState:
     memory_ratio: float = 1.0  # overcommit (allocation ratio) for memory
     disk_ratio: float = 1.0  # overcommit (allocation ratio) for disk
     reserved: Demand = NO_DEMAND  # held back for the hypervisor itself
-    usage: HostUsage | None = None  # measured by its agent; None when it reports none
+    usage: MeasuredUsage | None = None  # measured by its agent; None when it reports none
     taints: tuple[Taint, ...] = ()
     can_migrate: bool = False  # its agent declares the "migrate" capability
 
@@ -156,11 +125,11 @@ class HostState:
 
     @property
     def measured_load(self) -> tuple[float, float] | None:
-        """cpu and memory in use (:meth:`HostUsage.in_use`) as shares of the host's physical
+        """cpu and memory in use (:meth:`~vmsched_domain.usage.MeasuredUsage.in_use`) as shares of the host's physical
         capacity (at least 1 of each); None when its agent reports no usage."""
         if self.usage is None:
             return None
-        cpu, memory = self.usage.in_use(self.allocated)
+        cpu, memory = self.usage.in_use(self.allocated.cpu, self.allocated.memory_mb)
         return cpu / float(max(self.capacity.cpu, 1)), memory / float(max(self.capacity.memory_mb, 1))
 
     @property

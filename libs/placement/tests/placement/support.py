@@ -14,12 +14,12 @@ from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import SelectorOperator
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement import (
     DecisionContext,
     Demand,
     Fleet,
     HostState,
-    HostUsage,
     PlacementRequest,
     SelectorTerm,
     Taint,
@@ -52,7 +52,7 @@ def host(
     memory_ratio: float = 1.0,
     disk_ratio: float = 1.0,
     reserved: Demand = NO_DEMAND,
-    usage: HostUsage | None = None,
+    usage: MeasuredUsage | None = None,
     taints: Sequence[Taint] = (),
     extra: Mapping[str, int] | None = None,
     used_extra: Mapping[str, int] | None = None,
@@ -368,12 +368,12 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
 
 
 @st.composite
-def host_usages(draw: st.DrawFn, allocated_cpu: int, allocated_memory_mb: int) -> HostUsage | None:
+def host_usages(draw: st.DrawFn, allocated_cpu: int, allocated_memory_mb: int) -> MeasuredUsage | None:
     """None (an agent that measures nothing) now and then, else a measurement below, at or above
     the allocation, taken before some of it was allocated (or before some was released)."""
     if draw(st.sampled_from([True, False, False])):
         return None
-    return HostUsage(
+    return MeasuredUsage(
         cpu_used=draw(st.sampled_from([0.0, 0.5, 1.0, 2.25, 7.0, 12.5, 40.0])),
         memory_used_mb=float(draw(st.sampled_from([0, 512, 1000, 4096, 9000]))),
         allocated_cpu=max(0, allocated_cpu + draw(st.sampled_from([0, 0, -1, -4, 2]))),

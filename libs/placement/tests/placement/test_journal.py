@@ -24,7 +24,8 @@ from libs.placement.tests.placement.support import (
 )
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.strategy import Strategy
-from vmsched_placement import DecisionContext, Demand, Fleet, HostState, HostUsage, PlacementRequest, Weights, decide
+from vmsched_domain.usage import MeasuredUsage
+from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, decide
 from vmsched_placement.journal import Journal, PreemptionInputs, rebuild, replay_preemption, seeded, unpack
 from vmsched_placement.preemption import Resident, cheapest, drawn
 from vmsched_placement.strategies import reads_measured_usage
@@ -180,13 +181,13 @@ def test_heartbeats_that_keep_a_host_online_are_not_journaled() -> None:
 
 
 def test_measured_usage_waits_for_a_decision_that_reads_it() -> None:
-    fleet = Fleet.from_hosts([host("hv-01", usage=HostUsage(1.0, 512.0))])
+    fleet = Fleet.from_hosts([host("hv-01", usage=MeasuredUsage(1.0, 512.0))])
     journal = Journal(Weights(), TIMEOUT)
     loaded, utilized = support.request(), support.request(strategy=Strategy.LEAST_UTILIZED)
     bodies = [journal.note(fleet, loaded, support.context(), None).body]
     found = fleet.host("hv-01")
     assert found is not None
-    fleet.upsert(replace(found, usage=HostUsage(3.5, 2048.0)))
+    fleet.upsert(replace(found, usage=MeasuredUsage(3.5, 2048.0)))
     bodies.append(journal.note(fleet, loaded, support.context(), None).body)
     assert unpack(bodies[-1])["h"] == {}
     inputs = rebuild(bodies, "vm", "vm")
@@ -195,7 +196,7 @@ def test_measured_usage_waits_for_a_decision_that_reads_it() -> None:
     assert not inputs.usage_exact_for(Strategy.LEAST_UTILIZED)
     rebuilt = inputs.fleet.host("hv-01")
     assert rebuilt is not None
-    assert rebuilt.usage == HostUsage(1.0, 512.0)  # the last journaled
+    assert rebuilt.usage == MeasuredUsage(1.0, 512.0)  # the last journaled
     bodies.append(journal.note(fleet, utilized, support.context(), None).body)
     assert unpack(bodies[-1])["h"] == {"hv-01": {"12": [3.5, 2048.0, 0, 0]}}
     inputs = rebuild(bodies, "vm", "vm")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from vmsched_contract.messages import Capability
 from vmsched_placement.inputs import demand_of
-from vmsched_placement.model import HostState, HostUsage
+from vmsched_placement.model import HostState
 from vmsched_placement.taint_rules import Taint
-from vmsched_redis.host_hash import MeasuredUsage, SnapshotHost
+from vmsched_redis.host_hash import SnapshotHost
 
 
 def to_host_state(record: SnapshotHost) -> HostState:
@@ -28,18 +28,7 @@ def to_host_state(record: SnapshotHost) -> HostState:
         cpu_ratio=record.overcommit.cpu,
         memory_ratio=record.overcommit.memory,
         disk_ratio=record.overcommit.disk,
-        usage=usage_of(record.usage),
+        usage=record.usage,
         taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
         can_migrate=Capability.MIGRATE.value in record.capabilities,
-    )
-
-
-def usage_of(measured: MeasuredUsage | None) -> HostUsage | None:
-    if measured is None:
-        return None
-    return HostUsage(
-        cpu_used=measured.cpu_used,
-        memory_used_mb=float(measured.memory_used_mb),
-        allocated_cpu=measured.allocated_cpu,
-        allocated_memory_mb=measured.allocated_memory_mb,
     )

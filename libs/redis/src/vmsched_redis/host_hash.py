@@ -13,6 +13,7 @@ from vmsched_contract.messages import HostStatus, Overcommit, Resources, Taint, 
 from vmsched_domain.extra import extra_json, extra_of
 from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
+from vmsched_domain.usage import MeasuredUsage
 
 # The hash field of a host's named extra resources (a JSON map); ``a_extra`` what is allocated of them.
 EXTRA_FIELD = "extra"
@@ -24,17 +25,6 @@ def allocated_field(field: str) -> str:
 
 def reserved_field(field: str) -> str:
     return f"r_{field}"
-
-
-@dataclass(frozen=True, slots=True)
-class MeasuredUsage:
-    """A host's last measured usage, and what was allocated on it when the measurement was folded in:
-    what was allocated since is not in the measurement yet."""
-
-    cpu_used: float
-    memory_used_mb: int
-    allocated_cpu: int
-    allocated_memory_mb: int
 
 
 # Per measured resource: the measurement's field, the field of the allocation at the time it was

@@ -42,13 +42,13 @@ from redis.commands.core import AsyncScript
 from vmsched_contract.messages import Resources
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.extra import extra_json
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_redis.claims import Claim, Claimed, ClaimResult, CommittedVm, claimed_from_reply, script_args
 from vmsched_redis.host_hash import (
     ALLOCATION_FIELDS,
     STATE_FIELDS,
     USAGE_FIELDS,
     HostWrite,
-    MeasuredUsage,
     SnapshotHost,
     amounts,
     parse_host,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from vmsched_amqp.publishing import Publisher
-from vmsched_contract.messages import AgentCommand, CommandAction, VmAssigned
+from vmsched_contract.messages import CommandAction, VmAssigned
+from vmsched_domain.agent_commands import agent_command
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.preemptors import Preemptors
 from vmsched_runtime.logs import get_logger
@@ -35,13 +36,7 @@ class AssignmentRelay:
             *(
                 self.publisher.command(
                     a.hypervisor_id,
-                    AgentCommand(
-                        action=CommandAction.CREATE,
-                        vm_id=a.vm_id,
-                        name=a.name,
-                        resources=a.resources,
-                        attempt=a.attempt,
-                    ),
+                    agent_command(CommandAction.CREATE, a.vm_id, a.name, a.resources, attempt=a.attempt),
                 )
                 for a in assignments
             )

@@ -19,6 +19,7 @@ from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import RATIOS
 from vmsched_domain.records import HostRecord, VmRecord
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_domain.vm_changes import Change, delete_requested
 from vmsched_pg import vm_actions, vm_writes
 from vmsched_pg.engine import retry_on_dead_connection
@@ -27,7 +28,6 @@ from vmsched_pg.models import SchedulerSettingRow
 from vmsched_pg.rows import HOST_COLUMNS, HOST_FIELDS, VM_COLUMNS, host_from_row, vm_from_row
 from vmsched_pg.shares import HOLDINGS
 from vmsched_pg.vm_actions import PowerAction
-from vmsched_redis.host_hash import MeasuredUsage
 
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 

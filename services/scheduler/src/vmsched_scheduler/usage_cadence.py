@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from vmsched_placement.model import HostState, HostUsage
+from vmsched_domain.usage import MeasuredUsage
+from vmsched_placement.model import HostState
 
 
 class UsageCadence:
@@ -23,7 +24,7 @@ class UsageCadence:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self._held: dict[str, tuple[HostUsage | None, float]] = {}
+        self._held: dict[str, tuple[MeasuredUsage | None, float]] = {}
 
     def keep(self, host: HostState, now: float) -> HostState:
         """``host`` as read, with the usage held for it unless that is due for renewal at ``now``.

@@ -2,7 +2,7 @@
 
 Score = w_cpu x cpu in use + w_memory x memory in use + w_disk x disk share, the weights of
 ``least_loaded``. cpu and memory in use are what the host's agent last measured plus what was
-allocated on the host since (:meth:`HostUsage.in_use`), as shares of its physical capacity; disk is
+allocated on the host since (:meth:`MeasuredUsage.in_use`), as shares of its physical capacity; disk is
 not measured, so it is the allocated share, as in ``least_loaded``. A host whose agent reports no
 usage is ranked by its allocated shares, exactly as ``least_loaded`` ranks it.
 """

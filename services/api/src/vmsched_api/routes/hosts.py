@@ -16,8 +16,9 @@ from vmsched_api.refusals import refusals
 from vmsched_api.repository import HostRemoval, to_host
 from vmsched_api.scheduling_info import render_scheduling_info, scheduling_info
 from vmsched_contract.api import Host, HostPatch
+from vmsched_domain.usage import MeasuredUsage
 from vmsched_pg.drains import DrainStore
-from vmsched_redis.host_hash import MeasuredUsage, inventory_fields
+from vmsched_redis.host_hash import inventory_fields
 from vmsched_runtime.logs import get_logger
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])

@@ -19,8 +19,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack
-from libs.placement.tests.placement.support import NOW, TIMEOUT, context, host, request
 from tests.integration.waiting import eventually
+from tests.placement.support import NOW, TIMEOUT, context, host, request
 from tests.servers import Servers
 from vmsched_contract.strategy import Strategy
 from vmsched_pg.engine import create_engine

@@ -30,8 +30,6 @@ from vmsched_placement.journal import Entry, Journal, rebuild
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.journal_pruning import prune_forever
 
-pytestmark = pytest.mark.integration
-
 EVERY = 4  # entries between checkpoints: checkpoints are entries 1, 5, 9, 13, ...
 DECISIONS = 30
 

@@ -7,26 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 
-from devtools.stack import Stack
-from tests.fleets import enrolled_fleet
-from tests.integration.moving import disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, disagreements, host_shares, running, settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_contract.messages import Capability, Resources, Taint, TaintEffect
 
-pytestmark = pytest.mark.integration
-
-SUITE = "rbl"
-HOSTS = [f"{SUITE}-000{n}" for n in range(1, 4)]
+FLEET = MigrationFleet(suite="rbl", hosts=3, tainted=True)
+SUITE = FLEET.suite
+HOSTS = FLEET.host_ids
 CROWDED, SPARE, CANNOT_MIGRATE = HOSTS  # the last one's agent declares power, not migrate
 # The hosts are tainted and only this suite's VMs tolerate it: the stack is shared, and another test's
 # VM (a waiting one woken, say) placed on them would change every plan.
@@ -38,56 +31,6 @@ VM = {
     "tolerations": [{"key": "suite", "value": SUITE, "effect": "NoSchedule"}],
 }
 ONLY_OURS = [{"key": "suite", "operator": "In", "values": [SUITE]}]
-
-
-@pytest.fixture(scope="module")
-async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
-    hosts = generate_hosts(
-        3,
-        prefix=SUITE,
-        capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200),
-        profile=Profile.UNIFORM,
-        labels={"suite": SUITE},
-        zones=3,
-    )
-    hosts[2] = hosts[2].model_copy(update={"capabilities": [Capability.POWER.value]})
-    taint = Taint(key="suite", value=SUITE, effect=TaintEffect.NO_SCHEDULE)
-    hosts = [host.model_copy(update={"taints": [taint]}) for host in hosts]
-    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running_fleet:
-        async with stack.async_client() as api:
-            await eventually(
-                lambda: api.get("/v1/hosts"),
-                lambda r: sum(1 for h in r.json() if h["id"] in HOSTS and h["status"] == "online") == 3,
-                timeout=60,
-                what="the rebalance fleet online",
-            )
-        yield running_fleet
-
-
-@pytest.fixture
-async def api(stack: Stack, fleet: SimulatedFleet, servers: Servers) -> AsyncIterator[httpx.AsyncClient]:
-    """A client; afterwards the hosts unpaused and this test's VMs deleted."""
-    async with stack.async_client(timeout=30) as client:
-        yield client
-        for hypervisor in fleet.hypervisors.values():
-            hypervisor.migration_delay = 0.0
-        for host_id in HOSTS:
-            await client.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
-        for vm_id in await _this_suites_vms(servers):
-            await settled(client, vm_id)
-            await client.delete(f"/v1/vms/{vm_id}")
-        await eventually(
-            lambda: _this_suites_vms(servers), lambda left: not left, timeout=30, what="this test's VMs deleted"
-        )
-
-
-async def _this_suites_vms(servers: Servers) -> list[str]:
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        rows = await conn.fetch("SELECT id FROM vms WHERE name LIKE $1 AND status <> 'deleted'", f"{SUITE}-%")
-    finally:
-        await conn.close()
-    return [str(row["id"]) for row in rows]
 
 
 async def _vms_on(api: httpx.AsyncClient, host_id: str, count: int, servers: Servers) -> list[dict[str, Any]]:

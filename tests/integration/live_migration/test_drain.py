@@ -6,79 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 
 from devtools.stack import Stack, api_client
-from tests.fleets import enrolled_fleet
-from tests.integration.moving import disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, disagreements, host_shares, running, settled
 from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
-from vmsched_contract.messages import Capability, Resources
 
-pytestmark = pytest.mark.integration
-
-SUITE = "drn"
-HOSTS = [f"{SUITE}-000{n}" for n in range(1, 4)]
+FLEET = MigrationFleet(suite="drn", hosts=3)
+SUITE = FLEET.suite
+HOSTS = FLEET.host_ids
 DRAINED, SPARE, CANNOT_MIGRATE = HOSTS  # the last one's agent declares power, not migrate
 VM = {"cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": {"suite": SUITE}}
 VMS = 4  # a host holds 4 (8 CPUs)
-
-
-@pytest.fixture(scope="module")
-async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
-    hosts = generate_hosts(
-        3,
-        prefix=SUITE,
-        capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200),
-        profile=Profile.UNIFORM,
-        labels={"suite": SUITE},
-        zones=3,
-    )
-    hosts[2] = hosts[2].model_copy(update={"capabilities": [Capability.POWER.value]})
-    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running_fleet:
-        async with stack.async_client() as api:
-            await eventually(
-                lambda: api.get("/v1/hosts"),
-                lambda r: sum(1 for h in r.json() if h["id"] in HOSTS and h["status"] == "online") == 3,
-                timeout=60,
-                what="the drain fleet online",
-            )
-        yield running_fleet
-
-
-@pytest.fixture
-async def api(stack: Stack, fleet: SimulatedFleet, servers: Servers) -> AsyncIterator[httpx.AsyncClient]:
-    """A client; afterwards every drain ended, the hosts unpaused and this test's VMs deleted."""
-    async with stack.async_client(timeout=30) as client:
-        yield client
-        for hypervisor in fleet.hypervisors.values():
-            hypervisor.migration_delay = 0.0
-        for host_id in HOSTS:
-            await client.delete(f"/v1/hosts/{host_id}/drain")
-            await client.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
-        for vm_id in await _this_suites_vms(servers):
-            await settled(client, vm_id)
-            await client.delete(f"/v1/vms/{vm_id}")
-        await eventually(
-            lambda: _this_suites_vms(servers), lambda left: not left, timeout=30, what="this test's VMs deleted"
-        )
-
-
-async def _this_suites_vms(servers: Servers) -> list[str]:
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        rows = await conn.fetch("SELECT id FROM vms WHERE name LIKE $1 AND status <> 'deleted'", f"{SUITE}-%")
-    finally:
-        await conn.close()
-    return [str(row["id"]) for row in rows]
 
 
 async def _vms_on(api: httpx.AsyncClient, host_id: str, count: int) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -14,79 +13,21 @@ import pytest
 
 from devtools.stack import Stack, api_client
 from tests.faults.events import EventCounter
-from tests.fleets import enrolled_fleet
-from tests.integration.moving import claims_of, disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, claims_of, disagreements, host_shares, running, settled
 from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
-from vmsched_contract.messages import Capability, Resources
 
-pytestmark = pytest.mark.integration
-
-SUITE = "mig"
-HOSTS = [f"{SUITE}-000{n}" for n in range(1, 5)]
+FLEET = MigrationFleet(suite="mig", hosts=4)
+SUITE = FLEET.suite
+HOSTS = FLEET.host_ids
 CANNOT_MIGRATE = HOSTS[3]  # zone z4: its agent declares power, not migrate
 VM = {"cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": {"suite": SUITE}}
 SHARE = (2, 2048, 20, 0, 1)
 NOTHING = (0, 0, 0, 0, 0)
 _ON_SUITE = [{"key": "suite", "operator": "In", "values": [SUITE]}]
-
-
-@pytest.fixture(scope="module")
-async def fleet(stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
-    hosts = generate_hosts(
-        4,
-        prefix=SUITE,
-        capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200),
-        profile=Profile.UNIFORM,
-        labels={"suite": SUITE},
-        zones=4,
-    )
-    hosts[3] = hosts[3].model_copy(update={"capabilities": [Capability.POWER.value]})
-    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as running_fleet:
-        async with stack.async_client() as api:
-            await eventually(
-                lambda: api.get("/v1/hosts"),
-                lambda r: sum(1 for h in r.json() if h["id"] in HOSTS and h["status"] == "online") == 4,
-                timeout=60,
-                what="the migration fleet online",
-            )
-        yield running_fleet
-
-
-@pytest.fixture
-async def api(stack: Stack, fleet: SimulatedFleet, servers: Servers) -> AsyncIterator[httpx.AsyncClient]:
-    """A client; afterwards this test's VMs are deleted, the hosts unpaused and the simulated
-    hypervisors as they were, so that every test starts on empty hosts."""
-    async with stack.async_client(timeout=30) as client:
-        yield client
-        for hypervisor in fleet.hypervisors.values():
-            hypervisor.fail_steps.clear()
-            hypervisor.migration_delay = 0.0
-        for host_id in HOSTS:
-            await client.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
-        for vm_id in await _this_suites_vms(servers):
-            await settled(client, vm_id)
-            await client.delete(f"/v1/vms/{vm_id}")
-        await eventually(
-            lambda: _this_suites_vms(servers), lambda left: not left, timeout=30, what="this test's VMs deleted"
-        )
-
-
-async def _this_suites_vms(servers: Servers) -> list[str]:
-    """The VMs of this module not deleted yet (read from PostgreSQL: the run's other modules leave
-    thousands of VMs in the same database)."""
-    conn = await asyncpg.connect(servers.asyncpg_dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT id FROM vms WHERE name LIKE $1 AND status <> 'deleted' ORDER BY id", f"{SUITE}-%"
-        )
-    finally:
-        await conn.close()
-    return [str(row["id"]) for row in rows]
 
 
 async def _pause_all_but(api: httpx.AsyncClient, *keep: str) -> None:

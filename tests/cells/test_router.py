@@ -213,6 +213,7 @@ async def test_a_small_vm_goes_to_the_least_loaded_cell(cells: Cells, fleets: No
         )
         assert batch.status_code == 202, batch.text
         assert batch.headers["X-Vmsched-Cell"] == "a"
+        assert len(batch.json()["items"]) == 3
         for item in batch.json()["items"]:
             assert (await settled(router, item["id"]))["hypervisor_id"].startswith("cella")
 

@@ -98,6 +98,8 @@ async def host_shares(servers: Servers, host_ids: Sequence[str]) -> list[HostSha
         )
     finally:
         await conn.close()
+    # Each host asked about is compared: an empty answer would make every comparison below vacuous.
+    assert [host["id"] for host in hosts] == sorted(set(host_ids)), (list(host_ids), [h["id"] for h in hosts])
     client = aioredis.Redis.from_url(servers.redis_url, decode_responses=True)
     try:
         raws = [await client.hgetall(f"{servers.redis_key_prefix}:host:{host['id']}") for host in hosts]

@@ -127,6 +127,7 @@ def test_least_utilized_scores_stay_current_as_vms_are_booked_and_released(
     for _ in range(data.draw(st.integers(1, 6))):
         decision = decide(fleet, req, ctx)
         if decision.host_id is None:
+            assert not reference_preferred(list(fleet), req, ctx)  # none is left to take it
             break
         if data.draw(st.booleans()):
             fleet.allocate(decision.host_id, req.demand)
@@ -175,6 +176,8 @@ def test_round_robin_visits_every_eligible_host_once_per_cycle_across_two_schedu
     if not eligible:
         assert set(picks) == {None}
         return
+    assert set(picks) <= set(eligible)
+    # Fewer picks than eligible hosts make no full cycle: the loop below checks none.
     for begin in range(0, len(picks) - len(eligible) + 1):
         assert sorted(str(p) for p in picks[begin : begin + len(eligible)]) == sorted(eligible)
 
@@ -240,8 +243,13 @@ def test_never_a_host_with_a_noschedule_taint_the_vm_does_not_tolerate(
 ) -> None:
     decision = decide(Fleet.from_hosts(hosts), req, ctx)
     by_id = latest(hosts)
-    for host_id in decision.ranked:
-        assert all(t.effect != "NoSchedule" or reference_tolerated(t, req) for t in by_id[host_id].taints)
+    refused = {
+        h.id
+        for h in by_id.values()
+        if any(t.effect == "NoSchedule" and not reference_tolerated(t, req) for t in h.taints)
+    }
+    assert refused.isdisjoint(decision.ranked)
+    assert decision.eligible <= len(by_id) - len(refused)
 
 
 @settings(deadline=None)

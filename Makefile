@@ -30,7 +30,7 @@ test-faults: .venv/.synced servers ## kill -9, SIGTERM, a Redis flush, a broker 
 test-cluster: .venv/.synced servers ## servers of their own: a three-node RabbitMQ cluster loses a node, Redis and PostgreSQL restart mid-run (CI runs it after make test)
 	$(PY) -m pytest -m own_servers -s -p no:logging tests/faults/test_cluster.py tests/faults/test_restarts.py
 
-test-fast: .venv/.synced ## unit and property tests only (no servers)
+test-fast: .venv/.synced ## every test that needs no server, over the whole tree (the integration marker comes from the fixtures: docs/testing.md)
 	$(PY) -m pytest -m "not integration"
 
 lint: .venv/.synced ## ruff + mypy --strict

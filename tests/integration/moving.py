@@ -1,4 +1,5 @@
-"""What the migration and power tests read of the truth and of the snapshot, and how they wait."""
+"""What the migration and power tests read of the truth and of the snapshot, how they wait, and the
+fleet the live-migration tests share (tests/integration/live_migration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,54 @@ import redis.asyncio as aioredis
 
 from tests.integration.waiting import eventually
 from tests.servers import Servers
+from vmsched_agent.hosts import HostSpec, Profile, generate_hosts
+from vmsched_contract.messages import Capability, Resources, Taint, TaintEffect
 
 RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
+
+
+@dataclass(frozen=True)
+class MigrationFleet:
+    """``hosts`` hosts of 8 vCPUs, 16 GiB and 200 GB, each in a zone of its own, labelled
+    ``suite=<suite>`` and named ``<suite>-0001``...; the last one's agent declares power, not migrate
+    (a VM there cannot move). ``tainted``: they carry ``suite=<suite>:NoSchedule``, so that only VMs
+    that tolerate it land there (another module's VM, a waiting one woken, would change a plan)."""
+
+    suite: str
+    hosts: int
+    tainted: bool = False
+
+    def specs(self) -> list[HostSpec]:
+        specs = generate_hosts(
+            self.hosts,
+            prefix=self.suite,
+            capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200),
+            profile=Profile.UNIFORM,
+            labels={"suite": self.suite},
+            zones=self.hosts,
+        )
+        specs[-1] = specs[-1].model_copy(update={"capabilities": [Capability.POWER.value]})
+        if self.tainted:
+            taint = Taint(key="suite", value=self.suite, effect=TaintEffect.NO_SCHEDULE)
+            specs = [spec.model_copy(update={"taints": [taint]}) for spec in specs]
+        return specs
+
+    @property
+    def host_ids(self) -> list[str]:
+        return [spec.id for spec in self.specs()]
+
+
+async def suites_vms(servers: Servers, suite: str) -> list[str]:
+    """The VMs named ``<suite>-...`` not deleted yet (read from PostgreSQL: the run's other modules
+    leave thousands of VMs in the same database)."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT id FROM vms WHERE name LIKE $1 AND status <> 'deleted' ORDER BY id", f"{suite}-%"
+        )
+    finally:
+        await conn.close()
+    return [str(row["id"]) for row in rows]
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,6 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources, Taint, TaintEffect
 
-pytestmark = pytest.mark.integration
-
 CHROMIUM = Path(os.environ.get("VMSCHED_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = ROOT / "test-artifacts" / "ui"
 HOST_CPU = 8

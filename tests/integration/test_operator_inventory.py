@@ -10,7 +10,6 @@ from typing import Any
 
 import aio_pika
 import httpx
-import pytest
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from devtools.stack import Stack
@@ -21,8 +20,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
-
-pytestmark = pytest.mark.integration
 
 CAPACITY = Resources(cpu=4, memory_mb=16384, disk_gb=100)
 

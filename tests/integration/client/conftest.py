@@ -15,8 +15,6 @@ from tests.fleets import credentials_file
 from tests.servers import Servers
 from vmsched_client import Client
 
-pytestmark = pytest.mark.integration
-
 
 @dataclass(frozen=True)
 class Fleet:

@@ -41,8 +41,6 @@ from vmsched_contract.status import DrainState, ReservationStatus, VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import SimulationRequest
 
-pytestmark = pytest.mark.integration
-
 
 def small(name: str, fleet: Fleet, **more: object) -> VmRequest:
     return VmRequest.model_validate(

@@ -166,3 +166,22 @@ async def running(api: httpx.AsyncClient, body: dict[str, Any], *, timeout: floa
     )
     vm: dict[str, Any] = response.json()
     return vm
+
+
+async def open_only(api: httpx.AsyncClient, host_ids: Sequence[str], *open_hosts: str) -> None:
+    """Pause every host of ``host_ids`` but ``open_hosts`` (those unpaused): where the next VMs go."""
+    for host_id in host_ids:
+        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id not in open_hosts})
+        assert response.status_code == 200, response.text
+
+
+async def running_on(
+    api: httpx.AsyncClient, host_ids: Sequence[str], host_id: str, bodies: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A VM of each of ``bodies`` running on ``host_id``, the other hosts of ``host_ids`` paused for
+    it (and left paused)."""
+    assert bodies
+    await open_only(api, host_ids, host_id)
+    vms = [await running(api, body) for body in bodies]
+    assert {vm["hypervisor_id"] for vm in vms} == {host_id}
+    return vms

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 
 from devtools.stack import Stack, api_client
-from tests.integration.moving import MigrationFleet, disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, disagreements, host_shares, open_only, running, running_on, settled
 from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -28,12 +28,7 @@ VMS = 4  # a host holds 4 (8 CPUs)
 
 async def _vms_on(api: httpx.AsyncClient, host_id: str, count: int) -> list[dict[str, Any]]:
     """``count`` running VMs on ``host_id`` (the other hosts paused meanwhile)."""
-    for other in HOSTS:
-        response = await api.patch(f"/v1/hosts/{other}", json={"scheduling_paused": other != host_id})
-        assert response.status_code == 200, response.text
-    vms = [await running(api, {"name": f"{SUITE}-{n}", **VM}) for n in range(count)]
-    assert {vm["hypervisor_id"] for vm in vms} == {host_id}
-    return vms
+    return await running_on(api, HOSTS, host_id, [{"name": f"{SUITE}-{n}", **VM} for n in range(count)])
 
 
 async def _migrating_from(servers: Servers, host_id: str) -> int:
@@ -128,9 +123,7 @@ async def test_drains_of_unknown_hosts_are_not_found(api: httpx.AsyncClient) -> 
 async def test_a_drain_moves_a_vm_on_a_reserved_slot_and_leaves_the_slot_still_held(
     stack: Stack, api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    for host_id in HOSTS:
-        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id != DRAINED})
-        assert response.status_code == 200, response.text
+    await open_only(api, HOSTS, DRAINED)
     project = await new_project(api)
     body = {"project": project, "cpu": 2, "memory_mb": 2048, "disk_gb": 20, "count": 2}
     selector = [{"key": "suite", "operator": "In", "values": [SUITE]}]

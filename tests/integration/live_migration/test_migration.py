@@ -13,7 +13,7 @@ import pytest
 
 from devtools.stack import Stack, api_client
 from tests.faults.events import EventCounter
-from tests.integration.moving import MigrationFleet, claims_of, disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, claims_of, disagreements, host_shares, open_only, running, settled
 from tests.integration.test_identity import new_project, new_token
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -28,12 +28,6 @@ VM = {"cpu": 2, "memory_mb": 2048, "disk_gb": 20, "labels": {"suite": SUITE}}
 SHARE = (2, 2048, 20, 0, 1)
 NOTHING = (0, 0, 0, 0, 0)
 _ON_SUITE = [{"key": "suite", "operator": "In", "values": [SUITE]}]
-
-
-async def _pause_all_but(api: httpx.AsyncClient, *keep: str) -> None:
-    for host_id in HOSTS:
-        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id not in keep})
-        assert response.status_code == 200, response.text
 
 
 async def _vm_and_hosts(servers: Servers, vm_id: str) -> tuple[str, str | None, dict[str, tuple[int, ...]]]:
@@ -66,11 +60,11 @@ async def _shares(servers: Servers) -> dict[str, tuple[int, ...]]:
 async def test_a_migration_moves_the_vm_to_a_host_the_engine_chose_and_frees_the_source_only_after(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     vm = await running(api, {"name": f"{SUITE}-move", **VM})
     source = vm["hypervisor_id"]
     assert source == HOSTS[0]
-    await _pause_all_but(api, *HOSTS)
+    await open_only(api, HOSTS, *HOSTS)
     for hypervisor in fleet.hypervisors.values():
         hypervisor.migration_delay = 0.4  # each step takes a while: the samples below see it in flight
     async with (
@@ -130,10 +124,10 @@ async def test_a_migration_moves_the_vm_to_a_host_the_engine_chose_and_frees_the
 async def test_a_step_that_fails_rolls_back_to_the_source_and_frees_the_target(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers, step: str, reason: str
 ) -> None:
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     vm = await running(api, {"name": f"{SUITE}-fail-{step}", **VM})
     source = vm["hypervisor_id"]
-    await _pause_all_but(api, HOSTS[0], HOSTS[1])
+    await open_only(api, HOSTS, HOSTS[0], HOSTS[1])
     for hypervisor in fleet.hypervisors.values():
         hypervisor.fail_steps.add(step)
     async with EventCounter(servers.amqp_url, topology.VM_MIGRATION_FAILED) as failed:
@@ -159,12 +153,12 @@ async def test_a_host_that_cannot_migrate_is_never_a_source_nor_a_target(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
     z1_or_z4 = {"host_selector": [{"key": "zone", "operator": "In", "values": ["z1", "z4"]}]}
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     on_z1 = await running(api, {"name": f"{SUITE}-z1", **VM, **z1_or_z4})
-    await _pause_all_but(api, CANNOT_MIGRATE)
+    await open_only(api, HOSTS, CANNOT_MIGRATE)
     on_z4 = await running(api, {"name": f"{SUITE}-z4", **VM, **z1_or_z4})
     assert (on_z1["hypervisor_id"], on_z4["hypervisor_id"]) == (HOSTS[0], CANNOT_MIGRATE)
-    await _pause_all_but(api, *HOSTS)
+    await open_only(api, HOSTS, *HOSTS)
     # Its own host cannot migrate: 409, nothing changed.
     refused = await api.post(f"/v1/vms/{on_z4['id']}/migrate", json={})
     assert refused.status_code == 409
@@ -187,9 +181,9 @@ async def test_a_host_that_cannot_migrate_is_never_a_source_nor_a_target(
 async def test_a_named_target_is_held_to_every_rule_of_the_vm(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     vm = await running(api, {"name": f"{SUITE}-named", **VM})
-    await _pause_all_but(api, HOSTS[0], HOSTS[2])
+    await open_only(api, HOSTS, HOSTS[0], HOSTS[2])
     # A paused host is no target, even when named: the rule that refused it, with the reason.
     response = await api.post(f"/v1/vms/{vm['id']}/migrate", json={"target_host": HOSTS[1]})
     assert response.status_code == 202
@@ -213,7 +207,7 @@ async def test_a_named_target_is_held_to_every_rule_of_the_vm(
 async def test_a_target_that_can_never_take_the_vm_is_a_422_naming_the_field(
     api: httpx.AsyncClient, fleet: SimulatedFleet, body: dict[str, Any], why: str
 ) -> None:
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     vm = await running(api, {"name": f"{SUITE}-bad-target", **VM})
     response = await api.post(f"/v1/vms/{vm['id']}/migrate", json=body)
     assert response.status_code == 422
@@ -227,7 +221,7 @@ async def test_unknown_vms_are_404_and_a_vm_not_running_is_409(api: httpx.AsyncC
     unknown = "00000000-0000-4000-8000-000000000000"
     for action in ("migrate", "stop", "start"):
         assert (await api.post(f"/v1/vms/{unknown}/{action}")).status_code == 404
-    await _pause_all_but(api)
+    await open_only(api, HOSTS)
     pending = await api.post("/v1/vms", json={"name": f"{SUITE}-nowhere", **VM, "wait_s": 60})
     vm_id = pending.json()["id"]
     for action in ("migrate", "stop", "start"):
@@ -239,7 +233,7 @@ async def test_unknown_vms_are_404_and_a_vm_not_running_is_409(api: httpx.AsyncC
 async def test_stop_and_start_keep_the_vm_on_its_host_holding_its_share(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:
-    await _pause_all_but(api, HOSTS[1])
+    await open_only(api, HOSTS, HOSTS[1])
     vm = await running(api, {"name": f"{SUITE}-power", **VM})
     host = vm["hypervisor_id"]
     stopping = await api.post(f"/v1/vms/{vm['id']}/stop")
@@ -267,7 +261,7 @@ async def test_a_vm_that_took_a_reserved_slot_migrates_with_its_room_and_the_slo
 ) -> None:
     # The slot's room became the VM's when it took it (the slot is "used"): the VM's share moves as
     # any VM's, the source gives it back, and the slot still held stays on the source.
-    await _pause_all_but(api, HOSTS[0])
+    await open_only(api, HOSTS, HOSTS[0])
     project = await new_project(api)
     body = {"project": project, "cpu": 2, "memory_mb": 2048, "disk_gb": 20, "count": 2}
     created = await api.post("/v1/reservations", json={**body, "host_selector": _ON_SUITE})
@@ -287,7 +281,7 @@ async def test_a_vm_that_took_a_reserved_slot_migrates_with_its_room_and_the_slo
             assert vm["hypervisor_id"] == HOSTS[0]
             slot = (2, 2048, 20, 0, 1)
             assert (await _shares(servers))[HOSTS[0]] == (4, 4096, 40, 0, 2)  # the VM and the slot still held
-            await _pause_all_but(api, *HOSTS)
+            await open_only(api, HOSTS, *HOSTS)
             response = await mine.post(f"/v1/vms/{vm['id']}/migrate", json={})
             assert response.status_code == 202, response.text
             moved = await settled(mine, vm["id"])

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.integration.moving import MigrationFleet, disagreements, host_shares, running, settled
+from tests.integration.moving import MigrationFleet, disagreements, host_shares, open_only, running_on, settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -41,14 +41,8 @@ async def _vms_on(api: httpx.AsyncClient, host_id: str, count: int, servers: Ser
     await eventually(
         lambda: host_shares(servers, HOSTS), lambda shares: not disagreements(shares), timeout=30, what="snapshot"
     )
-    for other in HOSTS:
-        response = await api.patch(f"/v1/hosts/{other}", json={"scheduling_paused": other != host_id})
-        assert response.status_code == 200, response.text
-    vms = [await running(api, {"name": f"{SUITE}-{n}", **VM}) for n in range(count)]
-    assert {vm["hypervisor_id"] for vm in vms} == {host_id}
-    for other in HOSTS:
-        response = await api.patch(f"/v1/hosts/{other}", json={"scheduling_paused": False})
-        assert response.status_code == 200, response.text
+    vms = await running_on(api, HOSTS, host_id, [{"name": f"{SUITE}-{n}", **VM} for n in range(count)])
+    await open_only(api, HOSTS, *HOSTS)
     await eventually(
         lambda: host_shares(servers, HOSTS), lambda shares: not disagreements(shares), timeout=30, what="snapshot"
     )

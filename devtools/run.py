@@ -51,6 +51,7 @@ def main() -> int:
         },
         log_dir=RUN_DIR,
         api_port=port,
+        default_ports=True,
     )
     stopping = False
 

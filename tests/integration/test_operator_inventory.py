@@ -81,9 +81,16 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
             assert shown["operator_overcommit"] == {"cpu": 2.0, "memory": None, "disk": None}
             assert shown["reserved"]["cpu"] == 1
 
-            # The next placement sees it.
+            # The next placement sees it, and so does the (simulated) agent: its create carries the
+            # host's ratios, so the 6 cpus that only the operator's overcommit makes room for run.
             placed = await _settled(api, await _post(api, f"{suite}-2", wanted))
             assert placed["hypervisor_id"] == host_id, placed
+            await eventually(
+                lambda: api.get(f"/v1/vms/{placed['id']}"),
+                lambda r: r.json()["status"] == "running",
+                timeout=30,
+                what="the VM running on the host the operator's overcommit made room on",
+            )
             assert (await api.delete(f"/v1/vms/{placed['id']}")).status_code == 202
             await eventually(
                 lambda: api.get(f"/v1/vms/{placed['id']}"),
@@ -115,6 +122,12 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
             assert host["reserved"]["cpu"] == 1
             again = await _settled(api, await _post(api, f"{suite}-3", wanted))
             assert again["hypervisor_id"] == host_id, again
+            await eventually(
+                lambda: api.get(f"/v1/vms/{again['id']}"),
+                lambda r: r.json()["status"] == "running",
+                timeout=30,
+                what="the VM running after the agent's restart",
+            )
             assert (await api.delete(f"/v1/vms/{again['id']}")).status_code == 202
             await eventually(
                 lambda: api.get(f"/v1/vms/{again['id']}"),

@@ -538,6 +538,11 @@ class AgentCommand(Message):
     resources: Resources
     attempt: int = 1
     migration: MigrationOrder | None = Field(default=None, description="set on a migration's commands")
+    overcommit: Overcommit | None = Field(
+        default=None,
+        description="the host's allocation ratios vmsched placed the VM by (the operator's overcommit over the "
+        "agent's own), on create and prepare_migration: an agent that checks room counts these; absent: its own",
+    )
 
 
 class ReportedStatus(StrEnum):

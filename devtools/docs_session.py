@@ -3,7 +3,8 @@
 Every fenced ```` ```bash ```` block of the page is run, in the page's order, by one
 ``bash -euo pipefail`` (other fences, ```` ```sh ```` or ```` ```console ````, are shown, not run):
 a command that fails stops the run and fails it. ``curl`` is run with ``--fail-with-body``, so an
-HTTP error answer fails too, as it would fail a reader's expectations. The page's
+HTTP error answer fails too, as it would fail a reader's expectations, unless the curl writes out
+its status (``-w '%{http_code}'``): that one shows an error on purpose. The page's
 ``localhost:8000`` (and the scheduler's and gateway's ``9101``, ``9102``) are the running stack's.
 
 Against ``make run`` (in another shell), from the checkout::
@@ -61,7 +62,12 @@ def _curl_that_fails_on_errors(bin_dir: Path) -> None:
     if real is None:
         raise RuntimeError("curl is not installed")
     shim = bin_dir / "curl"
-    shim.write_text(f'#!/bin/sh\nexec {real} --fail-with-body "$@"\n')
+    # A curl that writes out its status (-w '%{http_code}') shows an error answer on purpose.
+    shim.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do case "$arg" in -w|-w*|--write-out) exec ' + real + ' "$@";; esac; done\n'
+        f'exec {real} --fail-with-body "$@"\n'
+    )
     shim.chmod(0o755)
 
 

@@ -24,6 +24,8 @@ README = ROOT / "README.md"
 WALKTHROUGH = ROOT / "docs" / "walkthrough.md"
 # Each session takes 10 to 25 s on an idle machine; the bound is for a loaded one.
 SESSION_TIMEOUT = 90.0
+# The CLI page runs the vmsched command about sixty times, a second or two each.
+PAGE_TIMEOUT = 400.0
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_the_readme_shows_a_session_to_run() -> None:
     assert any("vmsched " in block for block in blocks)
 
 
-def run_as_a_reader(stack: Stack, page: Path, home: Path) -> str:
+def run_as_a_reader(stack: Stack, page: Path, home: Path, timeout: float = SESSION_TIMEOUT) -> str:
     """Run the page's session in ``home``, a stand-in for the checkout the reader is in: make run's
     token where make run keeps it, the virtualenv the CLI session activates; its output."""
     (home / ".run").mkdir()
@@ -65,7 +67,7 @@ def run_as_a_reader(stack: Stack, page: Path, home: Path) -> str:
     # its own: no config file of the machine's user is read.
     env.update(VMSCHED_URL=stack.api_url, HOME=str(home))
 
-    done = run_pages([page], where, home, env, SESSION_TIMEOUT)
+    done = run_pages([page], where, home, env, timeout)
 
     assert done.returncode == 0, done.stdout[-6000:]
     return done.stdout
@@ -94,3 +96,21 @@ def test_the_walkthrough_runs_in_order_on_make_runs_fleet_and_leaves_it_as_it_wa
         assert host["operator_overcommit"] == {"cpu": None, "memory": None, "disk": None}, host
         assert host["scheduling_paused"] is False, host
         assert host["status"] == "online", host
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["cli.md", "operations.md", "placement.md", "whatif.md"])
+def test_the_operators_pages_run_in_order_on_make_runs_fleet_and_leave_it_as_it_was(
+    make_run: Stack, tmp_path: Path, page: str
+) -> None:
+    # Each page on its own (each defines what it uses); the CLI's alone takes about two minutes.
+    run_as_a_reader(make_run, ROOT / "docs" / page, tmp_path, PAGE_TIMEOUT)
+    with make_run.client() as api:
+        running = api.get("/v1/vms", params={"status": "running"}).json()["items"]
+        hosts = api.get("/v1/hosts").json()
+    assert running == [], [vm["name"] for vm in running]
+    assert sorted(host["id"] for host in hosts) == ["hv-0001", "hv-0002", "hv-0003"]
+    for host in hosts:
+        assert host["operator_labels"] == {}, host
+        assert host["operator_taints"] is None, host
+        assert host["scheduling_paused"] is False, host

@@ -236,6 +236,7 @@ async def test_stop_and_start_keep_the_vm_on_its_host_holding_its_share(
     await open_only(api, HOSTS, HOSTS[1])
     vm = await running(api, {"name": f"{SUITE}-power", **VM})
     host = vm["hypervisor_id"]
+    before = await _scheduling_info(api, host)
     stopping = await api.post(f"/v1/vms/{vm['id']}/stop")
     assert stopping.status_code == 202
     assert (stopping.json()["status"], stopping.json()["task"]) == ("stopped", "stopping")
@@ -243,6 +244,9 @@ async def test_stop_and_start_keep_the_vm_on_its_host_holding_its_share(
     assert (stopped["status"], stopped["hypervisor_id"], stopped["status_reason"]) == ("stopped", host, None)
     assert vm["id"] in {str(v) for v in fleet.hypervisors[host].stopped}
     assert (await _shares(servers))[host] == SHARE  # the host keeps its room
+    # ...which its scheduling info counts apart from the VMs that run there.
+    after = await _scheduling_info(api, host)
+    assert (after["running_vms"], after["vms_holding_room"]) == (before["running_vms"] - 1, before["vms_holding_room"])
     assert (await api.post(f"/v1/vms/{vm['id']}/stop")).status_code == 409
     assert (await api.post(f"/v1/vms/{vm['id']}/migrate")).status_code == 409
     starting = await api.post(f"/v1/vms/{vm['id']}/start")
@@ -302,3 +306,10 @@ async def test_a_vm_that_took_a_reserved_slot_migrates_with_its_room_and_the_slo
         timeout=10,
         what="the held slot given back to the source",
     )
+
+
+async def _scheduling_info(api: httpx.AsyncClient, host: str) -> dict[str, Any]:
+    answer = await api.get(f"/v1/hosts/{host}/scheduling-info", headers={"Accept": "application/json"})
+    assert answer.status_code == 200, answer.text
+    info: dict[str, Any] = answer.json()
+    return info

@@ -229,7 +229,9 @@ class UnschedulableReason(StrEnum):
     """Why no host takes a VM, when the answer is not one rule's name (``cpu``, ``labels``, ...)."""
 
     NO_AVAILABLE_AGENTS = "no_available_agents"  # no online host at all (seed 001's noAvailableAgents)
-    INVALID_STRATEGY = "invalid_strategy"  # a strategy no scheduler implements (seed 001's invalidStrategy)
+    # Seed 001's invalidStrategy, kept for the seed's vocabulary but never emitted: the API refuses a
+    # strategy no scheduler implements with 422, so no VM reaches a scheduler with one.
+    INVALID_STRATEGY = "invalid_strategy"
 
 
 class SelectorOperator(StrEnum):
@@ -362,7 +364,8 @@ class Unplaced(BaseModel):
     vm_id: UUID
     attempt: int
     reason: str = Field(
-        description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
+        description="no_available_agents (no online host), all_or_nothing (a VM of a gang another VM of which "
+        "fits nowhere), reservation (its reservation holds no slot for it), or the rule that rejected the most hosts "
         "(cpu, memory, disk, gpu, extra, labels, host_selector, taints, server_group, spread, paused, offline, "
         "excluded, ...)"
     )
@@ -538,6 +541,11 @@ class AgentCommand(Message):
     resources: Resources
     attempt: int = 1
     migration: MigrationOrder | None = Field(default=None, description="set on a migration's commands")
+    overcommit: Overcommit | None = Field(
+        default=None,
+        description="the host's allocation ratios vmsched placed the VM by (the operator's overcommit over the "
+        "agent's own), on create and prepare_migration: an agent that checks room counts these; absent: its own",
+    )
 
 
 class ReportedStatus(StrEnum):

@@ -229,7 +229,9 @@ class UnschedulableReason(StrEnum):
     """Why no host takes a VM, when the answer is not one rule's name (``cpu``, ``labels``, ...)."""
 
     NO_AVAILABLE_AGENTS = "no_available_agents"  # no online host at all (seed 001's noAvailableAgents)
-    INVALID_STRATEGY = "invalid_strategy"  # a strategy no scheduler implements (seed 001's invalidStrategy)
+    # Seed 001's invalidStrategy. Kept so that a subscriber's older code still parses, but published by no
+    # service: a vm.create naming an unknown strategy is invalid and dead-lettered (docs/placement.md).
+    INVALID_STRATEGY = "invalid_strategy"
 
 
 class SelectorOperator(StrEnum):
@@ -362,7 +364,7 @@ class Unplaced(BaseModel):
     vm_id: UUID
     attempt: int
     reason: str = Field(
-        description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
+        description="no_available_agents, all_or_nothing, or the rule that rejected the most hosts "
         "(cpu, memory, disk, gpu, extra, labels, host_selector, taints, server_group, spread, paused, offline, "
         "excluded, ...)"
     )

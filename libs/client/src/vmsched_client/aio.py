@@ -330,10 +330,19 @@ class AsyncClient:
         return await self.send(calls.simulate(request))
 
     async def capacity(
-        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+        self,
+        *,
+        cpu: int | None = None,
+        memory_mb: int | None = None,
+        disk_gb: int = 0,
+        gpu: int = 0,
+        networks: list[str] | None = None,
     ) -> Capacity:
-        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
-        return await self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
+        """How many more VMs of this shape (needing ``networks``) the fleet takes now: in total, per
+        zone, per host."""
+        return await self.send(
+            calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, networks=networks)
+        )
 
     async def health(self) -> dict[str, Any]:
         return await self.send(calls.health())

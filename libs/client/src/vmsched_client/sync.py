@@ -324,10 +324,17 @@ class Client:
         return self.send(calls.simulate(request))
 
     def capacity(
-        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+        self,
+        *,
+        cpu: int | None = None,
+        memory_mb: int | None = None,
+        disk_gb: int = 0,
+        gpu: int = 0,
+        networks: list[str] | None = None,
     ) -> Capacity:
-        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
-        return self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
+        """How many more VMs of this shape (needing ``networks``) the fleet takes now: in total, per
+        zone, per host."""
+        return self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, networks=networks))
 
     def health(self) -> dict[str, Any]:
         return self.send(calls.health())

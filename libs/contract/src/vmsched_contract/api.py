@@ -44,6 +44,7 @@ from vmsched_contract.messages import (
     Tolerations,
     keys_by_pattern,
 )
+from vmsched_contract.networks import VmNetworks
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
@@ -118,6 +119,8 @@ class VmRequest(BaseModel):
         description="host taints this VM accepts (Kubernetes' tolerations: {key, operator Equal|Exists, value, "
         "effect}; Exists with an empty key tolerates every taint, an empty effect every effect)",
     )
+    # Left out of the dump when empty: the Idempotency-Key hash of a request without networks is unchanged.
+    networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     server_group: UUID | None = Field(
@@ -200,6 +203,7 @@ class Vm(BaseModel):
     labels: dict[str, str]
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     tolerations: list[Toleration] = Field(default_factory=list)
+    networks: list[str] = Field(default_factory=list, description="the networks its host must reach")
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int
@@ -403,6 +407,7 @@ class Host(BaseModel):
         default_factory=list,
         description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
     )
+    networks: list[str] = Field(default_factory=list, description="the networks it reaches (its agent's word)")
     usage: HostUsage | None = Field(
         default=None,
         description="measured by its agent, as of its last heartbeat; null when it reports none "

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from vmsched_contract.networks import HostNetworks, VmNetworks
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -301,6 +302,9 @@ class VmToPlace(BaseModel):
     # Added in schema version 2 without a new version: a message without it selects every host.
     host_selector: HostSelector = Field(default_factory=list)
     tolerations: Tolerations = Field(default_factory=list, description="the host taints this VM accepts")
+    # Added in schema version 2 without a new version, left out when empty: a message without it
+    # needs no network.
+    networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
     strategy: Strategy | None = None
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
@@ -486,6 +490,9 @@ class AgentHeartbeat(Message):
         "libvirt URI, e.g. qemu+tls://hv-0001/system); the gateway hands it to a migration's source as "
         "the command's migration.target_uri; absent: the host names none",
     )
+
+    # Added in schema version 1 without a new version, left out when empty: an older agent sends none.
+    networks: HostNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

@@ -67,6 +67,7 @@ class VmRecord:
     target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
+    networks: tuple[str, ...] = ()  # the networks its host must reach
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -89,6 +90,7 @@ class VmRecord:
             priority=self.priority,
             project=self.project,
             reservation=self.reservation,
+            networks=list(self.networks),
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -120,6 +122,7 @@ class HostRecord:
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    networks: tuple[str, ...] = ()  # the networks it reaches (its agent's word)
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

@@ -74,6 +74,8 @@ class VmRow(Base):
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Kubernetes-style tolerations of host taints: [{key, operator, value, effect}].
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The networks its host must reach (names, as VmRequest.networks).
+    networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # Unique within its project (ux_vms_project_idempotency_key).
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
@@ -189,6 +191,8 @@ class HostRow(Base):
     # What its agent declares it can do beyond create and delete (messages.Capability): "migrate",
     # "power"; from its last heartbeat.
     capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The networks it reaches, from its last heartbeat (names, sorted).
+    networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # Where other hosts' hypervisors reach this one's for a live migration (its heartbeats'
     # migration_uri; NULL: its agent names none). Handed to a migration's source (MigrationOrder.target_uri).
     migration_uri: Mapped[str | None] = mapped_column(String(1024))

@@ -39,6 +39,7 @@ VM_FIELDS = (
     "labels",
     "host_selector",
     "tolerations",
+    "networks",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -98,6 +99,7 @@ HOST_FIELDS = (
     "operator_memory_ratio",
     "operator_disk_ratio",
     "capabilities",
+    "networks",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -155,6 +157,7 @@ def vm_from_row(row: Any) -> VmRecord:
         labels=dict(row.labels or {}),
         host_selector=trusted_selector(row.host_selector),
         tolerations=tolerations_of(row.tolerations),
+        networks=tuple(row.networks or ()),
         strategy=Strategy(row.strategy) if row.strategy else None,
         restart_policy=RestartPolicy(row.restart_policy),
         restart_count=row.restart_count,
@@ -205,6 +208,7 @@ def host_from_row(row: Any) -> HostRecord:
         operator_taints=taints_of(row.operator_taints),
         operator_overcommit=ratio_overrides_of_row(row),
         capabilities=tuple(row.capabilities or ()),
+        networks=tuple(row.networks or ()),
     )
 
 

@@ -18,7 +18,9 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from vmsched_placement.host_keys import HostKeys
 from vmsched_placement.model import GPU, ONLINE, Demand, HostState
+from vmsched_placement.scratch import Scratch
 from vmsched_placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, untolerated
 
 BoolArray = npt.NDArray[np.bool_]
@@ -90,6 +92,7 @@ class FleetColumns:
         "has_gpus",
         "hosts",
         "ids",
+        "keys",
         "label_codes",
         "label_values",
         "last_heartbeat",
@@ -128,6 +131,7 @@ class FleetColumns:
         self._taint_set_codes: dict[tuple[Taint, ...], int] = {(): 0}
         self.taint_codes, self.no_schedule, self.prefer_no_schedule = self._taint_columns(self.hosts)
         self._count()
+        self.keys = HostKeys(self.hosts)  # networks, dedication: few distinct values, interned
         # Per named extra resource asked about: what each host has free of it (0 where it has none).
         # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
         self.extra_free_columns: dict[str, FloatArray] = {}
@@ -265,6 +269,7 @@ class FleetColumns:
         self.has_gpus[index] = effective[GPU] > 0
         self.no_schedule[index], self.prefer_no_schedule[index] = no_schedule, prefer
         self.taint_codes[index] = self._taint_code(host.taints)
+        self.keys.write(index, host)
         self.touched.add(host.id)
         self.hosts[index] = host
         self.ids[index] = host.id
@@ -310,6 +315,7 @@ class FleetColumns:
         self.no_schedule = np.insert(self.no_schedule, positions, no_schedule)
         self.prefer_no_schedule = np.insert(self.prefer_no_schedule, positions, prefer)
         self._count()
+        self.keys.insert(positions, new_hosts)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
         self._derived.clear()
@@ -334,6 +340,7 @@ class FleetColumns:
         self.no_schedule = np.delete(self.no_schedule, index)
         self.prefer_no_schedule = np.delete(self.prefer_no_schedule, index)
         self._count()
+        self.keys.delete(index)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.delete(column, index)
         self._derived.clear()
@@ -343,22 +350,6 @@ class FleetColumns:
 def _extra_free(host: HostState, name: str) -> float:
     """Capacity minus allocation of one named extra resource (never overcommitted, nothing reserved)."""
     return float(dict(host.capacity.extra).get(name, 0) - dict(host.allocated.extra).get(name, 0))
-
-
-class Scratch:
-    """Reusable work arrays of fleet length, so a decision allocates nothing in its hot path.
-
-    Contents are meaningless between uses; whatever a decision writes here is only valid until
-    the next decision on the same fleet (a fleet is used by one thread at a time).
-    """
-
-    __slots__ = ("eligible", "floats", "ineligible", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.eligible: BoolArray = np.empty(size, dtype=np.bool_)
-        self.ineligible: BoolArray = np.empty(size, dtype=np.bool_)
-        self.floats: tuple[FloatArray, ...] = tuple(np.empty(size, dtype=np.float64) for _ in range(4))
 
 
 class _Block:

@@ -65,4 +65,5 @@ def placement_request(
         tolerations=tolerations_of(vm.tolerations),
         group=group,
         migration=migration,
+        networks=frozenset(vm.networks),
     )

@@ -67,6 +67,8 @@ CHECKPOINT_EVERY = 512
 _HOST_FIELDS = tuple(f.name for f in fields(HostState))
 _HEARTBEAT = _HOST_FIELDS.index("last_heartbeat")
 _USAGE = _HOST_FIELDS.index("usage")
+# Host fields held as sets (written as sorted lists).
+_SET_FIELDS = frozenset({"networks"})
 
 Json = Any
 
@@ -89,6 +91,8 @@ def _host_value(name: str, value: Any) -> Json:
         return [[t.key, t.value, t.effect] for t in value]
     if name == "labels":
         return dict(value)
+    if isinstance(value, frozenset):
+        return sorted(value)
     return value
 
 
@@ -99,6 +103,8 @@ def _to_host_value(name: str, v: Json) -> Any:
         return None if v is None else MeasuredUsage(v[0], v[1], v[2], v[3])
     if name == "taints":
         return tuple(Taint(k, val, e) for k, val, e in v)
+    if name in _SET_FIELDS:
+        return frozenset(v)
     return v
 
 
@@ -109,8 +115,9 @@ def encode_host(host: HostState) -> list[Json]:
 
 def decode_host(row: Sequence[Json], now: float) -> HostState:
     """The host of a journal row, as the decision at ``now`` read it (a heartbeat kept as fresh,
-    ``null``, is rebuilt as ``now``)."""
-    values = {name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=True)}
+    ``null``, is rebuilt as ``now``). A row written before a field was added to :class:`HostState`
+    (added last) is shorter: the missing fields take their defaults, which is what the engine read then."""
+    values = {name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=False)}
     if values["last_heartbeat"] is None:
         values["last_heartbeat"] = now
     return HostState(**values)
@@ -132,6 +139,7 @@ def encode_request(r: PlacementRequest) -> Json:
         "t": [[t.key, t.operator, t.value, t.effect] for t in r.tolerations],
         "g": group,
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
+        "n": sorted(r.networks),
     }
 
 
@@ -151,6 +159,7 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         tolerations=tuple(Toleration(k, op, val, e) for k, op, val, e in v["t"]),
         group=group,
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
+        networks=frozenset(v.get("n", ())),  # absent from entries written before networks
     )
 
 

@@ -106,6 +106,7 @@ class HostState:
     usage: MeasuredUsage | None = None  # measured by its agent; None when it reports none
     taints: tuple[Taint, ...] = ()
     can_migrate: bool = False  # its agent declares the "migrate" capability
+    networks: frozenset[str] = frozenset()  # the networks it reaches (its agent's heartbeat)
 
     @property
     def ratios(self) -> Ratios:
@@ -179,6 +180,7 @@ class PlacementRequest:
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None  # its server group, if it joins one
     migration: Migration | None = None  # set when choosing the target of a migration
+    networks: frozenset[str] = frozenset()  # every one must be reached by its host
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +235,7 @@ class RequestVector:
     group: PlacementGroup | None = None
     extra: Extras = ()  # named extra resources asked for
     migration: Migration | None = None
+    networks: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -251,6 +254,7 @@ class RequestVector:
             group=request.group,
             extra=demand.extra,
             migration=request.migration,
+            networks=request.networks,
         )
 
     def demanded(self, resource: int) -> int:

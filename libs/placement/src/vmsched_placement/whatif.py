@@ -70,9 +70,12 @@ class HostRoom:
     refused_by: str | None
 
 
-def capacity(fleet: Fleet, shape: Demand, context: DecisionContext) -> list[HostRoom]:
-    """Per host (in id order), how many more VMs of ``shape`` (no labels, selector or tolerations)
-    it takes: 0 where a filter refuses it, else the whole copies that fit in every resource asked for.
+def capacity(
+    fleet: Fleet, shape: Demand, context: DecisionContext, *, networks: frozenset[str] = frozenset()
+) -> list[HostRoom]:
+    """Per host (in id order), how many more VMs of ``shape`` needing ``networks`` (no labels,
+    selector or tolerations) it takes: 0 where a filter refuses it, else the whole copies that fit
+    in every resource asked for.
 
     The same as placing copies one by one until none fits (a test proves it): the filters other
     than the resources' do not change as copies land, and each copy takes ``shape`` of every
@@ -81,7 +84,9 @@ def capacity(fleet: Fleet, shape: Demand, context: DecisionContext) -> list[Host
     """
     if not any(shape.as_tuple()):
         raise ValueError("a shape must ask for some cpu, memory, disk or gpu")
-    request = PlacementRequest(vm_id="capacity", name="capacity", demand=shape, labels={}, strategy=Strategy.BEST_FIT)
+    request = PlacementRequest(
+        vm_id="capacity", name="capacity", demand=shape, labels={}, strategy=Strategy.BEST_FIT, networks=networks
+    )
     vector = RequestVector.of(request, context)
     columns = fleet.columns
     count = len(columns)

@@ -56,6 +56,7 @@ def host(
     taints: Sequence[Taint] = (),
     extra: Mapping[str, int] | None = None,
     used_extra: Mapping[str, int] | None = None,
+    networks: Sequence[str] = (),
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -72,6 +73,7 @@ def host(
         reserved=reserved,
         usage=usage,
         taints=tuple(taints),
+        networks=frozenset(networks),
     )
 
 
@@ -89,6 +91,7 @@ def request(
     tolerations: Sequence[Toleration] = (),
     in_group: PlacementGroup | None = None,
     extra: Mapping[str, int] | None = None,
+    networks: Sequence[str] = (),
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -100,6 +103,7 @@ def request(
         host_selector=tuple(host_selector),
         tolerations=tuple(tolerations),
         group=in_group,
+        networks=frozenset(networks),
     )
 
 
@@ -165,6 +169,8 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "host_selector"
     if any(t.effect == "NoSchedule" and not reference_tolerated(t, req) for t in h.taints):
         return "taints"
+    if any(network not in h.networks for network in req.networks):
+        return "network"
     effective = reference_effective(h)
     allocated = h.allocated.as_tuple()
     demand = req.demand.as_tuple()
@@ -225,6 +231,7 @@ FILTER_ORDER = (
     "labels",
     "host_selector",
     "taints",
+    "network",
     "server_group",
     "cpu",
     "memory",
@@ -303,6 +310,10 @@ EFFECTS = ["NoSchedule", "PreferNoSchedule"]
 taints = st.builds(Taint, st.sampled_from(TAINT_KEYS), st.sampled_from(["", "true", "ml"]), st.sampled_from(EFFECTS))
 # Most hosts have no taints.
 taint_lists = st.one_of(st.just(()), st.just(()), st.lists(taints, max_size=3).map(tuple))
+
+# The networks a host reaches or a VM needs: none, a few of a small set, all of it.
+NETWORKS = ("vlan-100", "vlan-200", "storage")
+network_sets = st.sets(st.sampled_from(NETWORKS), max_size=len(NETWORKS)).map(frozenset)
 tolerations = st.one_of(
     st.builds(
         Toleration,
@@ -364,6 +375,7 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         reserved=reserved,
         usage=draw(host_usages(used_cpu, used_memory)),
         taints=draw(taint_lists),
+        networks=draw(network_sets),
     )
 
 
@@ -453,6 +465,7 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         exclude_hosts=frozenset(draw(st.lists(st.sampled_from(HOST_IDS), max_size=2))),
         host_selector=draw(st.one_of(st.just(()), host_selectors)),
         tolerations=draw(toleration_lists),
+        networks=draw(st.one_of(st.just(frozenset[str]()), network_sets)),
     )
 
 

@@ -37,6 +37,7 @@ def test_filters_run_in_the_documented_order() -> None:
         "labels",
         "host_selector",
         "taints",
+        "network",
         "server_group",
         "cpu",
         "memory",

@@ -76,6 +76,7 @@ def to_vm(vm: VmRecord) -> Vm:
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),
+        networks=list(vm.networks),
         strategy=vm.strategy,
         restart_policy=vm.restart_policy,
         restart_count=vm.restart_count,
@@ -117,6 +118,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
         capabilities=list(host.capabilities),
+        networks=list(host.networks),
         usage=None
         if usage is None
         else HostUsage(

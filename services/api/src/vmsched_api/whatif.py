@@ -81,6 +81,7 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
         labels=vm.labels,
         host_selector=vm.host_selector,
         tolerations=vm.tolerations,
+        networks=vm.networks,
         strategy=vm.strategy,
     )
     return placement_request(to_place, vm.strategy or strategy)
@@ -133,7 +134,8 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
 async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
     """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
     fleet = await live_fleet(services)
-    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), decision_context(services))
+    demand = Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu)
+    rooms = capacity(fleet, demand, decision_context(services), networks=frozenset(shape.networks))
     zones: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
     for room in rooms:
         zone = zones[room.zone]

@@ -19,6 +19,7 @@ from vmsched_client.cli.options import (
     HostLabelOption,
     IdArgument,
     MemoryOption,
+    NetworkOption,
     TimeoutOption,
     vm_shape,
 )
@@ -39,6 +40,7 @@ def create_vm(
     disk_gb: DiskOption = 0,
     gpu: GpuOption = 0,
     label: HostLabelOption = [],  # noqa: B006
+    network: NetworkOption = [],  # noqa: B006
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
@@ -51,7 +53,7 @@ def create_vm(
 ) -> None:
     """Ask for a VM (or --count of them); with --wait, exit 7 unless every one is placed."""
     chosen = state()
-    asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label) | {"priority": priority}
+    asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label, network) | {"priority": priority}
     optional = {"strategy": strategy_name, "wait_s": wait_s, "server_group": server_group, "reservation": reservation}
     asked |= {key: value for key, value in optional.items() if value is not None}
     client = chosen.client()

@@ -15,6 +15,7 @@ from vmsched_placement.filters.host_selector import HostSelectorFilter
 from vmsched_placement.filters.labels import LabelsFilter
 from vmsched_placement.filters.memory import MemoryFilter
 from vmsched_placement.filters.migration import MigrationFilter
+from vmsched_placement.filters.network import NetworkFilter
 from vmsched_placement.filters.offline import OfflineFilter
 from vmsched_placement.filters.paused import PausedFilter
 from vmsched_placement.filters.server_group import ServerGroupFilter
@@ -36,6 +37,7 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     LabelsFilter(),
     HostSelectorFilter(),
     TaintsFilter(),
+    NetworkFilter(),
     ServerGroupFilter(),
     CpuFilter(),
     MemoryFilter(),
@@ -65,6 +67,7 @@ __all__ = [
     "LabelsFilter",
     "MemoryFilter",
     "MigrationFilter",
+    "NetworkFilter",
     "OfflineFilter",
     "PausedFilter",
     "ServerGroupFilter",

@@ -11,6 +11,7 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader, VmsReader
 from vmsched_api.refusals import refusals
 from vmsched_api.whatif import SnapshotUnavailable, UnknownHosts, fleet_capacity, simulate_placements
+from vmsched_contract.networks import NetworkName
 from vmsched_contract.whatif import Capacity, Shape, Simulation, SimulationRequest
 
 router = APIRouter(tags=["what-if"], responses=refusals(503))
@@ -54,15 +55,20 @@ async def get_capacity(
     ] = None,
     disk_gb: Annotated[int, Query(ge=0, le=1024 * 1024)] = 0,
     gpu: Annotated[int, Query(ge=0, le=64)] = 0,
+    network: Annotated[
+        list[NetworkName],
+        Query(description="a network each VM needs (repeat for several)"),
+    ] = [],  # noqa: B006  # FastAPI copies a query list's default per request
 ) -> Capacity:
-    """How many more VMs of this shape (no labels, selector or tolerations) the fleet takes now: in
-    total, per zone (the hosts' ``zone`` label) and per host."""
+    """How many more VMs of this shape (no labels, selector or tolerations; the networks given) the
+    fleet takes now: in total, per zone (the hosts' ``zone`` label) and per host."""
     settings = services.settings
     shape = Shape(
         cpu=settings.default_vm_cpu if cpu is None else cpu,
         memory_mb=settings.default_vm_memory_mb if memory_mb is None else memory_mb,
         disk_gb=disk_gb,
         gpu=gpu,
+        networks=sorted(set(network)),
     )
     try:
         return await fleet_capacity(services, shape)

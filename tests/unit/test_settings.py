@@ -44,7 +44,10 @@ def test_unknown_strategy_stops_with_the_list_of_valid_ones(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "VMSCHED_SCHEDULING_STRATEGY" in err
-    assert "least_loaded, best_fit, round_robin, random, least_utilized" in err
+    assert (
+        "least_loaded, best_fit, round_robin, random, least_utilized, first_fit, fewest_vms, most_vms, "
+        "user_concentrated" in err
+    )
 
 
 def test_each_bad_value_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +73,8 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
-        "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized"
+        "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized, first_fit, fewest_vms, "
+        "most_vms, user_concentrated"
     ]
 
 

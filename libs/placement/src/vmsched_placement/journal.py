@@ -140,6 +140,7 @@ def encode_request(r: PlacementRequest) -> Json:
         "g": group,
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
         "n": sorted(r.networks),
+        "u": dict(r.project_pods),
     }
 
 
@@ -160,6 +161,7 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         group=group,
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
         networks=frozenset(v.get("n", ())),  # absent from entries written before networks
+        project_pods=dict(v.get("u", {})),  # absent from entries written before user_concentrated
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vmsched_contract.messages import SelectorOperator, add_counts
 from vmsched_contract.strategy import Strategy
@@ -181,6 +181,9 @@ class PlacementRequest:
     group: PlacementGroup | None = None  # its server group, if it joins one
     migration: Migration | None = None  # set when choosing the target of a migration
     networks: frozenset[str] = frozenset()  # every one must be reached by its host
+    # Its project's VMs per pod (the hosts' ``pod`` label) at this decision: what ``user_concentrated``
+    # ranks by; empty for the other strategies (the scheduler counts them only for that one).
+    project_pods: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +239,7 @@ class RequestVector:
     extra: Extras = ()  # named extra resources asked for
     migration: Migration | None = None
     networks: frozenset[str] = frozenset()
+    project_pods: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -255,6 +259,7 @@ class RequestVector:
             extra=demand.extra,
             migration=request.migration,
             networks=request.networks,
+            project_pods=request.project_pods,
         )
 
     def demanded(self, resource: int) -> int:

@@ -13,14 +13,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from vmsched_contract.hierarchy import POD_LABEL, ZONE_LABEL
 from vmsched_contract.strategy import Strategy
 from vmsched_placement.engine import NO_AVAILABLE_AGENTS, Decision, decide, rejected_examples
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet
 from vmsched_placement.model import DecisionContext, Demand, PlacementRequest, RequestVector
-
-# The host label capacity is summed by, besides per host.
-ZONE_LABEL = "zone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +30,31 @@ class Simulated:
     examples: Mapping[str, list[tuple[str, str]]]
 
 
-def simulate(fleet: Fleet, requests: Sequence[PlacementRequest], context: DecisionContext) -> list[Simulated]:
+def simulate(
+    fleet: Fleet,
+    requests: Sequence[PlacementRequest],
+    context: DecisionContext,
+    *,
+    project_pods: Mapping[str, int] | None = None,
+) -> list[Simulated]:
     """Decide each request in order on ``fleet``, booking each placed VM on it before the next is
     decided. Round-robin requests take consecutive cursors from ``context.round_robin_cursor``, as the
-    VMs of one scheduling round do."""
+    VMs of one scheduling round do. ``project_pods`` (the requests' project's VMs per pod, as a
+    scheduler counts them) are handed to ``user_concentrated`` requests, each placed VM counted in its
+    host's pod for the requests after it."""
     cursor = context.round_robin_cursor
+    pods = dict(project_pods or {})
     outcomes: list[Simulated] = []
-    for request in requests:
+    for asked in requests:
         own = context
-        if request.strategy is Strategy.ROUND_ROBIN:
+        if asked.strategy is Strategy.ROUND_ROBIN:
             own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
+        request = replace(asked, project_pods=dict(pods)) if asked.strategy is Strategy.USER_CONCENTRATED else asked
         decision = decide(fleet, request, own)
         if decision.host_id is not None:
+            host = fleet.host(decision.host_id)
+            if host is not None and (pod := host.labels.get(POD_LABEL)) is not None:
+                pods[pod] = pods.get(pod, 0) + 1
             fleet.allocate(decision.host_id, request.demand)
             outcomes.append(Simulated(decision, {}))
         else:

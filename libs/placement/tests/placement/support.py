@@ -466,6 +466,7 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         host_selector=draw(st.one_of(st.just(()), host_selectors)),
         tolerations=draw(toleration_lists),
         networks=draw(st.one_of(st.just(frozenset[str]()), network_sets)),
+        project_pods=draw(st.one_of(st.just({}), st.dictionaries(st.sampled_from(LABEL_VALUES), st.integers(0, 5)))),
     )
 
 

@@ -72,4 +72,14 @@ def test_every_strategy_value_has_a_plugin_satisfying_the_strategy_protocol(stra
 
 
 def test_valid_strategies_are_the_seed_names() -> None:
-    assert {"least_loaded", "best_fit", "round_robin", "random", "least_utilized"} == VALID_STRATEGIES
+    assert {
+        "least_loaded",
+        "best_fit",
+        "round_robin",
+        "random",
+        "least_utilized",
+        "first_fit",
+        "fewest_vms",
+        "most_vms",
+        "user_concentrated",
+    } == VALID_STRATEGIES

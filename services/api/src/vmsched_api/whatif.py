@@ -29,6 +29,7 @@ from vmsched_contract.whatif import (
     SimulationRequest,
     ZoneCapacity,
 )
+from vmsched_pg.project_pods import project_pods
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
@@ -87,8 +88,9 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
     return placement_request(to_place, vm.strategy or strategy)
 
 
-async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:
-    """Each VM of ``body`` decided in order on a copy of the live fleet, each booked before the next."""
+async def simulate_placements(services: Services, body: SimulationRequest, project: str) -> Simulation:
+    """Each VM of ``body`` (of ``project``) decided in order on a copy of the live fleet, each booked
+    before the next."""
     fleet = await live_fleet(services)
     unknown = sorted({host_id for host_id in body.without_hosts if host_id not in fleet})
     if unknown:
@@ -102,7 +104,12 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
         cursor = await services.snapshot.peek_round_robin()
     except (RedisError, OSError) as error:
         raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
-    outcomes = simulate(fleet, requests, decision_context(services, cursor=cursor, seed=body.seed))
+    pods: dict[str, int] = {}
+    if any(request.strategy is Strategy.USER_CONCENTRATED for request in requests):
+        async with services.engine.connect() as connection:
+            pods = (await project_pods(connection, [project]))[project]
+    context = decision_context(services, cursor=cursor, seed=body.seed)
+    outcomes = simulate(fleet, requests, context, project_pods=pods)
     placements = [
         SimulatedVm(
             index=index,

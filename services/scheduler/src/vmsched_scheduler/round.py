@@ -14,11 +14,10 @@ A round works through passes, and every kind of pass runs one skeleton (:meth:`S
 4. **settle** in PostgreSQL, in one transaction: the placements (each host guarded by the fit rule
    again) and the VMs that fit nowhere.
 
-The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take
-reservations' slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt
-(:mod:`~vmsched_scheduler.preemption`); an all-or-nothing batch claims and settles whole
-(:mod:`~vmsched_scheduler.gangs`); a migration claims its target beside its source
-(:mod:`~vmsched_scheduler.migration_round`).
+The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take reservations'
+slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt (:mod:`~vmsched_scheduler.preemption`); an
+all-or-nothing batch claims and settles whole (:mod:`~vmsched_scheduler.gangs`); a migration claims its target
+beside its source (:mod:`~vmsched_scheduler.migration_round`).
 
 A claim refused by Redis or by PostgreSQL's guard is a normal answer, not an error: the host is left
 out for that VM, which goes into the next pass; still open after the last, it comes back :class:`Later`.
@@ -53,7 +52,7 @@ from vmsched_placement.whatif import unplaced_detail
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler import gangs, migration_round, preemption, reservation_slots
-from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.groups import GroupSource, RoundGroups, concentrated
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
@@ -190,7 +189,8 @@ class SchedulingRound:
         open_vms = await kind.prepare(open_vms, outcomes)
         if not open_vms:
             return []
-        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
+        vms = [work.item.vm for work in open_vms]
+        groups = await RoundGroups.load(self.groups, vms, projects=concentrated(open_vms))
         choices, fleet = await self.decide_all(open_vms, groups)
         choices = await kind.revisit(choices, fleet, groups)
         again, claimed = await kind.claim(choices, fleet)
@@ -274,7 +274,7 @@ class SchedulingRound:
     def _decide(self, work: OpenVm, context: DecisionContext, groups: RoundGroups) -> Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
-        request = work.request(placement_group)
+        request = work.request(placement_group, groups.project_pods(work))
         # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
         seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
         context = seeded(context, seed)

@@ -7,6 +7,7 @@ Shared by every kind of pass (:mod:`vmsched_scheduler.round`): placements, all-o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -100,9 +101,10 @@ class OpenVm:
         claim in this round and, for a migration, its source."""
         return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
-    def request(self, group: PlacementGroup | None) -> PlacementRequest:
+    def request(self, group: PlacementGroup | None, project_pods: Mapping[str, int] | None = None) -> PlacementRequest:
         """What the engine is asked for it: the VM as its message carries it, less the hosts this
-        round or its earlier deliveries left out for it (and, for a migration, its source)."""
+        round or its earlier deliveries left out for it (and, for a migration, its source); its
+        project's VMs per pod for ``user_concentrated``."""
         move = self.move
         return placement_request(
             self.item.vm,
@@ -110,6 +112,7 @@ class OpenVm:
             exclude_hosts=self.always_out(),
             group=group,
             migration=None if move is None else Migration(move.source, move.target_host),
+            project_pods=project_pods,
         )
 
 

@@ -18,7 +18,7 @@ router = APIRouter(tags=["what-if"], responses=refusals(503))
 
 
 @router.post("/placement/simulate", response_model=Simulation)
-async def simulate(body: SimulationRequest, services: ServicesDep, _: VmsReader) -> Simulation:
+async def simulate(body: SimulationRequest, services: ServicesDep, principal: VmsReader) -> Simulation:
     """Where each VM would land, in order (each sees the ones before it placed), and why those that
     would not fit would not; nothing is claimed, published or written (Nomad's ``job plan``)."""
     grouped = [index for index, vm in enumerate(body.vms) if vm.server_group is not None]
@@ -35,7 +35,7 @@ async def simulate(body: SimulationRequest, services: ServicesDep, _: VmsReader)
             ],
         )
     try:
-        return await simulate_placements(services, body)
+        return await simulate_placements(services, body, principal.project)
     except UnknownHosts as error:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,

@@ -203,6 +203,10 @@ class AsyncClient:
         """Uncordon: the host takes new VMs again."""
         return await self.update_host(host_id, HostPatch(scheduling_paused=False))
 
+    async def dedicate_host(self, host_id: str, project: str | None) -> Host:
+        """Give the host to ``project``: it takes only that project's VMs (None: any project's again)."""
+        return await self.update_host(host_id, HostPatch(dedicated_to=project))
+
     async def delete_host(self, host_id: str) -> None:
         await self.send(calls.delete_host(host_id))
 

@@ -199,6 +199,10 @@ class Client:
         """Uncordon: the host takes new VMs again."""
         return self.update_host(host_id, HostPatch(scheduling_paused=False))
 
+    def dedicate_host(self, host_id: str, project: str | None) -> Host:
+        """Give the host to ``project``: it takes only that project's VMs (None: any project's again)."""
+        return self.update_host(host_id, HostPatch(dedicated_to=project))
+
     def delete_host(self, host_id: str) -> None:
         self.send(calls.delete_host(host_id))
 

@@ -121,6 +121,13 @@ class VmRequest(BaseModel):
     )
     # Left out of the dump when empty: the Idempotency-Key hash of a request without networks is unchanged.
     networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+    # Left out of the dump when false, as networks.
+    dedicated: Flag = Field(
+        default=False,
+        exclude_if=lambda dedicated: not dedicated,
+        description="go only to a host dedicated to the token's project (PATCH /v1/hosts/{id} dedicated_to); "
+        "whatever it asks, a host dedicated to another project never takes it",
+    )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     server_group: UUID | None = Field(
@@ -204,6 +211,7 @@ class Vm(BaseModel):
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     tolerations: list[Toleration] = Field(default_factory=list)
     networks: list[str] = Field(default_factory=list, description="the networks its host must reach")
+    dedicated: bool = Field(default=False, description="it goes only to a host dedicated to its project")
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int
@@ -408,6 +416,9 @@ class Host(BaseModel):
         description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
     )
     networks: list[str] = Field(default_factory=list, description="the networks it reaches (its agent's word)")
+    dedicated_to: str | None = Field(
+        default=None, description="the project whose VMs alone it takes (set by the operator); null: any project's"
+    )
     usage: HostUsage | None = Field(
         default=None,
         description="measured by its agent, as of its last heartbeat; null when it reports none "
@@ -511,6 +522,11 @@ class HostPatch(BaseModel):
     )
     overcommit: OvercommitPatch | None = Field(default=None, description="allocation ratios (as Nova's)")
     reserved: ReservedPatch | None = Field(default=None, description="held back for the hypervisor itself")
+    dedicated_to: ProjectName | None = Field(
+        default=None,
+        description="take only this project's VMs (whatever their tolerations; CloudStack's dedicated hosts, "
+        "Nova's AggregateMultiTenancyIsolation); null: any project's again",
+    )
 
     @field_validator("scheduling_paused", "labels", "overcommit", "reserved")
     @classmethod

@@ -305,6 +305,12 @@ class VmToPlace(BaseModel):
     # Added in schema version 2 without a new version, left out when empty: a message without it
     # needs no network.
     networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+    # Added in schema version 2 without a new version, left out when false.
+    dedicated: bool = Field(
+        default=False,
+        exclude_if=lambda dedicated: not dedicated,
+        description="it goes only to a host dedicated to its project",
+    )
     strategy: Strategy | None = None
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"

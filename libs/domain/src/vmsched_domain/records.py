@@ -68,6 +68,7 @@ class VmRecord:
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
     networks: tuple[str, ...] = ()  # the networks its host must reach
+    dedicated: bool = False  # it goes only to a host dedicated to its project
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -91,6 +92,7 @@ class VmRecord:
             project=self.project,
             reservation=self.reservation,
             networks=list(self.networks),
+            dedicated=self.dedicated,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -123,6 +125,7 @@ class HostRecord:
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
     networks: tuple[str, ...] = ()  # the networks it reaches (its agent's word)
+    dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's word)
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

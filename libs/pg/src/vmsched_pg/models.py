@@ -76,6 +76,8 @@ class VmRow(Base):
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # The networks its host must reach (names, as VmRequest.networks).
     networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # It goes only to a host dedicated to its project (hosts.dedicated_to).
+    dedicated: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # Unique within its project (ux_vms_project_idempotency_key).
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
@@ -193,6 +195,8 @@ class HostRow(Base):
     capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # The networks it reaches, from its last heartbeat (names, sorted).
     networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The project whose VMs alone it takes (the operator's, PATCH); NULL: any project's.
+    dedicated_to: Mapped[str | None] = mapped_column(String(63))
     # Where other hosts' hypervisors reach this one's for a live migration (its heartbeats'
     # migration_uri; NULL: its agent names none). Handed to a migration's source (MigrationOrder.target_uri).
     migration_uri: Mapped[str | None] = mapped_column(String(1024))

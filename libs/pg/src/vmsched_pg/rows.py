@@ -40,6 +40,7 @@ VM_FIELDS = (
     "host_selector",
     "tolerations",
     "networks",
+    "dedicated",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -100,6 +101,7 @@ HOST_FIELDS = (
     "operator_disk_ratio",
     "capabilities",
     "networks",
+    "dedicated_to",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -158,6 +160,7 @@ def vm_from_row(row: Any) -> VmRecord:
         host_selector=trusted_selector(row.host_selector),
         tolerations=tolerations_of(row.tolerations),
         networks=tuple(row.networks or ()),
+        dedicated=row.dedicated,
         strategy=Strategy(row.strategy) if row.strategy else None,
         restart_policy=RestartPolicy(row.restart_policy),
         restart_count=row.restart_count,
@@ -209,6 +212,7 @@ def host_from_row(row: Any) -> HostRecord:
         operator_overcommit=ratio_overrides_of_row(row),
         capabilities=tuple(row.capabilities or ()),
         networks=tuple(row.networks or ()),
+        dedicated_to=row.dedicated_to,
     )
 
 

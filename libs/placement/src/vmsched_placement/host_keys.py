@@ -67,16 +67,21 @@ def _networks(host: HostState) -> frozenset[str]:
     return host.networks
 
 
+def _dedicated_to(host: HostState) -> str | None:
+    return host.dedicated_to
+
+
 class HostKeys:
     """The interned columns of a fleet, kept current with it row by row."""
 
-    __slots__ = ("networks",)
+    __slots__ = ("dedication", "networks")
 
     def __init__(self, hosts: Sequence[HostState]) -> None:
         self.networks: InternedColumn[frozenset[str]] = InternedColumn(_networks, hosts)
+        self.dedication: InternedColumn[str | None] = InternedColumn(_dedicated_to, hosts)
 
     def _columns(self) -> tuple[InternedColumn[Any], ...]:
-        return (self.networks,)
+        return (self.networks, self.dedication)
 
     def write(self, index: int, host: HostState) -> None:
         for column in self._columns():

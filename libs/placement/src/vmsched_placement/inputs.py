@@ -69,4 +69,6 @@ def placement_request(
         migration=migration,
         networks=frozenset(vm.networks),
         project_pods=dict(project_pods or {}),
+        project=vm.project,
+        dedicated=vm.dedicated,
     )

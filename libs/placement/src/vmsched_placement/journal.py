@@ -141,6 +141,8 @@ def encode_request(r: PlacementRequest) -> Json:
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
         "n": sorted(r.networks),
         "u": dict(r.project_pods),
+        "pj": r.project,
+        "dd": r.dedicated,
     }
 
 
@@ -162,6 +164,8 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
         networks=frozenset(v.get("n", ())),  # absent from entries written before networks
         project_pods=dict(v.get("u", {})),  # absent from entries written before user_concentrated
+        project=str(v.get("pj", "")),  # these two absent from entries written before dedicated hosts
+        dedicated=bool(v.get("dd", False)),
     )
 
 

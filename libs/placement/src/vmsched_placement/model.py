@@ -107,6 +107,7 @@ class HostState:
     taints: tuple[Taint, ...] = ()
     can_migrate: bool = False  # its agent declares the "migrate" capability
     networks: frozenset[str] = frozenset()  # the networks it reaches (its agent's heartbeat)
+    dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's)
 
     @property
     def ratios(self) -> Ratios:
@@ -184,6 +185,8 @@ class PlacementRequest:
     # Its project's VMs per pod (the hosts' ``pod`` label) at this decision: what ``user_concentrated``
     # ranks by; empty for the other strategies (the scheduler counts them only for that one).
     project_pods: Mapping[str, int] = field(default_factory=dict)
+    project: str = ""  # the project that owns it: a dedicated host takes only its project's VMs
+    dedicated: bool = False  # it goes only to a host dedicated to its project
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,8 @@ class RequestVector:
     migration: Migration | None = None
     networks: frozenset[str] = frozenset()
     project_pods: Mapping[str, int] = field(default_factory=dict)
+    project: str = ""
+    dedicated: bool = False
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -260,6 +265,8 @@ class RequestVector:
             migration=request.migration,
             networks=request.networks,
             project_pods=request.project_pods,
+            project=request.project,
+            dedicated=request.dedicated,
         )
 
     def demanded(self, resource: int) -> int:

@@ -57,6 +57,7 @@ def host(
     extra: Mapping[str, int] | None = None,
     used_extra: Mapping[str, int] | None = None,
     networks: Sequence[str] = (),
+    dedicated_to: str | None = None,
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -74,6 +75,7 @@ def host(
         usage=usage,
         taints=tuple(taints),
         networks=frozenset(networks),
+        dedicated_to=dedicated_to,
     )
 
 
@@ -92,6 +94,8 @@ def request(
     in_group: PlacementGroup | None = None,
     extra: Mapping[str, int] | None = None,
     networks: Sequence[str] = (),
+    project: str = "default",
+    dedicated: bool = False,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -104,6 +108,8 @@ def request(
         tolerations=tuple(tolerations),
         group=in_group,
         networks=frozenset(networks),
+        project=project,
+        dedicated=dedicated,
     )
 
 
@@ -163,6 +169,8 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "offline"
     if h.scheduling_paused:
         return "paused"
+    if (h.dedicated_to is None and req.dedicated) or (h.dedicated_to is not None and h.dedicated_to != req.project):
+        return "dedicated"
     if any(h.labels.get(key) != value for key, value in req.labels.items()):
         return "labels"
     if not all(reference_term_holds(t, h.labels) for t in req.host_selector):
@@ -228,6 +236,7 @@ FILTER_ORDER = (
     "excluded",
     "offline",
     "paused",
+    "dedicated",
     "labels",
     "host_selector",
     "taints",
@@ -311,6 +320,8 @@ taints = st.builds(Taint, st.sampled_from(TAINT_KEYS), st.sampled_from(["", "tru
 # Most hosts have no taints.
 taint_lists = st.one_of(st.just(()), st.just(()), st.lists(taints, max_size=3).map(tuple))
 
+# The projects VMs belong to and hosts are dedicated to.
+PROJECTS = ["p1", "p2"]
 # The networks a host reaches or a VM needs: none, a few of a small set, all of it.
 NETWORKS = ("vlan-100", "vlan-200", "storage")
 network_sets = st.sets(st.sampled_from(NETWORKS), max_size=len(NETWORKS)).map(frozenset)
@@ -376,6 +387,7 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         usage=draw(host_usages(used_cpu, used_memory)),
         taints=draw(taint_lists),
         networks=draw(network_sets),
+        dedicated_to=draw(st.sampled_from([None] * 5 + PROJECTS)),
     )
 
 
@@ -467,6 +479,8 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         tolerations=draw(toleration_lists),
         networks=draw(st.one_of(st.just(frozenset[str]()), network_sets)),
         project_pods=draw(st.one_of(st.just({}), st.dictionaries(st.sampled_from(LABEL_VALUES), st.integers(0, 5)))),
+        project=draw(st.sampled_from(PROJECTS)),
+        dedicated=draw(st.sampled_from([False] * 4 + [True])),
     )
 
 

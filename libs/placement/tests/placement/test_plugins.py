@@ -34,6 +34,7 @@ def test_filters_run_in_the_documented_order() -> None:
         "migration",
         "offline",
         "paused",
+        "dedicated",
         "labels",
         "host_selector",
         "taints",

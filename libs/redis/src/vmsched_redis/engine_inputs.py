@@ -32,4 +32,5 @@ def to_host_state(record: SnapshotHost) -> HostState:
         taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
         can_migrate=Capability.MIGRATE.value in record.capabilities,
         networks=frozenset(record.networks),
+        dedicated_to=record.dedicated_to,
     )

@@ -125,4 +125,5 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         usage=beat.usage,
         capabilities=beat.capabilities,
         networks=beat.networks,
+        dedicated_to=host.dedicated_to,
     )

@@ -70,7 +70,7 @@ _UPSERT_HOSTS = text(
            last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
-              memory_ratio, disk_ratio, (xmax = 0) AS inserted
+              memory_ratio, disk_ratio, dedicated_to, (xmax = 0) AS inserted
     """
 )
 
@@ -144,6 +144,7 @@ class HostFacts:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     overcommit: Overcommit = field(default_factory=Overcommit)
+    dedicated_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,7 @@ class HostStore:
                 labels=dict(row.labels),
                 taints=taints_of(row.taints) or (),
                 overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
+                dedicated_to=row.dedicated_to,
             )
             for row in rows
         ]

@@ -71,6 +71,7 @@ class SchedulingInfo:
     extra_total: Mapping[str, int] = field(default_factory=dict)
     extra_used: Mapping[str, int] = field(default_factory=dict)
     networks: Sequence[str] = ()  # the networks it reaches, sorted
+    dedicated_to: str | None = None  # the project whose VMs alone it takes
 
 
 def percent(used: int, total: int) -> float:
@@ -116,6 +117,7 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> Sch
         extra_total=dict(host.capacity.extra),
         extra_used=dict(used.extra),
         networks=sorted(host.networks),
+        dedicated_to=host.dedicated_to,
     )
 
 
@@ -156,6 +158,8 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
         lines.append("Labels: " + ", ".join(f"{key}={value}" for key, value in sorted(info.labels.items())))
     if info.scheduling_paused:
         lines.append("Scheduling: paused")
+    if info.dedicated_to is not None:
+        lines.append(f"Dedicated to: {info.dedicated_to}")
     overcommit = []
     if info.cpu_ratio != 1.0:
         overcommit.append(f"cpu {float(info.cpu_ratio)}x of {info.cpu_physical}")

@@ -115,6 +115,7 @@ def _rows(request: CreateRequest, accepted: datetime) -> list[dict[str, Any]]:
                 "host_selector": [term.model_dump(mode="json") for term in body.host_selector],
                 "tolerations": [toleration.model_dump(mode="json") for toleration in body.tolerations],
                 "networks": list(body.networks),
+                "dedicated": body.dedicated,
                 "strategy": body.strategy.value if body.strategy else None,
                 "restart_policy": body.restart_policy.value,
                 "idempotency_key": request.idempotency_key,

@@ -72,7 +72,7 @@ async def default_strategy(services: Services) -> Strategy:
     return await services.repository.default_strategy() or services.settings.scheduling_strategy
 
 
-def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults) -> PlacementRequest:
+def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults, project: str) -> PlacementRequest:
     """What a scheduler would be asked for ``vm``: the VM as its vm.create would carry it, through the
     scheduler's own mapping."""
     to_place = VmToPlace(
@@ -83,7 +83,9 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
         host_selector=vm.host_selector,
         tolerations=vm.tolerations,
         networks=vm.networks,
+        dedicated=vm.dedicated,
         strategy=vm.strategy,
+        project=project,
     )
     return placement_request(to_place, vm.strategy or strategy)
 
@@ -99,7 +101,7 @@ async def simulate_placements(services: Services, body: SimulationRequest, proje
         fleet.remove(host_id)
     strategy = body.strategy or await default_strategy(services)
     defaults = VmDefaults.of(services.settings)
-    requests = [_request(index, vm, strategy, defaults) for index, vm in enumerate(body.vms)]
+    requests = [_request(index, vm, strategy, defaults, project) for index, vm in enumerate(body.vms)]
     try:
         cursor = await services.snapshot.peek_round_robin()
     except (RedisError, OSError) as error:

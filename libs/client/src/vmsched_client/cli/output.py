@@ -86,6 +86,7 @@ HOST_COLUMNS: list[Column] = [
     ("VMS", lambda host: host.vm_count),
     ("LABELS", lambda host: _labels(host.labels)),
     ("NETWORKS", lambda host: ",".join(host.networks)),
+    ("DEDICATED TO", lambda host: host.dedicated_to or ""),
 ]
 GROUP_COLUMNS: list[Column] = [
     ("ID", lambda group: group.id),

@@ -41,6 +41,7 @@ def create_vm(
     gpu: GpuOption = 0,
     label: HostLabelOption = [],  # noqa: B006
     network: NetworkOption = [],  # noqa: B006
+    dedicated: Annotated[bool, typer.Option(help="only on a host dedicated to its project")] = False,
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
@@ -55,6 +56,8 @@ def create_vm(
     chosen = state()
     asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label, network) | {"priority": priority}
     optional = {"strategy": strategy_name, "wait_s": wait_s, "server_group": server_group, "reservation": reservation}
+    if dedicated:
+        asked["dedicated"] = True
     asked |= {key: value for key, value in optional.items() if value is not None}
     client = chosen.client()
     if count == 1:

@@ -38,7 +38,7 @@ from vmsched_scheduler.groups import RoundGroups
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What makes waiting VMs interchangeable to the filters: their demand and every hard constraint
-    (exact labels, host selector, tolerations, networks, server group). A new hard constraint on VMs belongs
+    (exact labels, host selector, tolerations, networks, dedication, server group). A new hard constraint on VMs belongs
     here too, or the waker wakes VMs no changed host may take and misses those it may."""
 
     demand: Demand
@@ -47,6 +47,8 @@ class Shape:
     tolerations: tuple[Toleration, ...] = ()
     server_group: UUID | None = None
     networks: frozenset[str] = frozenset()
+    project: str = ""  # a dedicated host takes only its project's VMs
+    dedicated: bool = False
 
     @property
     def needs_whole_fleet(self) -> bool:
@@ -66,6 +68,8 @@ class Shape:
             tolerations=self.tolerations,
             group=groups.placement_group(entry.vm) if groups is not None else None,
             networks=self.networks,
+            project=self.project,
+            dedicated=self.dedicated,
         )
 
 
@@ -77,6 +81,8 @@ def shape_of(vm: VmToPlace) -> Shape:
         tolerations_of(vm.tolerations),
         vm.server_group,
         frozenset(vm.networks),
+        vm.project,
+        vm.dedicated,
     )
 
 

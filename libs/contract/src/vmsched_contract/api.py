@@ -45,6 +45,7 @@ from vmsched_contract.messages import (
     keys_by_pattern,
 )
 from vmsched_contract.networks import VmNetworks
+from vmsched_contract.planner import Planner
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
@@ -76,6 +77,8 @@ class DefaultSettings(Protocol):
     def default_vm_memory_mb(self) -> int: ...
     @property
     def default_wait_s(self) -> int: ...
+    @property
+    def planner(self) -> Planner: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +88,18 @@ class VmDefaults:
     cpu: int
     memory_mb: int
     wait_s: int = 0
+    planner: Planner = Planner.FLAT
 
     @classmethod
     def of(cls, settings: DefaultSettings) -> VmDefaults:
-        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB`` and ``VMSCHED_DEFAULT_WAIT_S``."""
-        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb, wait_s=settings.default_wait_s)
+        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB``, ``VMSCHED_DEFAULT_WAIT_S`` and
+        ``VMSCHED_PLANNER``."""
+        return cls(
+            cpu=settings.default_vm_cpu,
+            memory_mb=settings.default_vm_memory_mb,
+            wait_s=settings.default_wait_s,
+            planner=settings.planner,
+        )
 
 
 class VmRequest(BaseModel):
@@ -129,6 +139,13 @@ class VmRequest(BaseModel):
         "whatever it asks, a host dedicated to another project never takes it",
     )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
+    # Left out of the dump when null, as networks.
+    planner: Planner | None = Field(
+        default=None,
+        exclude_if=lambda planner: planner is None,
+        description="flat (every eligible host) or cluster_first (the hosts of the cluster with the most free "
+        "capacity that has one that fits: CloudStack's FirstFitPlanner); omitted: VMSCHED_PLANNER",
+    )
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     server_group: UUID | None = Field(
         default=None,
@@ -212,6 +229,7 @@ class Vm(BaseModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     networks: list[str] = Field(default_factory=list, description="the networks its host must reach")
     dedicated: bool = Field(default=False, description="it goes only to a host dedicated to its project")
+    planner: Planner = Field(default=Planner.FLAT, description="which eligible hosts its strategy ranks")
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from vmsched_contract.networks import HostNetworks, VmNetworks
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -312,6 +313,8 @@ class VmToPlace(BaseModel):
         description="it goes only to a host dedicated to its project",
     )
     strategy: Strategy | None = None
+    # Added in schema version 2 without a new version, left out when flat (the API stores the default).
+    planner: Planner = Field(default=Planner.FLAT, exclude_if=lambda planner: planner is Planner.FLAT)
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
     )

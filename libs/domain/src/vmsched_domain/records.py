@@ -24,6 +24,7 @@ from vmsched_contract.messages import (
     Toleration,
     VmToPlace,
 )
+from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
@@ -69,6 +70,7 @@ class VmRecord:
     reservation: UUID | None = None  # the reservation whose held room it takes
     networks: tuple[str, ...] = ()  # the networks its host must reach
     dedicated: bool = False  # it goes only to a host dedicated to its project
+    planner: Planner = Planner.FLAT  # which eligible hosts its strategy ranks
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -93,6 +95,7 @@ class VmRecord:
             reservation=self.reservation,
             networks=list(self.networks),
             dedicated=self.dedicated,
+            planner=self.planner,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

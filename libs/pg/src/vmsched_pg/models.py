@@ -78,6 +78,8 @@ class VmRow(Base):
     networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # It goes only to a host dedicated to its project (hosts.dedicated_to).
     dedicated: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # Which eligible hosts its strategy ranks (vmsched_contract.planner): as asked, else VMSCHED_PLANNER.
+    planner: Mapped[str] = mapped_column(String(16), server_default="flat")
     # Unique within its project (ux_vms_project_idempotency_key).
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))

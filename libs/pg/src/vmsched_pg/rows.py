@@ -19,6 +19,7 @@ from vmsched_contract.messages import (
     RestartPolicy,
     SelectorOperator,
 )
+from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
@@ -41,6 +42,7 @@ VM_FIELDS = (
     "tolerations",
     "networks",
     "dedicated",
+    "planner",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -161,6 +163,7 @@ def vm_from_row(row: Any) -> VmRecord:
         tolerations=tolerations_of(row.tolerations),
         networks=tuple(row.networks or ()),
         dedicated=row.dedicated,
+        planner=Planner(row.planner),
         strategy=Strategy(row.strategy) if row.strategy else None,
         restart_policy=RestartPolicy(row.restart_policy),
         restart_count=row.restart_count,

@@ -51,11 +51,12 @@ def placement_request(
     group: PlacementGroup | None = None,
     migration: Migration | None = None,
     project_pods: Mapping[str, int] | None = None,
+    exclude_cluster_after: int = 0,
 ) -> PlacementRequest:
     """What the engine is asked for ``vm``: the VM as its message carries it, decided by ``strategy``,
     less the hosts it already failed on and ``exclude_hosts``; ``migration`` when it is a running VM's
     move (its source and any target asked); ``project_pods``, its project's VMs per pod, for
-    ``user_concentrated``."""
+    ``user_concentrated``; ``exclude_cluster_after``, ``VMSCHED_EXCLUDE_CLUSTER_AFTER``."""
     return PlacementRequest(
         vm_id=str(vm.vm_id),
         name=vm.name,
@@ -71,4 +72,6 @@ def placement_request(
         project_pods=dict(project_pods or {}),
         project=vm.project,
         dedicated=vm.dedicated,
+        planner=vm.planner,
+        exclude_cluster_after=exclude_cluster_after,
     )

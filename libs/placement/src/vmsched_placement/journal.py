@@ -42,6 +42,7 @@ import numpy as np
 
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.usage import MeasuredUsage
@@ -143,6 +144,8 @@ def encode_request(r: PlacementRequest) -> Json:
         "u": dict(r.project_pods),
         "pj": r.project,
         "dd": r.dedicated,
+        "pl": r.planner.value,
+        "xc": r.exclude_cluster_after,
     }
 
 
@@ -166,6 +169,8 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         project_pods=dict(v.get("u", {})),  # absent from entries written before user_concentrated
         project=str(v.get("pj", "")),  # these two absent from entries written before dedicated hosts
         dedicated=bool(v.get("dd", False)),
+        planner=Planner(v.get("pl", Planner.FLAT.value)),  # these two absent before the hierarchy
+        exclude_cluster_after=int(v.get("xc", 0)),
     )
 
 

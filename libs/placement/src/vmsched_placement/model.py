@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from vmsched_contract.messages import SelectorOperator, add_counts
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
@@ -187,6 +188,10 @@ class PlacementRequest:
     project_pods: Mapping[str, int] = field(default_factory=dict)
     project: str = ""  # the project that owns it: a dedicated host takes only its project's VMs
     dedicated: bool = False  # it goes only to a host dedicated to its project
+    planner: Planner = Planner.FLAT  # which eligible hosts the strategy ranks (planners.py)
+    # VMSCHED_EXCLUDE_CLUSTER_AFTER: a cluster holding this many of ``exclude_hosts`` is left out
+    # whole (0: never); the hosts left out are those that failed the VM (and a migration's source).
+    exclude_cluster_after: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +250,7 @@ class RequestVector:
     project_pods: Mapping[str, int] = field(default_factory=dict)
     project: str = ""
     dedicated: bool = False
+    exclude_cluster_after: int = 0
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -267,6 +273,7 @@ class RequestVector:
             project_pods=request.project_pods,
             project=request.project,
             dedicated=request.dedicated,
+            exclude_cluster_after=request.exclude_cluster_after,
         )
 
     def demanded(self, resource: int) -> int:

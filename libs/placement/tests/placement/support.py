@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.usage import MeasuredUsage
@@ -96,6 +97,7 @@ def request(
     networks: Sequence[str] = (),
     project: str = "default",
     dedicated: bool = False,
+    planner: Planner = Planner.FLAT,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -110,6 +112,7 @@ def request(
         networks=frozenset(networks),
         project=project,
         dedicated=dedicated,
+        planner=planner,
     )
 
 

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy, valid_strategies
 
 
@@ -116,6 +117,12 @@ class Settings(BaseSettings):
     weight_cpu: Weight = 0.4
     weight_memory: Weight = 0.4
     weight_disk: Weight = 0.2
+    # Which eligible hosts a VM's strategy ranks when its request names no planner: flat (all) or
+    # cluster_first (CloudStack's FirstFitPlanner). The API stores it with each VM it accepts.
+    planner: Planner = Planner.FLAT
+    # A VM whose creates failed on this many hosts of one cluster (the hosts' cluster label) leaves
+    # that whole cluster out while those hosts' exclusions last (EXCLUDE_FOR); 0: never.
+    exclude_cluster_after: Annotated[int, Field(ge=0, le=100)] = 2
 
     # What a VM request that omits cpu or memory_mb gets (Orchard's defaults, seed 002); the stored
     # VM shows the amounts it got.

@@ -79,6 +79,7 @@ def to_vm(vm: VmRecord) -> Vm:
         tolerations=list(vm.tolerations),
         networks=list(vm.networks),
         dedicated=vm.dedicated,
+        planner=vm.planner,
         strategy=vm.strategy,
         restart_policy=vm.restart_policy,
         restart_count=vm.restart_count,

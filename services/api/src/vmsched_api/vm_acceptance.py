@@ -116,6 +116,7 @@ def _rows(request: CreateRequest, accepted: datetime) -> list[dict[str, Any]]:
                 "tolerations": [toleration.model_dump(mode="json") for toleration in body.tolerations],
                 "networks": list(body.networks),
                 "dedicated": body.dedicated,
+                "planner": (body.planner or defaults.planner).value,
                 "strategy": body.strategy.value if body.strategy else None,
                 "restart_policy": body.restart_policy.value,
                 "idempotency_key": request.idempotency_key,

@@ -84,6 +84,7 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
         tolerations=vm.tolerations,
         networks=vm.networks,
         dedicated=vm.dedicated,
+        planner=vm.planner or defaults.planner,
         strategy=vm.strategy,
         project=project,
     )

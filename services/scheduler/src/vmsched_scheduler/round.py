@@ -7,10 +7,10 @@ A round works through passes, and every kind of pass runs one skeleton (:meth:`S
    on that copy at once, so the next VM is decided against what is left;
 2. **claim** the chosen hosts in one atomic Redis script (the fit rule checked again, keyed by VM id:
    a VM that already holds a claim from an earlier delivery keeps it);
-3. **guard** the VMs that fit nowhere before anything says so (:meth:`SchedulingRound.premature_nowhere`):
-   after a Redis flush the snapshot may know fewer hosts than PostgreSQL (the VMs come back
-   :class:`Later`), and the copy may be behind the snapshot (an operator's PATCH a moment ago): it is
-   read again at once, and a VM that fits now is decided again;
+3. **guard** the VMs that fit nowhere before anything says so (:meth:`SchedulingRound.premature_nowhere`): after a
+   Redis flush the snapshot may know fewer hosts than PostgreSQL (the VMs come back :class:`Later`), and the copy may
+   be behind the snapshot (an operator's PATCH a moment ago): it is read again at once, and a VM that fits now is
+   decided again;
 4. **settle** in PostgreSQL, in one transaction: the placements (each host guarded by the fit rule
    again) and the VMs that fit nowhere.
 
@@ -69,6 +69,7 @@ from vmsched_scheduler.round_items import (
     announced,
     assignment_of,
     decision_record,
+    opened,
     unplaced_of,
     waiting_of,
 )
@@ -169,8 +170,7 @@ class SchedulingRound:
         return await self.run_passes(open_vms, migration_round.Migrations(self))
 
     async def open(self, items: Sequence[RoundItem]) -> list[OpenVm]:
-        default = await self.ledger.default_strategy()
-        return [OpenVm(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        return opened(items, await self.ledger.default_strategy(), self.settings.exclude_cluster_after)
 
     async def run_passes(self, open_vms: list[OpenVm], kind: PassKind[O]) -> list[O]:
         """Pass after pass of ``kind`` until every VM is settled, or :attr:`RoundSettings.max_passes`."""

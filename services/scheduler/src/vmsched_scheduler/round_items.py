@@ -7,7 +7,7 @@ Shared by every kind of pass (:mod:`vmsched_scheduler.round`): placements, all-o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -34,6 +34,7 @@ class RoundSettings:
     max_passes: int = 4
     fallbacks: int = 4  # hosts ranked after the chosen one, recorded as candidates
     preemption: bool = True  # VMSCHED_PREEMPTION: a VM that fits nowhere may take lower-priority VMs' room
+    exclude_cluster_after: int = 0  # VMSCHED_EXCLUDE_CLUSTER_AFTER: failed hosts that leave their cluster out
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class OpenVm:
     avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
     refused: list[RefusedClaim] = field(default_factory=list)
     move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.migration_round)
+    exclude_cluster_after: int = 0  # RoundSettings.exclude_cluster_after
 
     def always_out(self) -> frozenset[str]:
         """Hosts never tried for it, even when its exclusions are set aside: those that refused its
@@ -113,7 +115,16 @@ class OpenVm:
             group=group,
             migration=None if move is None else Migration(move.source, move.target_host),
             project_pods=project_pods,
+            exclude_cluster_after=self.exclude_cluster_after,
         )
+
+
+def opened(items: Sequence[RoundItem], default: Strategy, exclude_cluster_after: int) -> list[OpenVm]:
+    """The round's VMs, open: each with its strategy (its own, else the cluster's ``default``)."""
+    return [
+        OpenVm(i, item, item.vm.strategy or default, exclude_cluster_after=exclude_cluster_after)
+        for i, item in enumerate(items)
+    ]
 
 
 @dataclass(slots=True)
@@ -165,6 +176,7 @@ def decision_record(
         preferences=dict(decision.preferences),
         preferred=decision.preferred if decision.preferences else None,
         reason=reason,
+        cluster=decision.cluster,
         detail=detail,
         examples=examples or {},
         refused_claims=list(choice.work.refused),

@@ -18,19 +18,24 @@ from vmsched_placement.model import HostState
 BoolArray = npt.NDArray[np.bool_]
 CodeArray = npt.NDArray[np.int32]
 KeyT = TypeVar("KeyT", bound=Hashable)
+# Verdicts kept per column (distinct network sets asked for, projects asking): beyond, they start over.
+MAX_QUESTIONS = 1024
 
 
 class InternedColumn(Generic[KeyT]):
     """One host fact (``key(host)``) per row of the fleet, interned. Values are never forgotten while
     the column lives (a fleet rebuild starts it again): they are few."""
 
-    __slots__ = ("_codes_of", "codes", "key", "values")
+    __slots__ = ("_codes_of", "_judged", "codes", "key", "values")
 
     def __init__(self, key: Callable[[HostState], KeyT], hosts: Sequence[HostState]) -> None:
         self.key = key
         self.values: list[KeyT] = []
         self._codes_of: dict[KeyT, int] = {}
         self.codes: CodeArray = self._encode(hosts)
+        # Per question asked (the caller's key for its rule): each value's verdict so far. Values are
+        # only ever added, so a kept verdict stays true; only the values added since are judged.
+        self._judged: dict[Hashable, BoolArray] = {}
 
     def code(self, value: KeyT) -> int:
         found = self._codes_of.get(value)
@@ -51,10 +56,18 @@ class InternedColumn(Generic[KeyT]):
     def delete(self, index: int) -> None:
         self.codes = np.delete(self.codes, index)
 
-    def mask(self, passes: Callable[[KeyT], bool]) -> BoolArray | None:
+    def mask(self, passes: Callable[[KeyT], bool], question: Hashable) -> BoolArray | None:
         """Which hosts' values ``passes`` accepts (a fresh array); None when it accepts every value
-        (every host passes, and no pass over the hosts is spent)."""
-        judged = np.fromiter((passes(value) for value in self.values), np.bool_, len(self.values))
+        (every host passes, and no pass over the hosts is spent). ``question`` names what ``passes``
+        decides (the same question, the same verdicts): each value is judged once per question."""
+        judged = self._judged.get(question)
+        if judged is None or len(judged) < len(self.values):
+            known = 0 if judged is None else len(judged)
+            fresh = np.fromiter((passes(value) for value in self.values[known:]), np.bool_, len(self.values) - known)
+            judged = fresh if judged is None else np.concatenate((judged, fresh))
+            if len(self._judged) >= MAX_QUESTIONS:
+                self._judged.clear()
+            self._judged[question] = judged
         if judged.all():
             return None
         if not judged.any():

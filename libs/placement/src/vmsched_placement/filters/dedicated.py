@@ -25,7 +25,9 @@ class DedicatedFilter:
 
     def mask(self, columns: FleetColumns, request: RequestVector) -> BoolArray | None:
         project, dedicated = request.project, request.dedicated
-        return columns.keys.dedication.mask(lambda dedicated_to: takes(dedicated_to, project, dedicated))
+        return columns.keys.dedication.mask(
+            lambda dedicated_to: takes(dedicated_to, project, dedicated), (project, dedicated)
+        )
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         dedicated_to = fleet.host_at(index).dedicated_to

@@ -16,7 +16,7 @@ class NetworkFilter:
         wanted = request.networks
         if not wanted:
             return None
-        return columns.keys.networks.mask(wanted.issubset)
+        return columns.keys.networks.mask(wanted.issubset, wanted)
 
     def reason(self, fleet: Fleet, index: int, request: RequestVector) -> str:
         missing = sorted(request.networks - fleet.host_at(index).networks)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.usage import MeasuredUsage
@@ -56,6 +57,8 @@ def host(
     taints: Sequence[Taint] = (),
     extra: Mapping[str, int] | None = None,
     used_extra: Mapping[str, int] | None = None,
+    networks: Sequence[str] = (),
+    dedicated_to: str | None = None,
 ) -> HostState:
     return HostState(
         id=host_id,
@@ -72,6 +75,8 @@ def host(
         reserved=reserved,
         usage=usage,
         taints=tuple(taints),
+        networks=frozenset(networks),
+        dedicated_to=dedicated_to,
     )
 
 
@@ -89,6 +94,10 @@ def request(
     tolerations: Sequence[Toleration] = (),
     in_group: PlacementGroup | None = None,
     extra: Mapping[str, int] | None = None,
+    networks: Sequence[str] = (),
+    project: str = "default",
+    dedicated: bool = False,
+    planner: Planner = Planner.FLAT,
 ) -> PlacementRequest:
     return PlacementRequest(
         vm_id="00000000-0000-0000-0000-000000000001",
@@ -100,6 +109,10 @@ def request(
         host_selector=tuple(host_selector),
         tolerations=tuple(tolerations),
         group=in_group,
+        networks=frozenset(networks),
+        project=project,
+        dedicated=dedicated,
+        planner=planner,
     )
 
 
@@ -159,12 +172,16 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "offline"
     if h.scheduling_paused:
         return "paused"
+    if (h.dedicated_to is None and req.dedicated) or (h.dedicated_to is not None and h.dedicated_to != req.project):
+        return "dedicated"
     if any(h.labels.get(key) != value for key, value in req.labels.items()):
         return "labels"
     if not all(reference_term_holds(t, h.labels) for t in req.host_selector):
         return "host_selector"
     if any(t.effect == "NoSchedule" and not reference_tolerated(t, req) for t in h.taints):
         return "taints"
+    if any(network not in h.networks for network in req.networks):
+        return "network"
     effective = reference_effective(h)
     allocated = h.allocated.as_tuple()
     demand = req.demand.as_tuple()
@@ -222,9 +239,11 @@ FILTER_ORDER = (
     "excluded",
     "offline",
     "paused",
+    "dedicated",
     "labels",
     "host_selector",
     "taints",
+    "network",
     "server_group",
     "cpu",
     "memory",
@@ -303,6 +322,12 @@ EFFECTS = ["NoSchedule", "PreferNoSchedule"]
 taints = st.builds(Taint, st.sampled_from(TAINT_KEYS), st.sampled_from(["", "true", "ml"]), st.sampled_from(EFFECTS))
 # Most hosts have no taints.
 taint_lists = st.one_of(st.just(()), st.just(()), st.lists(taints, max_size=3).map(tuple))
+
+# The projects VMs belong to and hosts are dedicated to.
+PROJECTS = ["p1", "p2"]
+# The networks a host reaches or a VM needs: none, a few of a small set, all of it.
+NETWORKS = ("vlan-100", "vlan-200", "storage")
+network_sets = st.sets(st.sampled_from(NETWORKS), max_size=len(NETWORKS)).map(frozenset)
 tolerations = st.one_of(
     st.builds(
         Toleration,
@@ -364,6 +389,8 @@ def host_states(draw: st.DrawFn, host_id: str | None = None) -> HostState:
         reserved=reserved,
         usage=draw(host_usages(used_cpu, used_memory)),
         taints=draw(taint_lists),
+        networks=draw(network_sets),
+        dedicated_to=draw(st.sampled_from([None] * 5 + PROJECTS)),
     )
 
 
@@ -453,6 +480,10 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         exclude_hosts=frozenset(draw(st.lists(st.sampled_from(HOST_IDS), max_size=2))),
         host_selector=draw(st.one_of(st.just(()), host_selectors)),
         tolerations=draw(toleration_lists),
+        networks=draw(st.one_of(st.just(frozenset[str]()), network_sets)),
+        project_pods=draw(st.one_of(st.just({}), st.dictionaries(st.sampled_from(LABEL_VALUES), st.integers(0, 5)))),
+        project=draw(st.sampled_from(PROJECTS)),
+        dedicated=draw(st.sampled_from([False] * 4 + [True])),
     )
 
 

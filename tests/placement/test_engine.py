@@ -87,8 +87,8 @@ def test_ranked_holds_the_chosen_host_and_up_to_the_requested_fallbacks() -> Non
 
 
 def test_a_request_naming_no_known_strategy_is_refused() -> None:
-    bogus = PlacementRequest("vm", "vm", request().demand, {}, "first_fit")  # type: ignore[arg-type]
-    with pytest.raises(UnknownStrategyError, match="first_fit"):
+    bogus = PlacementRequest("vm", "vm", request().demand, {}, "worst_fit")  # type: ignore[arg-type]
+    with pytest.raises(UnknownStrategyError, match="worst_fit"):
         decide(fleet_of(host()), bogus, context())
 
 

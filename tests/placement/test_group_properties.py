@@ -25,7 +25,7 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_placement import DecisionContext, Fleet, HostState, PlacementRequest, decide, explain
 from vmsched_placement.model import PlacementGroup
 
-GATES = ("excluded", "offline", "paused", "labels", "host_selector", "taints")
+GATES = ("excluded", "offline", "paused", "dedicated", "labels", "host_selector", "taints", "network")
 
 
 @st.composite

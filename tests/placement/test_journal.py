@@ -26,7 +26,18 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, decide
-from vmsched_placement.journal import Journal, PreemptionInputs, rebuild, replay_preemption, seeded, unpack
+from vmsched_placement.journal import (
+    Journal,
+    PreemptionInputs,
+    decode_host,
+    decode_request,
+    encode_host,
+    encode_request,
+    rebuild,
+    replay_preemption,
+    seeded,
+    unpack,
+)
 from vmsched_placement.preemption import Resident, cheapest, drawn
 from vmsched_placement.strategies import reads_measured_usage
 
@@ -245,3 +256,20 @@ def test_a_preemption_rebuilt_from_its_entry_chooses_the_same_host_and_victims(
     assert replay_preemption(inputs) == chosen
     if chosen is not None:
         assert chosen == cheapest(hosts, wanted.demand, 100, residents, random.Random(seed))
+
+
+def test_entries_written_before_the_cloud_fields_rebuild_with_their_defaults() -> None:
+    """A host row and a request of a journal written before networks, dedication, the planner and the
+    cluster exclusion (shorter rows, fewer keys) decode as what the engine read then: none of them."""
+    placed = support.host("hv-1", networks=["vlan-100"], dedicated_to="p1")
+    row = encode_host(placed)
+    legacy_row = row[:-2]  # networks and dedicated_to were added last
+    decoded = decode_host(legacy_row, NOW)
+    assert (decoded.networks, decoded.dedicated_to) == (frozenset(), None)
+    assert decode_host(row, NOW) == placed
+    asked = support.request(networks=["vlan-100"], project="p1", dedicated=True)
+    encoded = encode_request(asked)
+    assert decode_request(encoded, asked.vm_id, asked.name) == asked
+    legacy = {key: value for key, value in encoded.items() if key not in ("n", "u", "pj", "dd", "pl", "xc")}
+    old = decode_request(legacy, asked.vm_id, asked.name)
+    assert (old.networks, old.project, old.dedicated, old.exclude_cluster_after) == (frozenset(), "", False, 0)

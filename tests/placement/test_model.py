@@ -17,7 +17,9 @@ def test_weights_refuse_negative_or_non_finite_values() -> None:
 def test_strategy_for_accepts_the_setting_strings() -> None:
     assert strategy_for("best_fit") is STRATEGIES[Strategy.BEST_FIT]
     with pytest.raises(
-        UnknownStrategyError, match="valid: best_fit, least_loaded, least_utilized, random, round_robin"
+        UnknownStrategyError,
+        match="valid: best_fit, fewest_vms, first_fit, least_loaded, least_utilized, most_vms, random, "
+        "round_robin, user_concentrated",
     ):
         strategy_for("worst_fit")
 

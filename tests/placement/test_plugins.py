@@ -34,9 +34,11 @@ def test_filters_run_in_the_documented_order() -> None:
         "migration",
         "offline",
         "paused",
+        "dedicated",
         "labels",
         "host_selector",
         "taints",
+        "network",
         "server_group",
         "cpu",
         "memory",
@@ -71,4 +73,14 @@ def test_every_strategy_value_has_a_plugin_satisfying_the_strategy_protocol(stra
 
 
 def test_valid_strategies_are_the_seed_names() -> None:
-    assert {"least_loaded", "best_fit", "round_robin", "random", "least_utilized"} == VALID_STRATEGIES
+    assert {
+        "least_loaded",
+        "best_fit",
+        "round_robin",
+        "random",
+        "least_utilized",
+        "first_fit",
+        "fewest_vms",
+        "most_vms",
+        "user_concentrated",
+    } == VALID_STRATEGIES

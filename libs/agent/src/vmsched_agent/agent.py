@@ -84,7 +84,8 @@ class Agent:
     ``migrate`` is never a migration's source or target). ``stopped`` are the VMs among ``vm_ids``
     that are powered off when the agent starts. ``migration_uri``: where other hosts' hypervisors
     reach this one's for a live migration (the heartbeats announce it; the gateway hands it to a
-    migration's source in its commands' ``migration.target_uri``).
+    migration's source in its commands' ``migration.target_uri``). ``networks``: the networks the host
+    reaches (a VM that needs one goes only to hosts whose heartbeats list it).
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class Agent:
         stopped: Iterable[UUID] = (),
         capabilities: Iterable[Capability | str] | None = None,
         migration_uri: str | None = None,
+        networks: Iterable[str] = (),
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -132,6 +134,7 @@ class Agent:
         )
         self._vms = HostVms(agent_id, hypervisor, self.capabilities, vm_ids, stopped)
         self.migration_uri = migration_uri
+        self.networks: tuple[str, ...] = tuple(sorted(set(networks)))
         self._draining = False
         self._usage: Usage | None = None
         self._usage_failing = False
@@ -228,6 +231,7 @@ class Agent:
             leaving=leaving,
             capabilities=list(self.capabilities),
             migration_uri=self.migration_uri,
+            networks=list(self.networks),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vmsched_placement.column_block import ColumnBlock
+from vmsched_placement.host_keys import HostKeys
 from vmsched_placement.model import GPU, ONLINE, Demand, HostState
 from vmsched_placement.scratch import Scratch
 from vmsched_placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, untolerated
@@ -92,6 +93,7 @@ class FleetColumns:
         "has_gpus",
         "hosts",
         "ids",
+        "keys",
         "label_codes",
         "label_values",
         "last_heartbeat",
@@ -130,6 +132,7 @@ class FleetColumns:
         self._taint_set_codes: dict[tuple[Taint, ...], int] = {(): 0}
         self.taint_codes, self.no_schedule, self.prefer_no_schedule = self._taint_columns(self.hosts)
         self._count()
+        self.keys = HostKeys(self.hosts)  # networks, dedication: few distinct values, interned
         # Per named extra resource asked about: what each host has free of it (0 where it has none).
         # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
         self.extra_free_columns: dict[str, FloatArray] = {}
@@ -267,6 +270,7 @@ class FleetColumns:
         self.has_gpus[index] = effective[GPU] > 0
         self.no_schedule[index], self.prefer_no_schedule[index] = no_schedule, prefer
         self.taint_codes[index] = self._taint_code(host.taints)
+        self.keys.write(index, host)
         self.touched.add(host.id)
         self.hosts[index] = host
         self.ids[index] = host.id
@@ -312,6 +316,7 @@ class FleetColumns:
         self.no_schedule = np.insert(self.no_schedule, positions, no_schedule)
         self.prefer_no_schedule = np.insert(self.prefer_no_schedule, positions, prefer)
         self._count()
+        self.keys.insert(positions, new_hosts)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
         self._derived.clear()
@@ -336,6 +341,7 @@ class FleetColumns:
         self.no_schedule = np.delete(self.no_schedule, index)
         self.prefer_no_schedule = np.delete(self.prefer_no_schedule, index)
         self._count()
+        self.keys.delete(index)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.delete(column, index)
         self._derived.clear()

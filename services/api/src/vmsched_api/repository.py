@@ -40,6 +40,7 @@ _PATCH_COLUMNS: dict[str, str] = {
     **{f"operator_{column}": "float8" for column, _ in RATIOS},
     **{f"reserved_{rule.field}": "bigint" for rule in RESOURCES},
     "scheduling_paused": "boolean",
+    "dedicated_to": "text",
 }
 # The operator's fields, and the effective columns overlaid from them and the agent's.
 _PATCH_HOST = text(
@@ -77,6 +78,9 @@ def to_vm(vm: VmRecord) -> Vm:
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),
+        networks=list(vm.networks),
+        dedicated=vm.dedicated,
+        planner=vm.planner,
         strategy=vm.strategy,
         restart_policy=vm.restart_policy,
         restart_count=vm.restart_count,
@@ -118,6 +122,8 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
         capabilities=list(host.capabilities),
+        networks=list(host.networks),
+        dedicated_to=host.dedicated_to,
         usage=None
         if usage is None
         else HostUsage(

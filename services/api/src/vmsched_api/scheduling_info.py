@@ -6,7 +6,7 @@ the scheduler compares against.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vmsched_contract.messages import HostStatus, Resources
@@ -71,6 +71,8 @@ class SchedulingInfo:
     # Named extra resources: what the agent reports of each (never overcommitted) and what is allocated.
     extra_total: Mapping[str, int] = field(default_factory=dict)
     extra_used: Mapping[str, int] = field(default_factory=dict)
+    networks: Sequence[str] = ()  # the networks it reaches, sorted
+    dedicated_to: str | None = None  # the project whose VMs alone it takes
 
 
 def percent(used: int, total: int) -> float:
@@ -116,6 +118,8 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float, runnin
         offline_timeout=offline_timeout,
         extra_total=dict(host.capacity.extra),
         extra_used=dict(used.extra),
+        networks=sorted(host.networks),
+        dedicated_to=host.dedicated_to,
     )
 
 
@@ -124,8 +128,8 @@ def gigabytes(memory_mb: int) -> str:
 
 
 def render_scheduling_info(info: SchedulingInfo) -> str:
-    """The seed's block, then a line per extra fact that applies (GPU, extra resources, labels, pause,
-    overcommit).
+    """The seed's block, then a line per extra fact that applies (GPU, extra resources, networks, labels,
+    pause, overcommit).
 
     Agent: hypervisor-01
     Status: online
@@ -152,10 +156,14 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
             "Extra: "
             + ", ".join(f"{name} {info.extra_used.get(name, 0)}/{info.extra_total.get(name, 0)}" for name in names)
         )
+    if info.networks:
+        lines.append("Networks: " + ", ".join(info.networks))
     if info.labels:
         lines.append("Labels: " + ", ".join(f"{key}={value}" for key, value in sorted(info.labels.items())))
     if info.scheduling_paused:
         lines.append("Scheduling: paused")
+    if info.dedicated_to is not None:
+        lines.append(f"Dedicated to: {info.dedicated_to}")
     overcommit = []
     if info.cpu_ratio != 1.0:
         overcommit.append(f"cpu {float(info.cpu_ratio)}x of {info.cpu_physical}")

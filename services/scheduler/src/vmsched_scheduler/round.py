@@ -14,11 +14,10 @@ A round works through passes, and every kind of pass runs one skeleton (:meth:`S
 4. **settle** in PostgreSQL, in one transaction: the placements (each host guarded by the fit rule
    again) and the VMs that fit nowhere.
 
-The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take
-reservations' slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt
-(:mod:`~vmsched_scheduler.preemption`); an all-or-nothing batch claims and settles whole
-(:mod:`~vmsched_scheduler.gangs`); a migration claims its target beside its source
-(:mod:`~vmsched_scheduler.migration_round`).
+The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take reservations'
+slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt (:mod:`~vmsched_scheduler.preemption`); an
+all-or-nothing batch claims and settles whole (:mod:`~vmsched_scheduler.gangs`); a migration claims its target
+beside its source (:mod:`~vmsched_scheduler.migration_round`).
 
 A claim refused by Redis or by PostgreSQL's guard is a normal answer, not an error: the host is left
 out for that VM, which goes into the next pass; still open after the last, it comes back :class:`Later`.
@@ -53,7 +52,7 @@ from vmsched_placement.whatif import unplaced_detail
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler import gangs, migration_round, nowhere_guard, preemption, reservation_slots
-from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.groups import GroupSource, RoundGroups, concentrated
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.nowhere_guard import Premature
@@ -71,6 +70,7 @@ from vmsched_scheduler.round_items import (
     announced,
     assignment_of,
     decision_record,
+    opened,
     unplaced_of,
     waiting_of,
 )
@@ -162,8 +162,7 @@ class SchedulingRound:
         return await self.run_passes(open_vms, migration_round.Migrations(self))
 
     async def open(self, items: Sequence[RoundItem]) -> list[OpenVm]:
-        default = await self.ledger.default_strategy()
-        return [OpenVm(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        return opened(items, await self.ledger.default_strategy(), self.settings.exclude_cluster_after)
 
     async def run_passes(self, open_vms: list[OpenVm], kind: PassKind[O]) -> list[O]:
         """Pass after pass of ``kind`` until every VM is settled, or :attr:`RoundSettings.max_passes`."""
@@ -182,7 +181,8 @@ class SchedulingRound:
         open_vms = await kind.prepare(open_vms, outcomes)
         if not open_vms:
             return []
-        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
+        vms = [work.item.vm for work in open_vms]
+        groups = await RoundGroups.load(self.groups, vms, projects=concentrated(open_vms))
         choices, fleet = await self.decide_all(open_vms, groups)
         choices = await kind.revisit(choices, fleet, groups)
         again, claimed = await kind.claim(choices, fleet)
@@ -238,7 +238,7 @@ class SchedulingRound:
     def _decide(self, work: OpenVm, context: DecisionContext, groups: RoundGroups) -> Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
-        request = work.request(placement_group)
+        request = work.request(placement_group, groups.project_pods(work))
         # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
         seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
         context = seeded(context, seed)

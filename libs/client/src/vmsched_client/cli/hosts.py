@@ -51,6 +51,21 @@ def uncordon_host(host_id: HostIdArgument) -> None:
     show_one(state().output, state().client().resume_host(host_id))
 
 
+@command(commands, "dedicate")
+def dedicate_host(
+    host_id: HostIdArgument,
+    project: Annotated[str, typer.Argument(help="the project whose VMs alone the host takes")],
+) -> None:
+    """Dedicate the host to a project: it takes that project's VMs only, whatever their tolerations."""
+    show_one(state().output, state().client().dedicate_host(host_id, project))
+
+
+@command(commands, "undedicate")
+def undedicate_host(host_id: HostIdArgument) -> None:
+    """End the host's dedication: it takes any project's VMs again."""
+    show_one(state().output, state().client().dedicate_host(host_id, None))
+
+
 @command(commands, "delete")
 def delete_host(host_id: HostIdArgument) -> None:
     """Forget a host that holds no VM (its agent stopped); exit 5 while it holds some."""

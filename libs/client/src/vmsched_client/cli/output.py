@@ -87,6 +87,8 @@ HOST_COLUMNS: list[Column] = [
     ("GPU", lambda host: _used(host.allocated.gpu, host.capacity.gpu)),
     ("VMS", lambda host: host.vm_count),
     ("LABELS", lambda host: _labels(host.labels)),
+    ("NETWORKS", lambda host: ",".join(host.networks)),
+    ("DEDICATED TO", lambda host: host.dedicated_to or ""),
 ]
 GROUP_COLUMNS: list[Column] = [
     ("ID", lambda group: group.id),

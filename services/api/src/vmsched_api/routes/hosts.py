@@ -65,7 +65,15 @@ async def patch_host(host_id: str, body: HostPatch, services: ServicesDep, _: Ho
     # PostgreSQL changed first: the scheduler's commit checks the fit rule and the pause flag there,
     # so a placement racing with this request cannot break them even before the snapshot learns of it.
     await services.snapshot.set_host_fields(
-        host_id, inventory_fields(host.labels, host.taints, host.overcommit, host.reserved, host.scheduling_paused)
+        host_id,
+        inventory_fields(
+            host.labels,
+            host.taints,
+            host.overcommit,
+            host.reserved,
+            host.scheduling_paused,
+            dedicated_to=host.dedicated_to,
+        ),
     )
     return to_host(host, (await _usage(services, [host_id])).get(host_id))
 

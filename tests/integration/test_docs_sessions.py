@@ -16,9 +16,7 @@ import pytest
 from devtools.docs_session import Where, run_pages, shell_blocks
 from devtools.run import start_fleet
 from devtools.stack import ROOT, Stack, free_port
-from tests.servers import provide_servers
-
-pytestmark = pytest.mark.integration
+from tests.servers import Servers, provide_servers
 
 README = ROOT / "README.md"
 WALKTHROUGH = ROOT / "docs" / "walkthrough.md"
@@ -29,14 +27,20 @@ PAGE_TIMEOUT = 400.0
 
 
 @pytest.fixture(scope="module")
-def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def docs_servers() -> Iterator[Servers]:
+    """Servers of this module's own: the sessions run as on a fresh ``make run``."""
+    with provide_servers() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def make_run(docs_servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """What ``make run`` starts: the services and its simulated fleet, with an admin token."""
     logs = tmp_path_factory.mktemp("make-run-logs")
-    with provide_servers() as servers:
-        stack = Stack(env=servers.env(), log_dir=logs, api_port=free_port())
-        with stack.running(schedulers=1):
-            start_fleet(stack, 3, logs / "agent-credentials.jsonl")
-            yield stack
+    stack = Stack(env=docs_servers.env(), log_dir=logs, api_port=free_port())
+    with stack.running(schedulers=1):
+        start_fleet(stack, 3, logs / "agent-credentials.jsonl")
+        yield stack
 
 
 def _host_and_port(url: str | None) -> str:

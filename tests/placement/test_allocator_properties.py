@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.placement.tests.placement.support import (
+from tests.placement.support import (
     context,
     contexts,
     fleet_of,

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from libs.placement.tests.placement.filter_checks import passes, reason
-from libs.placement.tests.placement.support import context, fleet_of, host, request
+from tests.placement.filter_checks import passes, reason
+from tests.placement.support import context, fleet_of, host, request
 from vmsched_placement import RequestVector, Taint, Toleration, decide
 from vmsched_placement.filters import DedicatedFilter
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from libs.placement.tests.placement.filter_checks import passes, reason
-from libs.placement.tests.placement.support import context, fleet_of, host, request
+from tests.placement.filter_checks import passes, reason
+from tests.placement.support import context, fleet_of, host, request
 from vmsched_placement import RequestVector, decide
 from vmsched_placement.filters import NetworkFilter
 

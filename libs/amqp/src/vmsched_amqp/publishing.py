@@ -27,6 +27,7 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
 from vmsched_amqp import events, topology
+from vmsched_amqp.flow import publishers_blocked
 from vmsched_contract.messages import MAX_VMS_PER_MESSAGE, AgentCommand, VmCreate, VmToPlace, command_message_id
 
 if TYPE_CHECKING:
@@ -55,6 +56,11 @@ class Publisher:
         self._publishers: dict[str, RabbitPublisher] = {}
         self._commands: AbstractChannel | None = None
         self._opening = asyncio.Lock()
+
+    async def blocked(self) -> bool:
+        """Whether the broker blocks this publisher now (a memory or disk alarm): a publish would
+        wait for the alarm to clear (:mod:`vmsched_amqp.flow`)."""
+        return publishers_blocked(await self.broker.connect())
 
     async def publish(self, event: events.Event[M], message: M) -> None:
         """``message`` as ``event``, returned once the broker confirmed it."""

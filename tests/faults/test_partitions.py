@@ -5,9 +5,11 @@ keep heartbeating through every cut, so the gateway cut from the broker hears no
 not take the fleet for lost (the stack's lost timeout is shorter than the cut).
 
 After each cut: the invariants (tests/faults/invariants.py), every VM running (none failed, none
-deleted, no delete sent) within ``CONVERGE_WITHIN`` seconds of healing; an API cut from a server said
-so on ``/readyz`` while cut. What a client saw during the cut (answers, errors, the slowest answer)
-and how long convergence took are printed as a table row (docs/reliability.md has the last run's).
+deleted, no delete sent) within ``CONVERGE_WITHIN`` seconds of healing; during the cut, every request
+answered within ``ANSWER_WITHIN`` seconds and none with a 500 (a 503 with Retry-After when the API
+cannot do it); an API cut from a server said so on ``/readyz`` while cut. What a client saw during
+the cut (answers, errors, the slowest answer) and how long convergence took are printed as a table
+row (docs/reliability.md has the last run's).
 
 One stack and one fleet serve every case: about 18 x (CUT + 20) seconds in all.
 """
@@ -42,6 +44,9 @@ HOSTS = 12
 VMS = 300  # per case, in flight when the cut starts
 CUT = float(os.environ.get("VMSCHED_PARTITION_CUT", "30"))
 CONVERGE_WITHIN = 60.0
+# Longest a client may wait for an answer during a cut: the client-side statement timeout
+# (vmsched_pg.engine.COMMAND_TIMEOUT) and a little; never the whole cut.
+ANSWER_WITHIN = 20.0
 OFFLINE_TIMEOUT = 5.0
 LOST_TIMEOUT = 20.0  # shorter than the cut: a gateway that took silence for loss would fail VMs
 SERVICES = ("api", "scheduler", "gateway")
@@ -226,5 +231,7 @@ async def test_a_partition_heals_without_losing_or_destroying_anything(
     assert report.problems == []
     assert report.by_status == {"running": len(vm_ids)}, "a VM failed, was deleted or is still on its way"
     assert deletes == 0, "a delete was sent: a healthy VM destroyed"
+    assert "500" not in seen.answers, f"an internal error rather than a 503 during the cut: {seen.summary()}"
+    assert seen.slowest < ANSWER_WITHIN, f"a request waited out the cut: {seen.summary()}"
     if service == "api":
         assert seen.not_ready > 0, "/readyz said ready all through the API's cut"

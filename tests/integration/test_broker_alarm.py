@@ -68,6 +68,7 @@ def test_while_the_broker_blocks_publishers_vm_requests_get_503_with_retry_after
 
     # Back by itself: new requests pass, and what was accepted before the refusals is published.
     wait_for(lambda: ask(api, "after")[0].status_code == 202, 30, "a VM request accepted again", interval=0.5)
+
     def decided() -> bool:
         return all(api.get(f"/v1/vms/{vm_id}").json()["status"] != "pending" for vm_id in accepted)
 

@@ -92,3 +92,19 @@ async def test_a_host_unpaused_a_moment_ago_takes_the_vm_though_the_copy_had_not
             assert isinstance(outcome, Assigned), outcome
             assert outcome.assignment.hypervisor_id == "hv-2"
             assert (await world.vm(outcome.assignment.vm_id)).status is VmStatus.SCHEDULED
+
+
+@PASSES
+async def test_no_known_host_heard_from_at_all_is_tried_again_later(world: World, run: Run) -> None:
+    # The gateway cut from its PostgreSQL or Redis folds no heartbeat: every host looks silent at once,
+    # in PostgreSQL (here: none it may place on) and in the snapshot, though all run
+    # (tests/faults/test_partitions.py: gateway-redis-blackholed made VMs unschedulable). The round's
+    # clock an hour ahead.
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    for host in ("hv-1", "hv-2"):  # PostgreSQL counts no host it may place on
+        await world.pause_in_ledger_only(host)
+    world.round.clock = lambda: time.time() + 3600
+    outcomes = await run(world)
+    assert outcomes
+    assert all(isinstance(outcome, Later) for outcome in outcomes), outcomes

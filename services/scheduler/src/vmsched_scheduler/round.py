@@ -213,9 +213,9 @@ class SchedulingRound:
         """Before any VM is said to fit nowhere (unschedulable, waiting, no migration target, a batch
         that cannot be placed whole): whether that would be premature. Every kind of pass asks here.
 
-        - PostgreSQL knows more online hosts than the snapshot holds, or knows some while the
-          snapshot has none online: after a Redis flush the snapshot lacks hosts until their next
-          heartbeat, and this copy may still hold hosts the flush took. Later, after a full read.
+        - PostgreSQL knows more online hosts than the snapshot, or the snapshot has none online: a Redis
+          flush (this copy may hold hosts it took), or every known host silent at once: the heartbeats'
+          path cut (gateway, its servers), as the gateway's FailureGrace reasons. Later, after a full read.
         - The copy was behind the snapshot: a host changed a moment ago (an operator unpaused it,
           a heartbeat brought it back) after this copy was last read, which a refresh may skip for
           a few milliseconds. The copy reads the changes at once; a VM that now fits is decided
@@ -224,9 +224,9 @@ class SchedulingRound:
             return None
         online = await self.ledger.online_hosts()
         none_online = any(c.decision.reason == NO_AVAILABLE_AGENTS for c in nowhere)
-        if len(self.fleet.fleet) < online or (none_online and online > 0):
+        if len(self.fleet.fleet) < online or (none_online and (online > 0 or len(self.fleet.fleet) > 0)):
             await self.fleet.refresh(force_full=True)
-            return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL")
+            return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL, or hears none")
         changed = await self.fleet.catch_up()
         if changed and (whole or any(self._fits_now(c) for c in nowhere)):
             return Premature(later=False, why="the snapshot changed since the decision")

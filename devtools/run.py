@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from devtools.stack import ROOT, Stack, bearer, wait_for
+from devtools.stack import ROOT, Service, Stack, bearer, wait_for
 from vmsched_agent.hosts import host_id
 
 RUN_DIR = ROOT / ".run"
@@ -40,6 +40,21 @@ def _other_metrics(stack: Stack) -> str:
     )
 
 
+def start_fleet(stack: Stack, agents: int, credentials_path: Path, timeout: float = 60.0) -> Service:
+    """``make run``'s simulated fleet: ``agents`` hosts hv-0001... of mixed sizes (label
+    size=small|medium|large|gpu) in three zones (zone=z1|z2|z3), each its own broker user as a real
+    agent (docs/security.md); returned once every host is online."""
+    credentials = stack.enroll_agents([host_id("hv", index, agents) for index in range(agents)], credentials_path)
+    sim = stack.start_agents(
+        "agents",
+        *("--count", str(agents), "--prefix", "hv", "--profile", "mixed", "--zones", "3"),
+        *("--credentials", str(credentials)),
+    )
+    wait_for(lambda: _hosts_online(stack) >= agents, timeout, f"{agents} simulated agents to report")
+    sim.check_alive()
+    return sim
+
+
 def main() -> int:
     agents = int(os.environ.get("SIM_AGENTS", "3"))
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
@@ -51,6 +66,7 @@ def main() -> int:
         },
         log_dir=RUN_DIR,
         api_port=port,
+        default_ports=True,
     )
     stopping = False
 
@@ -64,26 +80,7 @@ def main() -> int:
         print(f"starting vmsched (logs in {Path('.run')}/) ...", flush=True)
         stack.start(schedulers=schedulers)
         if agents:
-            # Each simulated host its own broker user, as a real agent (docs/security.md).
-            credentials = stack.enroll_agents(
-                [host_id("hv", index, agents) for index in range(agents)], ROOT / ".run" / "agent-credentials.jsonl"
-            )
-            # Hosts of mixed sizes (label size=small|medium|large|gpu) in three zones (zone=z1|z2|z3).
-            sim = stack.start_agents(
-                "agents",
-                "--count",
-                str(agents),
-                "--prefix",
-                "hv",
-                "--profile",
-                "mixed",
-                "--zones",
-                "3",
-                "--credentials",
-                str(credentials),
-            )
-            wait_for(lambda: _hosts_online(stack) >= agents, 60, f"{agents} simulated agents to report")
-            sim.check_alive()
+            start_fleet(stack, agents, RUN_DIR / "agent-credentials.jsonl")
         print(
             f"""
 vmsched is running:

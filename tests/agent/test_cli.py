@@ -116,7 +116,6 @@ async def start_simulator(servers: Servers, *args: str) -> asyncio.subprocess.Pr
     )
 
 
-@pytest.mark.integration
 async def test_the_simulator_takes_commands_and_stops_cleanly_on_sigterm(
     servers: Servers, gateway: StandInGateway
 ) -> None:
@@ -148,7 +147,6 @@ async def test_the_simulator_takes_commands_and_stops_cleanly_on_sigterm(
     assert stopped["vms"] == 1
 
 
-@pytest.mark.integration
 async def test_the_simulator_stops_by_itself_after_stop_after(servers: Servers, gateway: StandInGateway) -> None:
     process = await start_simulator(
         servers, "--count", "2", "--prefix", f"cli{uuid.uuid4().hex[:6]}", "--profile", "mixed", "--stop-after", "0.5"
@@ -164,7 +162,6 @@ async def test_the_simulator_stops_by_itself_after_stop_after(servers: Servers, 
             await process.wait()
 
 
-@pytest.mark.integration
 async def test_with_credentials_each_simulated_host_connects_as_its_own_user(
     servers: Servers, gateway: StandInGateway, tmp_path: Path
 ) -> None:

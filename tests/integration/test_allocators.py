@@ -20,8 +20,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = f"alloc-{uuid.uuid4().hex[:6]}"
 POD_1, POD_2 = f"{SUITE}-p1", f"{SUITE}-p2"
 HOSTS = {f"{SUITE}-a": POD_1, f"{SUITE}-b": POD_1, f"{SUITE}-c": POD_2, f"{SUITE}-d": POD_2}

@@ -22,8 +22,6 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 from vmsched_redis.snapshot import Snapshot
 
-pytestmark = pytest.mark.integration
-
 SUITE = f"ded-{uuid.uuid4().hex[:6]}"
 MINE, SHARED = f"{SUITE}-a", f"{SUITE}-b"  # the dedicated host has the lower id: first_fit tries it first
 VM: dict[str, Any] = {"cpu": 1, "memory_mb": 256, "disk_gb": 1, "labels": {"suite": SUITE}, "strategy": "first_fit"}

@@ -19,8 +19,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = f"hier-{uuid.uuid4().hex[:6]}"
 # Cluster c1: three small hosts (24 vCPUs free in all) with the lowest ids; c2: one big host (32).
 A, B, C, D = (f"{SUITE}-{letter}" for letter in "abcd")

@@ -22,8 +22,6 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = "metrics"
 HOSTS = 3
 VMS = 6

@@ -23,8 +23,6 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 from vmsched_redis.snapshot import Snapshot
 
-pytestmark = pytest.mark.integration
-
 SUITE = f"net-{uuid.uuid4().hex[:6]}"
 # The host reaching only vlan-100 has the lowest id: ties (equally empty hosts) would go to it.
 NARROW, WIDE_1, WIDE_2 = f"{SUITE}-a", f"{SUITE}-b", f"{SUITE}-c"

@@ -19,8 +19,6 @@ from vmsched_redis.host_hash import SnapshotHost
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 
-pytestmark = pytest.mark.integration
-
 CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=2)
 ZERO = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
 

@@ -30,8 +30,6 @@ from tests.servers import Servers, copy_database
 from vmsched_contract.messages import Resources
 from vmsched_redis.snapshot import Snapshot
 
-pytestmark = pytest.mark.integration
-
 MEMORY = 65536
 DISK = 1000
 

@@ -13,8 +13,6 @@ from vmsched_agent.libvirt.host import VirtHost
 from vmsched_agent.libvirt.ports import BYTES_PER_GIB, DomainState, NoSuchDomain
 from vmsched_contract.messages import CommandAction, ReportedStatus, Resources
 
-pytestmark = pytest.mark.integration
-
 
 async def test_create_defines_and_starts_the_domain_named_by_the_vm_and_reports_running(
     make_libvirt_agent: MakeLibvirtAgent, gateway: StandInGateway, host: VirtHost, host_id: str

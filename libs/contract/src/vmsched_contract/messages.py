@@ -231,8 +231,9 @@ class UnschedulableReason(StrEnum):
     """Why no host takes a VM, when the answer is not one rule's name (``cpu``, ``labels``, ...)."""
 
     NO_AVAILABLE_AGENTS = "no_available_agents"  # no online host at all (seed 001's noAvailableAgents)
-    # Seed 001's invalidStrategy. Kept so that a subscriber's older code still parses, but published by no
-    # service: a vm.create naming an unknown strategy is invalid and dead-lettered (docs/placement.md).
+    # Seed 001's invalidStrategy, kept for the seed's vocabulary (and subscribers' older code) but never
+    # emitted: the API refuses an unknown strategy with 422, and a vm.create naming one is invalid and
+    # dead-lettered (docs/placement.md).
     INVALID_STRATEGY = "invalid_strategy"
 
 
@@ -377,7 +378,8 @@ class Unplaced(BaseModel):
     vm_id: UUID
     attempt: int
     reason: str = Field(
-        description="no_available_agents, all_or_nothing, or the rule that rejected the most hosts "
+        description="no_available_agents (no online host), all_or_nothing (a VM of a gang another VM of which "
+        "fits nowhere), reservation (its reservation holds no slot for it), or the rule that rejected the most hosts "
         "(cpu, memory, disk, gpu, extra, labels, host_selector, taints, server_group, spread, paused, offline, "
         "excluded, ...)"
     )
@@ -556,6 +558,11 @@ class AgentCommand(Message):
     resources: Resources
     attempt: int = 1
     migration: MigrationOrder | None = Field(default=None, description="set on a migration's commands")
+    overcommit: Overcommit | None = Field(
+        default=None,
+        description="the host's allocation ratios vmsched placed the VM by (the operator's overcommit over the "
+        "agent's own), on create and prepare_migration: an agent that checks room counts these; absent: its own",
+    )
 
 
 class ReportedStatus(StrEnum):

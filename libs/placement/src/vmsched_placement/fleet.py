@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from vmsched_placement.column_block import ColumnBlock
 from vmsched_placement.host_keys import HostKeys
 from vmsched_placement.model import GPU, ONLINE, Demand, HostState
 from vmsched_placement.scratch import Scratch
@@ -113,7 +114,7 @@ class FleetColumns:
     def __init__(self, hosts: Sequence[HostState]) -> None:
         self.hosts: list[HostState] = list(hosts)
         self.ids: list[str] = [host.id for host in self.hosts]
-        block = _Block(self.hosts)
+        block = ColumnBlock(self.hosts)
         self.online: BoolArray = block.online
         self.last_heartbeat: FloatArray = block.last_heartbeat
         self.paused: BoolArray = block.paused
@@ -297,7 +298,7 @@ class FleetColumns:
         for position, host in zip(reversed(positions), reversed(new_hosts), strict=True):
             self.ids.insert(position, host.id)
             self.hosts.insert(position, host)
-        block = _Block(new_hosts)
+        block = ColumnBlock(new_hosts)
         self.online = np.insert(self.online, positions, block.online)
         self.last_heartbeat = np.insert(self.last_heartbeat, positions, block.last_heartbeat)
         self.paused = np.insert(self.paused, positions, block.paused)
@@ -352,45 +353,8 @@ def _extra_free(host: HostState, name: str) -> float:
     return float(dict(host.capacity.extra).get(name, 0) - dict(host.allocated.extra).get(name, 0))
 
 
-class _Block:
-    """Columns for a run of hosts, built in one pass (fleet construction and batch inserts)."""
-
-    __slots__ = (
-        "allocated",
-        "divisor",
-        "effective",
-        "free",
-        "last_heartbeat",
-        "load",
-        "online",
-        "paused",
-        "utilisation",
-    )
-
-    def __init__(self, hosts: Sequence[HostState]) -> None:
-        count = len(hosts)
-        self.online: BoolArray = np.fromiter((h.status == ONLINE for h in hosts), np.bool_, count)
-        self.last_heartbeat: FloatArray = np.fromiter((h.last_heartbeat for h in hosts), np.float64, count)
-        self.paused: BoolArray = np.fromiter((h.scheduling_paused for h in hosts), np.bool_, count)
-        self.effective: FloatArray = _resource_rows([h.effective_capacity for h in hosts])
-        self.allocated: FloatArray = _resource_rows([h.allocated for h in hosts])
-        self.free: FloatArray = self.effective - self.allocated
-        self.divisor: FloatArray = np.maximum(self.effective, 1.0)
-        self.utilisation: FloatArray = self.allocated / self.divisor
-        self.load: FloatArray = self.utilisation[:2].copy()
-        measured = [(index, host.measured_load) for index, host in enumerate(hosts) if host.usage is not None]
-        if measured:
-            rows = np.fromiter((index for index, _ in measured), np.intp, len(measured))
-            self.load[:, rows] = np.array([load for _, load in measured], dtype=np.float64).T
-
-
 def _has(taints: tuple[Taint, ...], effect: str) -> bool:
     return any(taint.effect == effect for taint in taints)
-
-
-def _resource_rows(amounts: Sequence[Demand]) -> FloatArray:
-    flat = np.fromiter((value for amount in amounts for value in amount.as_tuple()), np.float64, 4 * len(amounts))
-    return np.ascontiguousarray(flat.reshape(len(amounts), 4).T)
 
 
 class Fleet:

@@ -1,12 +1,13 @@
-"""Work arrays a decision reuses instead of allocating in its hot path."""
+"""Work arrays of fleet length that decisions reuse, so that the hot path allocates nothing."""
 
 from __future__ import annotations
 
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
-BoolArray = npt.NDArray[np.bool_]
-FloatArray = npt.NDArray[np.float64]
+import numpy as np
+
+if TYPE_CHECKING:
+    from vmsched_placement.fleet import BoolArray, FloatArray
 
 
 class Scratch:

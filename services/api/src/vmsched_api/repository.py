@@ -32,6 +32,7 @@ from vmsched_pg.vm_actions import PowerAction
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
 _LOCK_HOST = text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id FOR UPDATE")
+_COUNT_RUNNING_ON = text("SELECT count(*) FROM vms WHERE hypervisor_id = :host AND status IN ('running', 'migrating')")
 # What a PATCH writes (the operator's fields), with each one's SQL type.
 _PATCH_COLUMNS: dict[str, str] = {
     "operator_labels": "jsonb",
@@ -232,6 +233,13 @@ class Repository:
                     text("SELECT count(*) FROM vms WHERE status = :waiting"), {"waiting": "waiting"}
                 )
             ).scalar_one()
+        return int(count)
+
+    @retry_on_dead_connection
+    async def count_running_on(self, host_id: str) -> int:
+        """The VMs running on the host: ``running``, or ``migrating`` away from it (still running there)."""
+        async with self.engine.connect() as connection:
+            count = (await connection.execute(_COUNT_RUNNING_ON, {"host": host_id})).scalar_one()
         return int(count)
 
     @retry_on_dead_connection

@@ -52,7 +52,8 @@ class SchedulingInfo:
     gpu_used: int
     gpu_total: int
     gpu_percent: float
-    running_vms: int
+    running_vms: int  # running there (or migrating away from it, running until the target runs it)
+    vms_holding_room: int  # every share of the host held: its VMs stopped or on their way too, reservation slots
     labels: Mapping[str, str]
     scheduling_paused: bool
     cpu_ratio: float
@@ -78,8 +79,8 @@ def percent(used: int, total: int) -> float:
     return 100.0 * used / total if total > 0 else 0.0
 
 
-def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> SchedulingInfo:
-    """The facts about ``host`` at time ``now`` (epoch seconds)."""
+def scheduling_info(host: HostRecord, now: float, offline_timeout: float, running_vms: int) -> SchedulingInfo:
+    """The facts about ``host`` at time ``now`` (epoch seconds), ``running_vms`` of its VMs running."""
     effective = allocatable_resources(host)
     used = host.allocated
     age = now - (host.last_heartbeat.timestamp() if host.last_heartbeat else 0.0)
@@ -99,7 +100,8 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> Sch
         gpu_used=used.gpu,
         gpu_total=effective.gpu,
         gpu_percent=percent(used.gpu, effective.gpu),
-        running_vms=host.vm_count,
+        running_vms=running_vms,
+        vms_holding_room=host.vm_count,
         labels=dict(host.labels),
         scheduling_paused=host.scheduling_paused,
         cpu_ratio=host.overcommit.cpu,
@@ -144,6 +146,8 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
         f"Disk: {float(info.disk_used_gb):.1f} GB/{float(info.disk_total_gb):.1f} GB ({info.disk_percent:.1f}% used)",
         f"Running VMs: {info.running_vms}",
     ]
+    if info.vms_holding_room != info.running_vms:
+        lines.append(f"Holding room: {info.vms_holding_room} (VMs stopped or on their way too, reservation slots)")
     if info.gpu_total > 0 or info.gpu_used > 0:
         lines.append(f"GPU: {info.gpu_used}/{info.gpu_total} ({info.gpu_percent:.1f}% used)")
     if info.extra_total or info.extra_used:

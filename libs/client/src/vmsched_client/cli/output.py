@@ -29,7 +29,9 @@ def stdout() -> Console:
 
 
 def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    # Soft wrap: a message is one line however long (a log or a script reads it whole), not folded at
+    # 80 columns when stderr is no terminal.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def progress() -> Progress:

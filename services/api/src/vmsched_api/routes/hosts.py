@@ -119,7 +119,8 @@ async def get_scheduling_info(host_id: str, services: ServicesDep, request: Requ
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    info = scheduling_info(host, time.time(), services.settings.agent_offline_timeout)
+    running = await services.repository.count_running_on(host_id)
+    info = scheduling_info(host, time.time(), services.settings.agent_offline_timeout, running)
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse(dataclasses.asdict(info))
     return PlainTextResponse(render_scheduling_info(info) + "\n")

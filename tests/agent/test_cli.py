@@ -72,6 +72,16 @@ def test_extra_resources_are_given_to_every_host() -> None:
     }
 
 
+def test_networks_are_given_to_every_host_each_once() -> None:
+    options = build_parser().parse_args(["simulate", "--count", "2", "--networks", "vlan-200, vlan-100,vlan-200"])
+
+    hosts = hosts_from_options(options)
+
+    assert [h.networks for h in hosts] == [["vlan-100", "vlan-200"]] * 2
+    plain = build_parser().parse_args(["simulate", "--count", "1"])
+    assert hosts_from_options(plain)[0].networks == []
+
+
 def test_an_unreadable_hosts_file_stops_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "hosts.json"
     bad.write_text('[{"id": "h1", "capacity": {"cpu": -1, "memory_mb": 1, "disk_gb": 1}}]')

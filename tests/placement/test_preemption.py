@@ -84,6 +84,15 @@ def test_only_hosts_passing_every_rule_but_resources_can_be_freed() -> None:
     assert [fleet.host_at(row).id for row in rows] == ["hv-2"]
 
 
+def test_a_host_dedicated_to_another_project_is_never_freed_for_a_vm() -> None:
+    fleet = Fleet.from_hosts([host("hv-1", used_cpu=16, dedicated_to="ml"), host("hv-2", used_cpu=16)])
+    context = DecisionContext(NOW, TIMEOUT, Weights(), random.Random(0), 0)
+    rows = preemptible_rows(fleet, request(cpu=8, project="web"), context)
+    assert [fleet.host_at(row).id for row in rows] == ["hv-2"]
+    rows = preemptible_rows(fleet, request(cpu=8, project="ml", dedicated=True), context)
+    assert [fleet.host_at(row).id for row in rows] == ["hv-1"]
+
+
 # -- properties -------------------------------------------------------------------------------------
 
 residents_lists = st.lists(

@@ -90,6 +90,15 @@ def test_spread_never_moves_to_or_from_a_host_that_cannot_migrate() -> None:
     assert plan.moves == ()
 
 
+def test_spread_never_moves_a_vm_onto_a_host_dedicated_to_another_project() -> None:
+    hosts = [capable(host("hv-01")), capable(host("hv-02", dedicated_to="ml")), capable(host("hv-03"))]
+    vms = [movable(f"vm-{i}", "hv-01") for i in range(6)]  # of project "default"
+    plan = plan_rebalance(fleet_with(hosts, vms), vms, Goal.SPREAD, context(), max_moves=50)
+    assert plan.moves
+    assert {move.target for move in plan.moves} == {"hv-03"}
+    replay(hosts, vms, plan, Goal.SPREAD)
+
+
 def test_spread_keeps_anti_affinity() -> None:
     rule = GroupRule(UUID(int=1), GroupPolicy.ANTI_AFFINITY, HOST_TOPOLOGY)
     hosts = [capable(host(f"hv-0{i}")) for i in range(1, 4)]

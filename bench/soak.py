@@ -67,7 +67,8 @@ SAMPLE_EVERY = 10.0
 MIGRATE_EVERY = 120.0 if MINUTES >= 30 else DURATION / 6
 DRAIN_EVERY = 300.0 if MINUTES >= 30 else DURATION / 4
 RESTART_EVERY = 600.0 if MINUTES >= 30 else DURATION / 3.5
-SENDERS = 8
+# Requests in flight at most, each way: enough that the rate holds while an answer takes half a second.
+SENDERS = 32
 # One row per VM, request, decision or drain ever (the journal is pruned after VMSCHED_JOURNAL_RETENTION,
 # 7 days): they grow with the churn by design.
 HISTORY_TABLES = {"vms", "audit", "decision_journal", "host_drains"}
@@ -304,7 +305,7 @@ def memory_growth(run: Run) -> dict[str, float]:
         for name, pid in sample.pids.items():
             key = (name, pid)
             started.setdefault(key, sample.at)
-            if sample.at - max(started[key], WARM_UP) < 0 or name not in sample.rss_mb:
+            if sample.at < started[key] + WARM_UP or name not in sample.rss_mb:
                 continue
             base = baseline.setdefault(key, sample.rss_mb[name])
             growth[name] = max(growth.get(name, 0.0), sample.rss_mb[name] / base)

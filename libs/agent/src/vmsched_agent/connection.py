@@ -156,11 +156,6 @@ class _QueueProbe:
     def _on_reopened(self, *_: object) -> None:
         self.reopened.set()
 
-    async def queue_exists(self, name: str, *, deadline: float) -> bool:
-        """Whether queue ``name`` exists; False as well when the deadline (event loop time)
-        passes while other questions are asked first."""
-        return await self.consumers(name, deadline=deadline) is not None
-
     async def consumers(self, name: str, *, deadline: float) -> int | None:
         """How many consumers queue ``name`` has; None when it does not exist, or when the
         deadline (event loop time) passes while other questions are asked first."""
@@ -299,7 +294,8 @@ class AgentConnection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + queue_wait_timeout
         for delay in _delays(QUEUE_WAIT_DELAYS, QUEUE_WAIT_MAX_DELAY):
-            if await self._probe.queue_exists(name, deadline=deadline):
+            consumers = await self._probe.consumers(name, deadline=deadline)
+            if consumers is not None:
                 break
             if loop.time() + delay > deadline:
                 raise AgentQueueMissing(
@@ -311,16 +307,16 @@ class AgentConnection:
             await asyncio.sleep(delay)
         consumer = Consumer(name, on_message, lane)
         self._consumers.add(consumer)
-        await self._take(consumer, loop.time())
+        await self._take(consumer, loop.time(), consumers)
         return consumer
 
-    async def _take(self, consumer: Consumer, now: float) -> None:
-        """Start ``consumer`` unless its queue is missing or another process consumes it; then put
-        it off for the keeper to try again."""
+    async def _take(self, consumer: Consumer, now: float, consumers: int | None = None) -> None:
+        """Start ``consumer`` unless its queue is missing or another process consumes it (as
+        ``consumers`` says when just asked, else asked here); then put it off for the keeper to try
+        again."""
         probe = self._probe
-        consumers = (
-            None if probe is None else await probe.consumers(consumer.queue_name, deadline=now + PROBE_REOPEN_TIMEOUT)
-        )
+        if consumers is None and probe is not None:
+            consumers = await probe.consumers(consumer.queue_name, deadline=now + PROBE_REOPEN_TIMEOUT)
         if consumers is None:
             consumer.put_off(now)
             return

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord
+from vmsched_contract.fencing import FencedBy
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import (
     MAX_EXTRA_AMOUNT,
@@ -408,6 +409,10 @@ class Host(BaseModel):
         description="measured by its agent, as of its last heartbeat; null when it reports none "
         "(or the snapshot is unreachable)",
     )
+    fenced_at: datetime | None = Field(
+        default=None, description="when the host was declared down (fenced); null: not fenced"
+    )
+    fenced_by: FencedBy | None = Field(default=None, description="who fenced it: operator or command")
 
 
 class OvercommitPatch(BaseModel):

@@ -399,6 +399,7 @@ class HostStatus(StrEnum):
     DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_domain.drain)
     OFFLINE = "offline"
     DRAINED = "drained"  # an operator's drain emptied it; it stays paused until the drain is ended
+    FENCED = "fenced"  # declared down (an operator, or the fence command): takes no VM until unfenced
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.

@@ -120,6 +120,8 @@ class HostRecord:
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    fenced_at: datetime | None = None  # declared down (docs/operations.md#fencing); None: not fenced
+    fenced_by: str | None = None  # "operator" or "command"
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

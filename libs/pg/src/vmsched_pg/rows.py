@@ -98,6 +98,8 @@ HOST_FIELDS = (
     "operator_memory_ratio",
     "operator_disk_ratio",
     "capabilities",
+    "fenced_at",
+    "fenced_by",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -205,6 +207,8 @@ def host_from_row(row: Any) -> HostRecord:
         operator_taints=taints_of(row.operator_taints),
         operator_overcommit=ratio_overrides_of_row(row),
         capabilities=tuple(row.capabilities or ()),
+        fenced_at=row.fenced_at,
+        fenced_by=row.fenced_by,
     )
 
 

@@ -1,4 +1,4 @@
-"""``vmsched hosts``: the fleet; list hosts, cordon them for maintenance, drain and remove them."""
+"""``vmsched hosts``: the fleet; list hosts, cordon them for maintenance, drain, fence and remove them."""
 
 from __future__ import annotations
 
@@ -45,6 +45,19 @@ def cordon_host(host_id: HostIdArgument) -> None:
 def uncordon_host(host_id: HostIdArgument) -> None:
     """Resume scheduling on the host."""
     show_one(state().output, state().client().resume_host(host_id))
+
+
+@command(commands, "fence")
+def fence_host(host_id: HostIdArgument) -> None:
+    """Declare the host down now (it is powered off, or burning): its VMs fail and their restart policy
+    applies; it takes no VM until `hosts unfence`; its agent, if it comes back, deletes every VM it runs."""
+    show_one(state().output, state().client().fence_host(host_id))
+
+
+@command(commands, "unfence")
+def unfence_host(host_id: HostIdArgument) -> None:
+    """Put a fenced host back in service: it takes VMs again once its agent is heard from."""
+    show_one(state().output, state().client().unfence_host(host_id))
 
 
 @command(commands, "delete")

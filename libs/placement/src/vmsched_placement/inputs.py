@@ -12,6 +12,7 @@ from vmsched_contract.messages import Resources, VmToPlace
 from vmsched_contract.strategy import Strategy
 from vmsched_placement.model import (
     Demand,
+    FailoverReserve,
     Migration,
     PlacementGroup,
     PlacementRequest,
@@ -50,6 +51,7 @@ def placement_request(
     exclude_hosts: Iterable[str] = (),
     group: PlacementGroup | None = None,
     migration: Migration | None = None,
+    reserve: FailoverReserve | None = None,
 ) -> PlacementRequest:
     """What the engine is asked for ``vm``: the VM as its message carries it, decided by ``strategy``,
     less the hosts it already failed on and ``exclude_hosts``; ``migration`` when it is a running VM's
@@ -65,4 +67,5 @@ def placement_request(
         tolerations=tolerations_of(vm.tolerations),
         group=group,
         migration=migration,
+        reserve=reserve,
     )

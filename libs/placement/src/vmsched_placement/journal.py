@@ -49,6 +49,7 @@ from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
     DecisionContext,
     Demand,
+    FailoverReserve,
     HostState,
     Migration,
     PlacementGroup,
@@ -132,6 +133,9 @@ def encode_request(r: PlacementRequest) -> Json:
         "t": [[t.key, t.operator, t.value, t.effect] for t in r.tolerations],
         "g": group,
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
+        "r": None
+        if r.reserve is None
+        else [r.reserve.reserve_hosts, {z: list(a) for z, a in r.reserve.headroom.items()}],
     }
 
 
@@ -151,7 +155,15 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         tolerations=tuple(Toleration(k, op, val, e) for k, op, val, e in v["t"]),
         group=group,
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
+        reserve=_to_reserve(v.get("r")),
     )
+
+
+def _to_reserve(v: Json) -> FailoverReserve | None:
+    if v is None:
+        return None
+    reserve_hosts, headroom = v
+    return FailoverReserve(int(reserve_hosts), {zone: (a[0], a[1], a[2], a[3]) for zone, a in headroom.items()})
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from vmsched_contract.messages import SelectorOperator, add_counts
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.ha_reserve import Amounts
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
@@ -166,6 +167,16 @@ class PlacementGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class FailoverReserve:
+    """HA capacity (VMSCHED_HA_RESERVE_HOSTS, :mod:`vmsched_domain.ha_reserve`): each zone's failover
+    headroom as known at this decision (PostgreSQL's at the start of the round, less the round's own
+    choices so far). A zone absent has no headroom."""
+
+    reserve_hosts: int
+    headroom: Mapping[str, Amounts]
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """One VM to place."""
 
@@ -179,6 +190,7 @@ class PlacementRequest:
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None  # its server group, if it joins one
     migration: Migration | None = None  # set when choosing the target of a migration
+    reserve: FailoverReserve | None = None  # set when VMSCHED_HA_RESERVE_HOSTS keeps room for failures
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +245,7 @@ class RequestVector:
     group: PlacementGroup | None = None
     extra: Extras = ()  # named extra resources asked for
     migration: Migration | None = None
+    reserve: FailoverReserve | None = None
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -251,6 +264,7 @@ class RequestVector:
             group=request.group,
             extra=demand.extra,
             migration=request.migration,
+            reserve=request.reserve,
         )
 
     def demanded(self, resource: int) -> int:

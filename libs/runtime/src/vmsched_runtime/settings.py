@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     # With no fence command: whether a lost host's VMs are restarted anyway (true: the behaviour
     # before fencing existed) or kept unknown until an operator fences the host (host.fence_needed).
     restart_unfenced: bool = True
+    # HA capacity (docs/operations.md#ha-capacity; vSphere HA's "host failures the cluster tolerates"):
+    # a placement that would leave a zone unable to restart the VMs of its N largest hosts on its
+    # other hosts is refused (reason ha_reserve). 0: no room is kept.
+    ha_reserve_hosts: Annotated[int, Field(ge=0, le=1000)] = 0
 
     api_host: str = "127.0.0.1"
     api_port: Annotated[int, Field(ge=1, le=65535)] = 8000

@@ -36,6 +36,7 @@ from vmsched_scheduler.journal_pruning import prune_forever
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
+from vmsched_scheduler.reserve import PostgresReserve
 from vmsched_scheduler.round import SchedulingRound
 from vmsched_scheduler.round_items import RoundSettings
 from vmsched_scheduler.waiting.waker import Waker
@@ -94,6 +95,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
         rng=random.Random(),
         groups=groups,
+        reserve=PostgresReserve(engine, settings.ha_reserve_hosts),
         journal=DecisionJournal(
             partial(journal.append, engine),
             weights,

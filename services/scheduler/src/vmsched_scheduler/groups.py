@@ -22,6 +22,7 @@ from vmsched_placement.model import PlacementGroup
 from vmsched_redis.claims import GroupClaim
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
+from vmsched_scheduler.reserve import RoundReserve
 
 log = get_logger(__name__)
 
@@ -60,22 +61,31 @@ class ServerGroups:
 
 
 class RoundGroups:
-    """The groups of one pass's VMs."""
+    """The groups of one pass's VMs; and, beside them, the other room the pass books as it decides:
+    the HA reserve's headroom (vmsched_scheduler.reserve), None when none is kept."""
 
-    def __init__(self, rules: Mapping[UUID, GroupRule], members: Mapping[UUID, Mapping[str, int]]) -> None:
+    def __init__(
+        self,
+        rules: Mapping[UUID, GroupRule],
+        members: Mapping[UUID, Mapping[str, int]],
+        reserve: RoundReserve | None = None,
+    ) -> None:
         self.rules = dict(rules)
         self.members = {group_id: dict(members.get(group_id, {})) for group_id in self.rules}
+        self.reserve = reserve
 
     @classmethod
-    async def load(cls, source: GroupSource | None, vms: Iterable[VmToPlace]) -> RoundGroups:
+    async def load(
+        cls, source: GroupSource | None, vms: Iterable[VmToPlace], reserve: RoundReserve | None = None
+    ) -> RoundGroups:
         wanted = sorted({vm.server_group for vm in vms if vm.server_group is not None})
         if source is None or not wanted:
-            return cls({}, {})
+            return cls({}, {}, reserve)
         rules = await source.rules(wanted)
         for group_id in set(wanted) - set(rules):
             # The API refuses to delete a group with members: a VM of a deleted one is placed freely.
             log.warning("server group of a VM to place not found; placing it without", group_id=str(group_id))
-        return cls(rules, await source.members(sorted(rules)))
+        return cls(rules, await source.members(sorted(rules)), reserve)
 
     def placement_group(self, vm: VmToPlace) -> PlacementGroup | None:
         """The engine's view of the VM's group: a copy of the members now."""

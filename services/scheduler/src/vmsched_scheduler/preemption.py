@@ -55,7 +55,7 @@ async def _preempt_once(
     """One try of :func:`preempt`: True when made, False when nothing can be, None to try again."""
     rnd = scheduling_round
     vm = choice.vm
-    request = choice.work.request(choice.placement_group)
+    request = choice.work.request(choice.placement_group, choice.reserve)
     # Among equally cheap hosts one is drawn from a seed of its own, kept in the journal.
     seed = rnd.rng.getrandbits(63)
     context = seeded(rnd.context(), seed)

@@ -57,6 +57,7 @@ from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
+from vmsched_scheduler.reserve import ReserveSource, RoundReserve
 from vmsched_scheduler.round_items import (
     Assigned,
     Choice,
@@ -141,6 +142,7 @@ class SchedulingRound:
         rng: random.Random | None = None,
         groups: GroupSource | None = None,
         journal: DecisionJournal | None = None,
+        reserve: ReserveSource | None = None,
     ) -> None:
         self.fleet = fleet
         self.claims = claims
@@ -150,6 +152,7 @@ class SchedulingRound:
         self.rng = rng or random.Random()
         self.groups = groups
         self.journal = journal
+        self.reserve = reserve
 
     # -- the entry points ------------------------------------------------------------------------
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
@@ -190,7 +193,9 @@ class SchedulingRound:
         open_vms = await kind.prepare(open_vms, outcomes)
         if not open_vms:
             return []
-        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
+        groups = await RoundGroups.load(
+            self.groups, (work.item.vm for work in open_vms), await RoundReserve.load(self.reserve)
+        )
         choices, fleet = await self.decide_all(open_vms, groups)
         choices = await kind.revisit(choices, fleet, groups)
         again, claimed = await kind.claim(choices, fleet)
@@ -234,7 +239,7 @@ class SchedulingRound:
 
     def _fits_now(self, choice: Choice) -> bool:
         """Whether a host of the copy as it is now takes the VM (no journal entry: only a check)."""
-        request = choice.work.request(choice.placement_group)
+        request = choice.work.request(choice.placement_group, choice.reserve)
         context = seeded(self.context(), 0)
         if traced_decide(self.fleet.fleet, request, context, None, fallbacks=0).host_id is not None:
             return True
@@ -266,6 +271,8 @@ class SchedulingRound:
             if choice.decision.host_id is not None:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
                 groups.book(work.item.vm, fleet, choice.decision.host_id)
+                if groups.reserve is not None and work.move is None:
+                    groups.reserve.book(fleet, choice.decision.host_id, demand_of(work.item.vm.resources).as_tuple())
             choices.append(choice)
         if self.journal is not None:
             await self.journal.flush([c.journal for c in choices if c.journal is not None])
@@ -274,7 +281,8 @@ class SchedulingRound:
     def _decide(self, work: OpenVm, context: DecisionContext, groups: RoundGroups) -> Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
-        request = work.request(placement_group)
+        reserve = groups.reserve.failover() if groups.reserve is not None and work.move is None else None
+        request = work.request(placement_group, reserve)
         # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
         seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
         context = seeded(context, seed)
@@ -298,7 +306,16 @@ class SchedulingRound:
         # The fleet is not yet booked with this VM: the journal sees what the engine saw.
         journal = None if self.journal is None else self.journal.note(self.fleet.fleet, request, context, seed)
         group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
-        return Choice(work, decision, seconds, ignored, group=group, placement_group=placement_group, journal=journal)
+        return Choice(
+            work,
+            decision,
+            seconds,
+            ignored,
+            group=group,
+            placement_group=placement_group,
+            reserve=reserve,
+            journal=journal,
+        )
 
     # -- 2. claim, one VM at a time --------------------------------------------------------------
     async def claim_each(self, choices: list[Choice], fleet: Fleet) -> tuple[list[OpenVm], list[Choice]]:
@@ -434,7 +451,9 @@ class SchedulingRound:
         """A few hosts each rule rejected for the VM, with the numbers (as the fleet is now)."""
         if not choice.decision.considered:
             return {}
-        found = rejected_examples(self.fleet.fleet, choice.work.request(choice.placement_group), self.context())
+        found = rejected_examples(
+            self.fleet.fleet, choice.work.request(choice.placement_group, choice.reserve), self.context()
+        )
         return {rule: [RejectedHost(host=host, reason=why) for host, why in hosts] for rule, hosts in found.items()}
 
     def no_host_of(self, choice: Choice) -> NoHost:

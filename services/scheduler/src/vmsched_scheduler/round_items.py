@@ -20,7 +20,7 @@ from vmsched_domain.lifecycle import HOLDS_CAPACITY
 from vmsched_domain.records import VmRecord
 from vmsched_placement import NO_AVAILABLE_AGENTS, Decision, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request
-from vmsched_placement.model import Migration, PlacementGroup
+from vmsched_placement.model import FailoverReserve, Migration, PlacementGroup
 from vmsched_redis.claims import GroupClaim
 from vmsched_scheduler.metrics import PLACEMENTS
 from vmsched_scheduler.ports import Placement
@@ -100,9 +100,10 @@ class OpenVm:
         claim in this round and, for a migration, its source."""
         return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
-    def request(self, group: PlacementGroup | None) -> PlacementRequest:
+    def request(self, group: PlacementGroup | None, reserve: FailoverReserve | None = None) -> PlacementRequest:
         """What the engine is asked for it: the VM as its message carries it, less the hosts this
-        round or its earlier deliveries left out for it (and, for a migration, its source)."""
+        round or its earlier deliveries left out for it (and, for a migration, its source); the HA
+        reserve's headroom as the pass knew it when the VM was decided."""
         move = self.move
         return placement_request(
             self.item.vm,
@@ -110,6 +111,7 @@ class OpenVm:
             exclude_hosts=self.always_out(),
             group=group,
             migration=None if move is None else Migration(move.source, move.target_host),
+            reserve=reserve,
         )
 
 
@@ -127,6 +129,7 @@ class Choice:
     # Its server group as the engine saw it when deciding. Kept here, not on the round: a gang's
     # round may run beside a batched one.
     placement_group: PlacementGroup | None = None
+    reserve: FailoverReserve | None = None  # the HA reserve's headroom as the engine saw it
     gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
     journal: JournalRef | None = None  # where its inputs are kept
 

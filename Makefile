@@ -59,7 +59,11 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/e2e_bench.py
 	$(PY) bench/rebalance_bench.py
 	$(PY) bench/drain_bench.py
+	$(PY) bench/fence_bench.py
 	$(PY) bench/journal_bench.py
+
+bench-fence: .venv/.synced servers ## a fenced host's 100 VMs running again elsewhere (3 runs, median)
+	$(PY) bench/fence_bench.py
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs

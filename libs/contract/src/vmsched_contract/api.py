@@ -307,6 +307,13 @@ class ServerGroupRequest(BaseModel):
     max_skew: Whole = Field(
         default=1, ge=1, le=100_000, description="spread: how far a domain's count may exceed the emptiest one's"
     )
+    max_unavailable: Whole | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="disruption budget: drains, rebalance plans and preemption take a member only while fewer "
+        "than this many are unavailable (not running); null: no budget (docs/operations.md#disruption-budgets)",
+    )
 
 
 class ServerGroup(ServerGroupRequest):

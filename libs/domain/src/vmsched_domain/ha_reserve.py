@@ -73,7 +73,7 @@ def shortfall(demand: Amounts, room: Amounts) -> int | None:
     """The first resource row ``demand`` asks more of than ``room`` holds, or None if it fits. A
     resource it asks none of is not checked (as the fit rule: a zone short of GPUs takes VMs without)."""
     return next(
-        (row for row, (asked, kept) in enumerate(zip(demand, room, strict=True)) if 0 < asked and kept < asked), None
+        (row for row, (asked, kept) in enumerate(zip(demand, room, strict=True)) if asked > 0 and kept < asked), None
     )
 
 

@@ -134,6 +134,7 @@ class ServerGroupRecord:
     rule: GroupRule
     created_at: datetime | None
     project: str = DEFAULT_PROJECT
+    max_unavailable: int | None = None  # its disruption budget (vmsched_domain.disruption); None: none
 
 
 @dataclass(frozen=True, slots=True)

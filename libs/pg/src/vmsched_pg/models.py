@@ -218,6 +218,9 @@ class ServerGroupRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # The project that owns it; VMs of that project only may join it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
+    # Its disruption budget (vmsched_domain.disruption): drains, rebalance plans and preemption take a
+    # member only while fewer than this many are unavailable. NULL: no budget. At least 0 (0030).
+    max_unavailable: Mapped[int | None] = mapped_column(Integer)
 
 
 class SchedulerSettingRow(Base):

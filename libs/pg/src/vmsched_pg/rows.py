@@ -103,7 +103,17 @@ HOST_FIELDS = (
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
-SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at", "project")
+SERVER_GROUP_FIELDS = (
+    "id",
+    "name",
+    "policy",
+    "topology_key",
+    "max_per_domain",
+    "max_skew",
+    "created_at",
+    "project",
+    "max_unavailable",
+)
 SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 RESERVATION_FIELDS = (
@@ -225,6 +235,7 @@ def server_group_from_row(row: Any) -> ServerGroupRecord:
         ),
         created_at=row.created_at,
         project=row.project,
+        max_unavailable=row.max_unavailable,
     )
 
 

@@ -178,7 +178,7 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
         return "extra"
     if req.reserve is not None:
         room = req.reserve.headroom.get(h.labels.get("zone", ""))
-        if room is None or any(0 < asked and kept < asked for asked, kept in zip(demand, room, strict=True)):
+        if room is None or any(asked > 0 and kept < asked for asked, kept in zip(demand, room, strict=True)):
             return "ha_reserve"
     return None
 

@@ -108,6 +108,7 @@ class Committed(enum.Enum):
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
     VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
+    BUDGET_SPENT = "budget_spent"  # preemption: a victim's server group has no disruption budget left
     NO_SLOT = "no_slot"  # its reservation holds no slot for it (used up, ended, not placed, not its project's)
     SLOT_BUSY = "slot_busy"  # its reservation is not placed yet, or its slots are being taken: try again
 

@@ -12,9 +12,7 @@ from vmsched_domain.ha_reserve import NO_ZONE, Amounts, ReserveHost, headroom, s
 
 
 def host(host_id: str, effective: int, allocated: int, unrestartable: int = 0, zone: str = NO_ZONE) -> ReserveHost:
-    return ReserveHost(
-        host_id, zone, (effective, 0, 0, 0), (allocated, 0, 0, 0), (unrestartable, 0, 0, 0)
-    )
+    return ReserveHost(host_id, zone, (effective, 0, 0, 0), (allocated, 0, 0, 0), (unrestartable, 0, 0, 0))
 
 
 def tolerates(hosts: list[ReserveHost], lost: int, row: int = 0) -> bool:

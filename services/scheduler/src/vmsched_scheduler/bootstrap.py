@@ -91,7 +91,9 @@ def build_app(settings: Settings) -> SchedulerApp:
     scheduling_round = SchedulingRound(
         fleet,
         snapshot,
-        PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
+        PostgresLedger(
+            engine, default_strategy=settings.scheduling_strategy, ha_reserve_hosts=settings.ha_reserve_hosts
+        ),
         RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
         rng=random.Random(),
         groups=groups,

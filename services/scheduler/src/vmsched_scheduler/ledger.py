@@ -55,13 +55,14 @@ from vmsched_scheduler.ports import (
     SlotTaken,
     TargetClaim,
 )
+from vmsched_scheduler.reserve_guard import refused_by_reserve
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
 NO_HOST_WAIT = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_WAIT)
 _FIELDS = [rule.field for rule in RESOURCES]
 # What PostgreSQL's guards refuse: in an all-or-nothing call, one of them undoes every placement.
-_REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED})
+_REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED, Committed.RESERVE_REFUSED})
 
 # Locks, taken as every writer takes them: the VMs first, in id order, then their server groups, then
 # their hosts, in id order
@@ -269,8 +270,11 @@ def slot_record(record: PlacementRecord, host_id: str, slot: Mapping[str, Any] |
 
 
 class PostgresLedger:
-    def __init__(self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0, ha_reserve_hosts: int = 0
+    ) -> None:
         self.engine = engine
+        self.ha_reserve_hosts = ha_reserve_hosts  # VMSCHED_HA_RESERVE_HOSTS: placements keep the reserve
         self._configured_default = default_strategy
         self._cached_default: tuple[float, Strategy] | None = None
         self._strategy_ttl = strategy_ttl
@@ -299,7 +303,11 @@ class PostgresLedger:
                 rows = await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
                 labels = {row.id: row.labels or {} for row in rows}
                 savepoint = await connection.begin_nested() if all_or_nothing else None
-                placed = await self._settle_placements(connection, moving, labels)
+                kept_out = await refused_by_reserve(connection, moving, self.ha_reserve_hosts)
+                placed = {vm_id: PlacementResult(Committed.RESERVE_REFUSED) for vm_id in kept_out}
+                inside = [p for p in moving if p.vm_id not in kept_out]
+                if inside:
+                    placed.update(await self._settle_placements(connection, inside, labels))
                 if savepoint is not None:
                     if any(r.outcome in _REFUSED for r in placed.values()):
                         await savepoint.rollback()

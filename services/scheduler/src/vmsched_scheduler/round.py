@@ -382,7 +382,7 @@ class SchedulingRound:
                 outcomes[choice.work.index] = Assigned(
                     assignment_of(choice.vm, placement, result.scheduled_at), True, self.log_lines(choice.vm, placement)
                 )
-            elif result.outcome in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED):
+            elif result.outcome in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED, Committed.RESERVE_REFUSED):
                 self.refused(choice, placement.host_id, "postgres", result.outcome.value)
                 release.append(placement)
                 again.append(choice.work)

@@ -5,6 +5,7 @@ shows what is left per zone."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -140,4 +141,35 @@ async def test_vms_that_never_restart_need_no_room_kept_for_them(api: httpx.Asyn
         vms = await settled(api, restartable)
         assert sorted(vm["status"] for vm in vms.values()) == ["running", "running", "unschedulable"]
         report = await check(servers.asyncpg_dsn, never + restartable)
+    assert report.problems == []
+
+
+async def test_a_vm_waiting_for_room_the_reserve_keeps_is_not_woken_until_room_outside_it_appears(
+    api: httpx.AsyncClient, servers: Servers
+) -> None:
+    async with zone(servers, api, "hrc"):
+        placed = await create(api, "hrc", 8, "on_failure")
+        assert {vm["status"] for vm in (await settled(api, placed)).values()} == {"running"}
+        body = {"name": "hrc-waits", **VM, "labels": {"zone": "hrc"}, "restart_policy": "on_failure", "wait_s": 300}
+        response = await api.post("/v1/vms", json=body)
+        assert response.status_code == 202, response.text
+        waits = response.json()["id"]
+        waiting = await eventually(
+            lambda: api.get(f"/v1/vms/{waits}"),
+            lambda r: r.json()["status"] == "waiting",
+            timeout=30,
+            what="the VM waiting",
+        )
+        assert waiting.json()["status_reason"].startswith("ha_reserve"), waiting.json()
+        # The hosts have room of their own, but the reserve keeps it: the waker leaves the VM waiting
+        # (five checks of its own later, not one more decision).
+        await asyncio.sleep(5.0)
+        again = (await api.get(f"/v1/vms/{waits}")).json()
+        assert (again["status"], again["attempt"]) == ("waiting", waiting.json()["attempt"])
+        # Room outside the reserve: a VM goes, the waiting one takes its place.
+        assert (await api.delete(f"/v1/vms/{placed[0]}")).status_code == 202
+        await eventually(
+            lambda: api.get(f"/v1/vms/{waits}"), lambda r: r.json()["status"] == "running", timeout=60, what="placed"
+        )
+        report = await check(servers.asyncpg_dsn, [*placed, waits])
     assert report.problems == []

@@ -115,7 +115,13 @@ def build_app(settings: Settings) -> SchedulerApp:
     migrations = MigrationIntake(scheduling_round, publisher, max_moves=ROUND_SIZE)
     subscribe(broker, intake, migrations)
     waker = Waker(
-        engine, snapshot, publisher, offline_timeout=settings.agent_offline_timeout, weights=weights, groups=groups
+        engine,
+        snapshot,
+        publisher,
+        offline_timeout=settings.agent_offline_timeout,
+        weights=weights,
+        groups=groups,
+        reserve=PostgresReserve(engine, settings.ha_reserve_hosts),
     )
 
     async def on_ready(background: BackgroundTasks) -> None:

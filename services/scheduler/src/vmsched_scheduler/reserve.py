@@ -9,7 +9,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_domain.ha_reserve import Amounts, ReserveHost, booked, headroom, zone_of
+from vmsched_domain.ha_reserve import NOTHING, Amounts, ReserveHost, booked, headroom, shortfall, zone_of
 from vmsched_pg.failover import read_reserve_hosts
 from vmsched_placement import Fleet
 from vmsched_placement.model import FailoverReserve
@@ -47,6 +47,14 @@ class RoundReserve:
     def failover(self) -> FailoverReserve:
         """The engine's view: a copy of the headroom now."""
         return FailoverReserve(self.reserve_hosts, dict(self.room))
+
+    def admits(self, fleet: Fleet, host_id: str, demand: Amounts) -> bool:
+        """Whether a VM of ``demand`` on ``host_id`` leaves its zone's headroom; booked if it does."""
+        host = fleet.host(host_id)
+        if host is None or shortfall(demand, self.room.get(zone_of(host.labels), NOTHING)) is not None:
+            return False
+        self.book(fleet, host_id, demand)
+        return True
 
     def book(self, fleet: Fleet, host_id: str, demand: Amounts) -> None:
         """Take a VM placed on ``host_id`` off its zone's headroom, for the decisions after it."""

@@ -28,6 +28,7 @@ from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.metrics_server import SCHEDULER_METRICS_PORT
 from vmsched_runtime.settings import Settings
+from vmsched_scheduler.evictions import PostgresEvictions
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
@@ -88,6 +89,7 @@ def build_app(settings: Settings) -> SchedulerApp:
     fleet = FleetCache(snapshot, min_refresh_interval=0.02, usage_refresh_interval=settings.usage_refresh_interval)
     weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
     groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
+    publisher = Publisher(broker)
     scheduling_round = SchedulingRound(
         fleet,
         snapshot,
@@ -98,6 +100,7 @@ def build_app(settings: Settings) -> SchedulerApp:
         rng=random.Random(),
         groups=groups,
         reserve=PostgresReserve(engine, settings.ha_reserve_hosts),
+        evictions=PostgresEvictions(engine, publisher),
         journal=DecisionJournal(
             partial(journal.append, engine),
             weights,
@@ -105,7 +108,6 @@ def build_app(settings: Settings) -> SchedulerApp:
             retention=settings.journal_retention,
         ),
     )
-    publisher = Publisher(broker)
     intake = PlacementIntake(
         scheduling_round,
         publisher,

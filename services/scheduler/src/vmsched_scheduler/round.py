@@ -53,6 +53,7 @@ from vmsched_placement.whatif import unplaced_detail
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler import gangs, migration_round, preemption, reservation_slots
+from vmsched_scheduler.evictions import Evictions
 from vmsched_scheduler.groups import GroupSource, RoundGroups
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
@@ -143,6 +144,7 @@ class SchedulingRound:
         groups: GroupSource | None = None,
         journal: DecisionJournal | None = None,
         reserve: ReserveSource | None = None,
+        evictions: Evictions | None = None,
     ) -> None:
         self.fleet = fleet
         self.claims = claims
@@ -153,6 +155,7 @@ class SchedulingRound:
         self.groups = groups
         self.journal = journal
         self.reserve = reserve
+        self.evictions = evictions  # preemption that moves its victims (None: victims are deleted)
 
     # -- the entry points ------------------------------------------------------------------------
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:

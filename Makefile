@@ -59,10 +59,14 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/e2e_bench.py
 	$(PY) bench/rebalance_bench.py
 	$(PY) bench/drain_bench.py
+	$(PY) bench/fence_bench.py
 	$(PY) bench/journal_bench.py
 
 soak: .venv/.synced servers ## an hour (VMSCHED_SOAK_MINUTES, 60) of churn on 1,000 simulated hosts with restarts, migrations and drains, watched; figures in docs/img/soak.png (never part of make test)
 	$(PY) bench/soak.py
+
+bench-fence: .venv/.synced servers ## a fenced host's 100 VMs running again elsewhere (3 runs, median)
+	$(PY) bench/fence_bench.py
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs

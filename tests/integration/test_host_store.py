@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_contract.fencing import FencedBy
 from vmsched_contract.messages import AgentHeartbeat, Resources
 from vmsched_contract.status import VmStatus
 from vmsched_gateway.host_store import HostStore
+from vmsched_pg.fences import FenceStore, NotFenced
 
 OFFLINE = 15.0
 LOST = 300.0
@@ -100,7 +103,9 @@ async def test_a_lost_host_fails_its_unknown_vms_deletes_its_deleting_ones_and_f
     recent = await host_with_vm(private_engine, "hv-l2", silent_for=20)
     await store.silence(OFFLINE)
 
-    changes = await store.lose(LOST, exclude_for=600)
+    lost = await store.lost_hosts(LOST)
+    assert [(host.host_id, host.fenced, host.tried) for host in lost] == [("hv-l1", False, False)]
+    changes = await store.lose(LOST, hosts=["hv-l1", "hv-l2"], exclude_for=600)
 
     assert sorted((c.after.id, c.after.status) for c in changes) == sorted(
         [(unknown, VmStatus.FAILED), (deleting, VmStatus.DELETED)]
@@ -111,7 +116,8 @@ async def test_a_lost_host_fails_its_unknown_vms_deletes_its_deleting_ones_and_f
     assert "hv-l1" in failed.exclusions  # a restart goes elsewhere first
     assert failed.status_reason is not None
     assert "AGENT_LOST_TIMEOUT" in failed.status_reason
-    assert await store.lose(LOST, exclude_for=600) == []  # once
+    assert await store.lose(LOST, hosts=["hv-l1"], exclude_for=600) == []  # once
+    assert await store.lost_hosts(LOST) == []
 
 
 async def test_a_returning_host_settles_its_unknown_vms_from_what_its_heartbeat_lists(
@@ -154,3 +160,60 @@ async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere
 
     assert sorted((host, row.id) for host, row in orphans) == sorted([("hv-p1", moved), ("hv-p3", failed)])
     assert {row.name for _, row in orphans} == {"v"}  # enough for the delete command
+
+
+async def test_a_fenced_host_has_every_vm_it_holds_failed_at_once_and_stays_fenced_when_its_agent_is_back(
+    private_engine: AsyncEngine,
+) -> None:
+    store = HostStore(private_engine)
+    fences = FenceStore(private_engine)
+    running = await host_with_vm(private_engine, "hv-f1", silent_for=1)  # heard from a second ago
+    stopped = await host_with_vm(private_engine, "hv-f1", silent_for=1, status="stopped")
+    elsewhere = await host_with_vm(private_engine, "hv-f2", silent_for=1)
+
+    fenced = await fences.fence("hv-f1", FencedBy.OPERATOR)
+    assert fenced is not None
+    assert (fenced.newly, fenced.host.status, fenced.host.fenced_by) == (True, "fenced", "operator")
+    again = await fences.fence("hv-f1", FencedBy.COMMAND)
+    assert again is not None
+    assert (again.newly, again.host.fenced_by) == (False, "operator")  # nothing changed
+    assert await fences.fence("hv-nowhere", FencedBy.OPERATOR) is None
+
+    changes = await store.fail_fenced(exclude_for=600)
+    assert sorted(str(c.after.id) for c in changes) == sorted([str(running), str(stopped)])
+    assert {c.after.status for c in changes} == {VmStatus.FAILED}
+    assert await status_of(private_engine, elsewhere) == "running"
+    assert await allocation(private_engine, "hv-f1") == (0, 0)
+    assert await store.fail_fenced(exclude_for=600) == []  # once
+
+    # Its agent heartbeats again, still running the VM: the host stays fenced, the VM is an orphan.
+    folded = await store.fold_heartbeats(
+        [AgentHeartbeat(agent_id="hv-f1", capacity=CAPACITY, vm_ids=[running])], takeover_after=OFFLINE
+    )
+    assert [(host.host_id, host.fenced) for host in folded.hosts] == [("hv-f1", True)]
+    assert folded.returned == []
+    assert [(host, vm.id) for host, vm in await store.orphans([("hv-f1", [running])])] == [("hv-f1", running)]
+    async with private_engine.connect() as connection:
+        assert await connection.scalar(text("SELECT status FROM hosts WHERE id = 'hv-f1'")) == "fenced"
+    # Nor does a silence make it offline: it stays fenced until an operator unfences it.
+    await store.silence(0.0001)
+    unfenced = await fences.unfence("hv-f1", offline_after=OFFLINE)
+    assert unfenced is not None
+    assert (unfenced.fenced_at, unfenced.fenced_by) == (None, None)
+    with pytest.raises(NotFenced):
+        await fences.unfence("hv-f1", offline_after=OFFLINE)
+
+
+async def test_a_lost_host_is_claimed_for_fencing_once_per_silence(private_engine: AsyncEngine) -> None:
+    store = HostStore(private_engine)
+    fences = FenceStore(private_engine)
+    await host_with_vm(private_engine, "hv-t1", silent_for=400)
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-t1")
+    assert not await fences.claim_try("hv-t1")  # another replica, or the next round: not again
+    assert [(h.host_id, h.tried) for h in await store.lost_hosts(LOST)] == [("hv-t1", True)]
+    await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-t1", capacity=CAPACITY)], takeover_after=OFFLINE)
+    async with private_engine.begin() as connection:  # silent again, for long
+        await connection.execute(text("UPDATE hosts SET last_heartbeat = now() - interval '400 seconds'"))
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-t1")  # a new silence: the command may run again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,10 +13,12 @@ import pytest
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
+from tests.integration.amqp_tools import Tap
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
+from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
 
 
@@ -116,3 +119,53 @@ async def test_priority_is_validated(api: httpx.AsyncClient) -> None:
     response = await api.post("/v1/vms", json={"name": "x", "cpu": 1, "memory_mb": 1, "disk_gb": 1, "priority": 1001})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "priority"]
+
+
+@pytest.fixture
+async def two_hosts(
+    stack: Stack, servers: Servers, api: httpx.AsyncClient
+) -> AsyncIterator[tuple[str, SimulatedFleet]]:
+    """Two hosts of 8 vCPUs of this test's own, whose agents can migrate."""
+    suite = f"pmove-{uuid.uuid4().hex[:6]}"
+    hosts = [
+        HostSpec(id=f"{suite}-{n}", capacity=Resources(cpu=8, memory_mb=65536, disk_gb=1000), labels={"suite": suite})
+        for n in (1, 2)
+    ]
+    async with await enrolled_fleet(servers, hosts, heartbeat_interval=1.0) as fleet:
+        ids = {host.id for host in hosts}
+        await eventually(
+            lambda: api.get("/v1/hosts"),
+            lambda r: sum(1 for h in r.json() if h["id"] in ids and h["status"] == "online") == len(ids),
+            timeout=60,
+            what=f"{sorted(ids)} online",
+        )
+        yield suite, fleet
+
+
+async def only_on(api: httpx.AsyncClient, suite: str, host: int) -> None:
+    for n in (1, 2):
+        response = await api.patch(f"/v1/hosts/{suite}-{n}", json={"scheduling_paused": n != host})
+        assert response.status_code == 200, response.text
+
+
+async def test_a_victim_another_host_takes_is_moved_there_and_the_preemptor_takes_its_room(
+    api: httpx.AsyncClient, two_hosts: tuple[str, SimulatedFleet], servers: Servers
+) -> None:
+    suite, _ = two_hosts
+    await only_on(api, suite, 2)
+    keep = await create(api, suite, "keep", 2, priority=900)  # host 2: 6 vCPUs free
+    await status_of(api, keep, "running")
+    await only_on(api, suite, 1)
+    victim = await create(api, suite, "victim", 6, priority=10)  # host 1: 2 vCPUs free
+    await status_of(api, victim, "running")
+    for n in (1, 2):
+        assert (await api.patch(f"/v1/hosts/{suite}-{n}", json={"scheduling_paused": False})).status_code == 200
+    async with Tap(servers.amqp_url, topology.EXCHANGE.name, topology.VM_PREEMPTED) as preempted:
+        urgent = await create(api, suite, "urgent", 8, priority=500)  # fits nowhere: host 1 once the victim is gone
+        placed = await status_of(api, urgent, "running", timeout=60)
+        assert placed["hypervisor_id"] == f"{suite}-1"
+        moved = await status_of(api, victim, "running")
+        assert (moved["hypervisor_id"], moved["migrations"], moved["preempted_by"]) == (f"{suite}-2", 1, urgent)
+        event = json.loads((await preempted.wait(lambda m: json.loads(m.body)["vm_id"] == victim)).body)
+        assert (event["outcome"], event["preempted_by"], event["hypervisor_id"]) == ("moved", urgent, f"{suite}-1")
+    assert (await api.get(f"/v1/vms/{keep}")).json()["hypervisor_id"] == f"{suite}-2"

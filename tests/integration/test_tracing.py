@@ -111,7 +111,7 @@ def _now(read: Callable[[], T]) -> Callable[[], Awaitable[T]]:
 
 @pytest.fixture(scope="module")
 async def traced(own_servers: Servers) -> AsyncIterator[Traced]:
-    settings = Settings.from_environment(own_servers.env(VMSCHED_BOOTSTRAP_TOKEN=TOKEN))
+    settings = Settings.from_environment(own_servers.env(VMSCHED_BOOTSTRAP_TOKEN=TOKEN, VMSCHED_METRICS_PORT="0"))
     port = free_port()
     with in_memory_spans() as exporter:
         api = build_api(settings)

@@ -27,7 +27,7 @@ from vmsched_placement import (
     Toleration,
     Weights,
 )
-from vmsched_placement.model import NO_DEMAND, PlacementGroup, extras_of
+from vmsched_placement.model import NO_DEMAND, FailoverReserve, PlacementGroup, extras_of
 
 NOW = 1_000_000.0
 TIMEOUT = 15.0
@@ -82,6 +82,7 @@ def host(
 
 def request(
     *,
+    reserve: FailoverReserve | None = None,
     cpu: int = 1,
     memory_mb: int = 1024,
     disk_gb: int = 10,
@@ -113,6 +114,7 @@ def request(
         project=project,
         dedicated=dedicated,
         planner=planner,
+        reserve=reserve,
     )
 
 
@@ -191,6 +193,10 @@ def reference_first_failure(h: HostState, req: PlacementRequest, ctx: DecisionCo
     has, used = dict(h.capacity.extra), dict(h.allocated.extra)
     if any(count > 0 and has.get(name, 0) - used.get(name, 0) < count for name, count in req.demand.extra):
         return "extra"
+    if req.reserve is not None:
+        room = req.reserve.headroom.get(h.labels.get("zone", ""))
+        if room is None or any(asked > 0 and kept < asked for asked, kept in zip(demand, room, strict=True)):
+            return "ha_reserve"
     return None
 
 
@@ -250,6 +256,7 @@ FILTER_ORDER = (
     "disk",
     "gpu",
     "extra",
+    "ha_reserve",
     "spread",
 )
 
@@ -484,7 +491,18 @@ def placement_requests(draw: st.DrawFn, strategy: Strategy | None = None) -> Pla
         project_pods=draw(st.one_of(st.just({}), st.dictionaries(st.sampled_from(LABEL_VALUES), st.integers(0, 5)))),
         project=draw(st.sampled_from(PROJECTS)),
         dedicated=draw(st.sampled_from([False] * 4 + [True])),
+        reserve=draw(st.one_of(st.none(), st.none(), failover_reserves())),
     )
+
+
+@st.composite
+def failover_reserves(draw: st.DrawFn) -> FailoverReserve:
+    """Headroom for some of the zones (those of LABEL_VALUES, and hosts without one), from none to plenty."""
+    zones = draw(st.lists(st.sampled_from(["", *LABEL_VALUES]), unique=True, max_size=4))
+    amounts = st.tuples(
+        st.integers(-4, 8), st.sampled_from([-512, 0, 1024, 4096]), st.integers(-10, 100), st.integers(0, 1)
+    )
+    return FailoverReserve(draw(st.integers(1, 2)), {zone: draw(amounts) for zone in zones})
 
 
 weight_sets = st.builds(

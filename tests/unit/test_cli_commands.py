@@ -20,6 +20,8 @@ COMMANDS = [
     ["hosts", "info"],
     ["hosts", "cordon"],
     ["hosts", "uncordon"],
+    ["hosts", "fence"],
+    ["hosts", "unfence"],
     ["hosts", "delete"],
     ["groups", "list"],
     ["groups", "show"],

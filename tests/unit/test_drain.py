@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 
 from tests.unit.test_vm_changes import NOW, vm
 from vmsched_contract.status import DrainState, Task, VmStatus
 from vmsched_domain import live_migration
+from vmsched_domain.disruption import Budget
 from vmsched_domain.drain import RETRY_AFTER, Drain, step
 from vmsched_domain.records import VmRecord
 
@@ -111,3 +113,15 @@ def test_migrations_away_not_started_by_the_drain_take_slots_too() -> None:
     theirs = migrating(running())  # someone's own POST .../migrate
     planned = step(drain(max_parallel=2), [theirs, running(), running()], NOW)
     assert len(planned.start) == 1
+
+
+def test_a_member_whose_group_has_no_budget_left_is_stuck_and_each_start_takes_one_unit() -> None:
+    group = uuid.uuid4()
+    members = [replace(running(), server_group=group) for _ in range(3)]
+    wide = drain(max_parallel=4)
+    planned = step(wide, members, NOW, {group: Budget(group, 1, 0)})
+    assert len(planned.start) == 1  # one unit left: one member moves, the others wait for it
+    assert [s.reason.split(":")[0] for s in planned.progress.stuck] == ["disruption_budget"] * 2
+    assert step(wide, members, NOW, {group: Budget(group, 1, 1)}).start == []  # a member is down already
+    assert len(step(wide, members, NOW, {group: Budget(group, None, 3)}).start) == 3  # no budget: no limit
+    assert len(step(wide, members, NOW).start) == 3

@@ -35,6 +35,9 @@ def test_the_document_names_every_event_with_its_exchange_and_payload() -> None:
         topology.VM_STATUS: "VmStatusReport",
         topology.AGENT_HEARTBEAT: "AgentHeartbeat",
         topology.AGENT_CONFLICT: "AgentConflict",
+        topology.HOST_FENCED: "HostFenced",
+        topology.HOST_FENCE_FAILED: "HostFenceFailed",
+        topology.HOST_FENCE_NEEDED: "HostFenceNeeded",
     }
     assert set(spec["channels"]) == {*events, "agent.<host id>"}
     command = spec["channels"]["agent.<host id>"]

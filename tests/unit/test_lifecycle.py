@@ -74,9 +74,10 @@ def test_a_migrating_vm_is_never_preempted() -> None:
 
 
 def test_a_stopped_vm_keeps_its_host_share() -> None:
+    """Until it is deleted, or its host is fenced (down for sure: the VM fails and may restart elsewhere)."""
     assert VmStatus.STOPPED in HOLDS_CAPACITY
     for t in TRANSITIONS:
-        if VmStatus.STOPPED in (t.source, t.target) and t.event is not Event.DELETE_REQUESTED:
+        if VmStatus.STOPPED in (t.source, t.target) and t.event not in (Event.DELETE_REQUESTED, Event.HOST_FENCED):
             assert t.capacity is Capacity.KEEP, t
 
 

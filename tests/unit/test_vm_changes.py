@@ -14,6 +14,7 @@ from vmsched_domain.vm_changes import (
     agent_deleted,
     agent_failed,
     delete_requested,
+    host_fenced,
     host_lost,
     host_returned,
     restart,
@@ -117,6 +118,24 @@ def test_a_lost_host_fails_unknown_vms_and_deletes_deleting_ones() -> None:
     assert deleted is not None
     assert (failed.after.status, deleted.after.status) == (VmStatus.FAILED, VmStatus.DELETED)
     assert host_lost(vm(VmStatus.RUNNING), NOW, exclude_for=600) is None  # only after it went unknown
+
+
+def test_a_fenced_host_fails_every_vm_it_holds_at_once_and_a_restart_goes_elsewhere_first() -> None:
+    ran = datetime.fromtimestamp(NOW - 5, UTC)
+    for status in (VmStatus.RUNNING, VmStatus.SCHEDULED, VmStatus.UNKNOWN, VmStatus.STOPPED):
+        change = host_fenced(vm(status, started_at=ran), NOW, exclude_for=600)
+        assert change is not None, status
+        assert change.after.status is VmStatus.FAILED
+        assert change.released_from == "hv-1"
+        assert change.after.exclusions == {"hv-1": NOW + 600}
+        assert change.after.status_reason == "host fenced: hv-1 was declared down"
+        back = restart(change.after)
+        assert back is not None
+        assert back.after.status is VmStatus.PENDING
+    deleting = host_fenced(vm(VmStatus.DELETING), NOW, exclude_for=600)
+    assert deleting is not None
+    assert deleting.after.status is VmStatus.DELETED
+    assert host_fenced(vm(VmStatus.FAILED), NOW, exclude_for=600) is None  # nothing held any more
 
 
 def test_deleting_a_vm_on_no_host_ends_it_at_once_and_one_on_a_host_asks_its_agent() -> None:

@@ -114,6 +114,8 @@ def test_hosts_are_listed_cordoned_uncordoned_and_explained(vmsched: Any, fleet:
     assert json.loads(vmsched("-o", "json", "hosts", "uncordon", first).stdout)["scheduling_paused"] is False
     assert first in vmsched("hosts", "info", first).stdout
     vmsched("hosts", "delete", f"{fleet.suite}-nosuch", code=ExitCode.NOT_FOUND)
+    vmsched("hosts", "fence", f"{fleet.suite}-nosuch", code=ExitCode.NOT_FOUND)
+    vmsched("hosts", "unfence", first, code=ExitCode.CONFLICT)  # not fenced
 
     (vm,) = json.loads(vmsched("-o", "json", "vms", "create", *vm_args(f"{fleet.suite}-h", fleet, "--wait")).stdout)
     occupied = vmsched("hosts", "delete", vm["hypervisor_id"], code=ExitCode.CONFLICT)

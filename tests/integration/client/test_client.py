@@ -27,8 +27,9 @@ from vmsched_contract.api import (
     VmBatchRequest,
     VmRequest,
 )
+from vmsched_contract.fencing import FencedBy
 from vmsched_contract.groups import GroupPolicy
-from vmsched_contract.messages import VmAssigned
+from vmsched_contract.messages import HostStatus, VmAssigned
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import VmStatus
 
@@ -127,6 +128,37 @@ def test_a_silent_host_is_deleted(
     client.delete_host(host)
     with pytest.raises(NotFound):
         client.get_host(host)
+
+
+def test_a_host_is_fenced_and_unfenced(
+    client: Client, stack: Stack, servers: Servers, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    host = f"{fleet.suite}-fence-0001"
+    credentials = credentials_file(servers, [host], tmp_path_factory.mktemp("fence") / "agent.jsonl")
+    agent = stack.start_agents(
+        f"agent-{host}", "--count", "1", "--prefix", f"{fleet.suite}-fence", "--credentials", str(credentials)
+    )
+    try:
+        wait_for(
+            lambda: any(h.id == host and h.status is HostStatus.ONLINE for h in client.list_hosts()),
+            60,
+            f"{host} online",
+            interval=0.2,
+        )
+        fenced = client.fence_host(host)
+        assert (fenced.status, fenced.fenced_by) == (HostStatus.FENCED, FencedBy.OPERATOR)
+        assert fenced.fenced_at is not None
+        # Its agent still heartbeats: it stays fenced.
+        wait_for(lambda: client.get_host(host).last_heartbeat != fenced.last_heartbeat, 30, "a heartbeat", interval=0.2)
+        assert client.get_host(host).status is HostStatus.FENCED
+        unfenced = client.unfence_host(host)
+        assert (unfenced.status, unfenced.fenced_at, unfenced.fenced_by) == (HostStatus.ONLINE, None, None)
+        with pytest.raises(Conflict):
+            client.unfence_host(host)
+        with pytest.raises(NotFound):
+            client.fence_host(f"{fleet.suite}-nosuch")
+    finally:
+        agent.stop()
 
 
 def test_groups_projects_tokens_audit_and_settings(client: Client, stack: Stack, fleet: Fleet) -> None:

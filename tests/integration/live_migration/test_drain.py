@@ -89,6 +89,59 @@ async def test_a_drain_moves_every_vm_away_two_at_a_time_and_the_host_comes_back
     assert (await api.get(f"/v1/hosts/{DRAINED}/drain")).status_code == 404
 
 
+async def _group_members_down(servers: Servers, group_id: str) -> tuple[int, int]:
+    """(members not running, members migrating) of the group, as PostgreSQL has them now."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE status <> 'running') AS down, "
+            "count(*) FILTER (WHERE status = 'migrating') AS moving "
+            "FROM vms WHERE server_group = $1::uuid AND status <> 'deleted'",
+            group_id,
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row["down"]), int(row["moving"])
+
+
+async def test_a_drain_takes_one_member_of_a_group_at_a_time_when_its_disruption_budget_is_one(
+    api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
+) -> None:
+    group = await api.post(
+        "/v1/server-groups", json={"name": f"{SUITE}-pdb", "policy": "soft-anti-affinity", "max_unavailable": 1}
+    )
+    assert group.status_code == 201, group.text
+    assert group.json()["max_unavailable"] == 1
+    group_id = group.json()["id"]
+    for other in HOSTS:
+        assert (await api.patch(f"/v1/hosts/{other}", json={"scheduling_paused": other != DRAINED})).status_code == 200
+    members = [await running(api, {"name": f"{SUITE}-m{n}", **VM, "server_group": group_id}) for n in range(3)]
+    assert {vm["hypervisor_id"] for vm in members} == {DRAINED}
+    assert (await api.patch(f"/v1/hosts/{SPARE}", json={"scheduling_paused": False})).status_code == 200
+    for hypervisor in fleet.hypervisors.values():
+        hypervisor.migration_delay = 0.3  # each migration takes about a second: the samples see them in flight
+    started = await api.post(f"/v1/hosts/{DRAINED}/drain", json={"max_parallel": 4, "deadline_s": 120})
+    assert started.status_code == 202, started.text
+
+    # Sample while it runs: never two members down at once, though four migrations may run.
+    most, budget_reasons = 0, set()
+    while (progress := (await api.get(f"/v1/hosts/{DRAINED}/drain")).json())["state"] == "draining":
+        down, moving = await _group_members_down(servers, group_id)
+        assert down <= 1, (down, moving)
+        assert moving <= 1, (down, moving)
+        most = max(most, moving)
+        budget_reasons |= {s["reason"].split(":")[0] for s in progress["stuck"]}
+        await asyncio.sleep(0.05)
+    assert progress["state"] == "drained", progress
+    assert most == 1
+    assert budget_reasons == {"disruption_budget"}  # the others waited for the budget, and said so
+    assert sorted(m["vm_id"] for m in progress["moved"]) == sorted(vm["id"] for vm in members)
+    for vm in members:
+        assert (await settled(api, vm["id"]))["hypervisor_id"] == SPARE
+    assert disagreements(await host_shares(servers, HOSTS)) == []
+
+
 async def test_a_vm_that_cannot_move_is_listed_with_the_reason_and_left_running_past_the_deadline(
     api: httpx.AsyncClient, fleet: SimulatedFleet, servers: Servers
 ) -> None:

@@ -17,6 +17,7 @@ from faststream.rabbit import RabbitBroker, RabbitExchange
 from pydantic import BaseModel
 
 from vmsched_amqp import topology
+from vmsched_contract.fencing import HostFenced, HostFenceFailed, HostFenceNeeded
 from vmsched_contract.messages import (
     AgentCommand,
     AgentConflict,
@@ -224,6 +225,35 @@ AGENT_CONFLICT: Event[AgentConflict] = Event(
     "most one a minute per host and refused instance. message_id is '<host_id>:conflict:<refused instance_id>'.",
     topology.AGENT_CONFLICT,
 )
+HOST_FENCED: Event[HostFenced] = Event(
+    topology.HOST_FENCED,
+    HostFenced,
+    True,
+    lambda m: f"{m.host_id}:fenced:{m.at.isoformat()}",
+    "A host is declared down (published by the API for an operator's fence, by the gateway when "
+    "VMSCHED_FENCE_COMMAND succeeded): its VMs are failed and their restart policy applies; it takes no VM until "
+    "DELETE /v1/hosts/{id}/fence. message_id is '<host_id>:fenced:<at>'.",
+    topology.HOST_FENCED,
+)
+HOST_FENCE_FAILED: Event[HostFenceFailed] = Event(
+    topology.HOST_FENCE_FAILED,
+    HostFenceFailed,
+    True,
+    lambda m: f"{m.host_id}:fence_failed:{m.at.isoformat()}",
+    "VMSCHED_FENCE_COMMAND did not fence a lost host (published by the gateway): its VMs stay unknown until an "
+    "operator fences it or it comes back. message_id is '<host_id>:fence_failed:<at>'.",
+    topology.HOST_FENCE_FAILED,
+)
+HOST_FENCE_NEEDED: Event[HostFenceNeeded] = Event(
+    topology.HOST_FENCE_NEEDED,
+    HostFenceNeeded,
+    True,
+    lambda m: f"{m.host_id}:fence_needed:{m.at.isoformat()}",
+    "A host is lost, no fence command is set and VMSCHED_RESTART_UNFENCED is false (published by the gateway): "
+    "its VMs stay unknown until an operator fences it or it comes back. message_id is "
+    "'<host_id>:fence_needed:<at>'.",
+    topology.HOST_FENCE_NEEDED,
+)
 AGENT_COMMAND: Event[AgentCommand] = Event(
     "agent.<host id>",
     AgentCommand,
@@ -252,6 +282,9 @@ EVENTS: tuple[Event[Any], ...] = (
     VM_STATUS,
     AGENT_HEARTBEAT,
     AGENT_CONFLICT,
+    HOST_FENCED,
+    HOST_FENCE_FAILED,
+    HOST_FENCE_NEEDED,
     AGENT_COMMAND,
 )
 

@@ -30,6 +30,9 @@ VM_MIGRATED = "vm.migrated"
 VM_MIGRATION_FAILED = "vm.migration_failed"
 AGENT_HEARTBEAT = "agent.heartbeat"
 AGENT_CONFLICT = "agent.conflict"
+HOST_FENCED = "host.fenced"
+HOST_FENCE_FAILED = "host.fence_failed"
+HOST_FENCE_NEEDED = "host.fence_needed"
 
 # Header a consumer sets when it dead-letters a message itself, saying why.
 DEAD_LETTER_REASON_HEADER = "x-vmsched-dead-letter-reason"

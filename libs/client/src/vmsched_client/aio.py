@@ -221,6 +221,15 @@ class AsyncClient:
         """End the host's drain: it takes new VMs again."""
         await self.send(calls.end_drain(host_id))
 
+    async def fence_host(self, host_id: str) -> Host:
+        """Declare the host down now: its VMs fail (their restart policy applies); it takes no VM
+        until unfenced."""
+        return await self.send(calls.fence_host(host_id))
+
+    async def unfence_host(self, host_id: str) -> Host:
+        """Put a fenced host back in service."""
+        return await self.send(calls.unfence_host(host_id))
+
     async def scheduling_info(self, host_id: str) -> str:
         return await self.send(calls.scheduling_info(host_id))
 

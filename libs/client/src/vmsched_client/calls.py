@@ -183,6 +183,14 @@ def end_drain(host_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/hosts/{host_id}/drain", _nothing)
 
 
+def fence_host(host_id: str) -> Call[Host]:
+    return Call("POST", f"/v1/hosts/{host_id}/fence", _model(Host))
+
+
+def unfence_host(host_id: str) -> Call[Host]:
+    return Call("DELETE", f"/v1/hosts/{host_id}/fence", _model(Host))
+
+
 def scheduling_info(host_id: str) -> Call[str]:
     """The host's scheduling info as a person reads it (text)."""
     return Call("GET", f"/v1/hosts/{host_id}/scheduling-info", lambda r: r.text, headers={"Accept": "text/plain"})

@@ -217,6 +217,15 @@ class Client:
         """End the host's drain: it takes new VMs again."""
         self.send(calls.end_drain(host_id))
 
+    def fence_host(self, host_id: str) -> Host:
+        """Declare the host down now: its VMs fail (their restart policy applies); it takes no VM
+        until unfenced."""
+        return self.send(calls.fence_host(host_id))
+
+    def unfence_host(self, host_id: str) -> Host:
+        """Put a fenced host back in service."""
+        return self.send(calls.unfence_host(host_id))
+
     def scheduling_info(self, host_id: str) -> str:
         return self.send(calls.scheduling_info(host_id))
 

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord
+from vmsched_contract.fencing import FencedBy
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import (
     MAX_EXTRA_AMOUNT,
@@ -341,6 +342,13 @@ class ServerGroupRequest(BaseModel):
     max_skew: Whole = Field(
         default=1, ge=1, le=100_000, description="spread: how far a domain's count may exceed the emptiest one's"
     )
+    max_unavailable: Whole | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="disruption budget: drains, rebalance plans and preemption take a member only while fewer "
+        "than this many are unavailable (not running); null: no budget (docs/operations.md#disruption-budgets)",
+    )
 
 
 class ServerGroup(ServerGroupRequest):
@@ -447,6 +455,10 @@ class Host(BaseModel):
         description="measured by its agent, as of its last heartbeat; null when it reports none "
         "(or the snapshot is unreachable)",
     )
+    fenced_at: datetime | None = Field(
+        default=None, description="when the host was declared down (fenced); null: not fenced"
+    )
+    fenced_by: FencedBy | None = Field(default=None, description="who fenced it: operator or command")
 
 
 class OvercommitPatch(BaseModel):

@@ -416,6 +416,7 @@ class HostStatus(StrEnum):
     DRAINING = "draining"  # its agent says so, or an operator's drain empties it (vmsched_domain.drain)
     OFFLINE = "offline"
     DRAINED = "drained"  # an operator's drain emptied it; it stays paused until the drain is ended
+    FENCED = "fenced"  # declared down (an operator, or the fence command): takes no VM until unfenced
 
 
 # Below 1 holds part of the host back (as Nova allows); above 1 overcommits.
@@ -600,11 +601,17 @@ class VmDeleted(Message):
     project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owned the VM")
 
 
+class PreemptionOutcome(StrEnum):
+    DELETED = "deleted"  # its agent is told to delete it; then its restart policy applies
+    MOVED = "moved"  # another host takes it: it is live-migrated there, and keeps running
+
+
 class VmPreempted(Message):
-    """``vm.preempted``: a VM of higher priority that fit nowhere took this VM's room on its host.
-    Its capacity is the preemptor's from this moment; its agent is told to delete it, and then its
-    restart policy applies (``on_failure``: placed again, or waiting for room; ``never``: it ends
-    ``failed``)."""
+    """``vm.preempted``: a VM of higher priority that fit nowhere needs this VM's room on its host.
+    ``deleted``: its capacity is the preemptor's from this moment; its agent is told to delete it, and
+    then its restart policy applies (``on_failure``: placed again, or waiting for room; ``never``: it
+    ends ``failed``). ``moved``: it is live-migrated to another host (``vm.migrating``, ``vm.migrated``
+    follow) and the preemptor takes the room it leaves."""
 
     schema_version: Literal[1] = 1
     vm_id: UUID
@@ -613,6 +620,9 @@ class VmPreempted(Message):
     preempted_by: UUID = Field(description="the VM that took its room")
     preemptor_priority: Priority
     project: ProjectName = Field(default=DEFAULT_PROJECT, description="the project that owns the preempted VM")
+    outcome: PreemptionOutcome = Field(
+        default=PreemptionOutcome.DELETED, description="deleted, or moved (live-migrated to another host)"
+    )
 
 
 class AgentConflict(Message):

@@ -77,8 +77,27 @@ class Shape(BaseModel):
     networks: list[str] = Field(default_factory=list, description="the networks each VM needs on its host")
 
 
+class ZoneFailover(BaseModel):
+    zone: str | None = Field(description="null: the hosts without a 'zone' label")
+    headroom: Shape = Field(
+        description="what may still be placed in the zone while it keeps room to restart the VMs of its "
+        "hosts_lost largest hosts on the others (negative: it could not restart them now)"
+    )
+    fits: int = Field(description="VMs of the shape the headroom takes")
+
+
+class Failover(BaseModel):
+    """HA capacity (docs/operations.md#ha-capacity): room kept per zone to restart the VMs of its
+    largest hosts (those with restart_policy never count nothing)."""
+
+    reserve_hosts: int = Field(description="VMSCHED_HA_RESERVE_HOSTS: placements keep this room (0: none kept)")
+    hosts_lost: int = Field(description="the hosts whose loss the headroom is computed for (reserve_hosts, at least 1)")
+    zones: list[ZoneFailover]
+
+
 class Capacity(BaseModel):
     shape: Shape
-    total: int = Field(description="more VMs of the shape the fleet takes")
+    total: int = Field(description="more VMs of the shape the fleet takes (the HA reserve not counted: see failover)")
     zones: list[ZoneCapacity]
     hosts: list[HostCapacity]
+    failover: Failover | None = Field(default=None, description="the failover headroom per zone")

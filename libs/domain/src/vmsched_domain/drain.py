@@ -18,6 +18,7 @@ from uuid import UUID
 
 from vmsched_contract.status import DrainState, VmStatus
 from vmsched_domain import live_migration
+from vmsched_domain.disruption import Budget
 from vmsched_domain.records import VmRecord
 
 # A VM whose migration failed is tried again after this many seconds (the fleet may have made room).
@@ -88,10 +89,13 @@ def _why_not(vm: VmRecord) -> str | None:
     return None
 
 
-def step(drain: Drain, residents: Sequence[VmRecord], now: float) -> Step:
+def step(drain: Drain, residents: Sequence[VmRecord], now: float, budgets: Mapping[UUID, Budget] | None = None) -> Step:
     """The next step of ``drain`` given ``residents``: every VM holding a share of its host (as its
     source or as a migration's target), and every VM of ``drain.started`` that still exists,
-    wherever it is. A VM to be started has its failure forgotten (its next outcome is recorded anew)."""
+    wherever it is; and ``budgets``, the disruption budgets of their server groups (those that have
+    one). A VM whose group has no budget left is stuck (``disruption_budget``) until a member is
+    available again; each migration started takes one unit of its group's budget. A VM to be started
+    has its failure forgotten (its next outcome is recorded anew)."""
     failures = dict(drain.failures)
     moved: list[Moved] = []
     in_flight: list[UUID] = []
@@ -136,12 +140,25 @@ def step(drain: Drain, residents: Sequence[VmRecord], now: float) -> Step:
             candidates.append(vm)
     past = now >= drain.deadline
     candidates.sort(key=lambda vm: str(vm.id))
+    start: list[UUID] = []
+    queued: list[UUID] = []
     if past:
         stuck += [Stuck(vm.id, "the drain's deadline passed: left running here") for vm in candidates]
-        start, queued = [], []
     else:
         room = max(0, drain.max_parallel - max(leaving, len(in_flight)))
-        start, queued = [vm.id for vm in candidates[:room]], [vm.id for vm in candidates[room:]]
+        left = dict(budgets or {})
+        for vm in candidates:
+            if len(start) >= room:
+                queued.append(vm.id)
+                continue
+            budget = left.get(vm.server_group) if vm.server_group is not None else None
+            spent = None if budget is None else budget.refusal()
+            if spent is not None:
+                stuck.append(Stuck(vm.id, spent))
+                continue
+            start.append(vm.id)
+            if budget is not None and vm.server_group is not None:
+                left[vm.server_group] = budget.taken()
     for vm_id in start:
         failures.pop(str(vm_id), None)
     state = DrainState.TIMED_OUT if past and not in_flight else DrainState.DRAINING

@@ -37,6 +37,7 @@ class Event(StrEnum):
     HOST_SILENT = "host_silent"  # no heartbeat for AGENT_OFFLINE_TIMEOUT
     HOST_RETURNED = "host_returned"  # a silent host heartbeats again
     HOST_LOST = "host_lost"  # no heartbeat for AGENT_LOST_TIMEOUT
+    HOST_FENCED = "host_fenced"  # its host was declared down: by an operator, or the fence command
     RESTART = "restart"  # the restart policy brings a failed VM back after RESTART_DELAY
     ROOM_APPEARED = "room_appeared"  # the waker saw capacity appear that a waiting VM fits
     WAIT_EXPIRED = "wait_expired"  # a waiting VM's wait_s passed
@@ -178,6 +179,20 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(E.HOST_LOST, S.UNKNOWN, S.FAILED, Capacity.RELEASE, note="the restart policy applies"),
     Transition(E.HOST_LOST, S.DELETING, S.DELETED, Capacity.RELEASE, emits="vm.deleted", note="nothing left to delete"),
+    *(
+        Transition(
+            E.HOST_FENCED,
+            source,
+            S.FAILED,
+            Capacity.RELEASE,
+            note="its host is down for sure: the restart policy applies",
+        )
+        for source in (S.SCHEDULED, S.RUNNING, S.UNKNOWN, S.STOPPED)
+    ),
+    Transition(
+        E.HOST_FENCED, S.DELETING, S.DELETED, Capacity.RELEASE, emits="vm.deleted", note="nothing left to delete"
+    ),
+    Transition(E.HOST_FENCED, S.PREEMPTED, S.FAILED, note="nothing left to delete; the restart policy applies"),
     Transition(
         E.RESTART,
         S.FAILED,

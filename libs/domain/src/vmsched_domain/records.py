@@ -129,6 +129,8 @@ class HostRecord:
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
     networks: tuple[str, ...] = ()  # the networks it reaches (its agent's word)
     dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's word)
+    fenced_at: datetime | None = None  # declared down (docs/operations.md#fencing); None: not fenced
+    fenced_by: str | None = None  # "operator" or "command"
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities
@@ -141,6 +143,7 @@ class ServerGroupRecord:
     rule: GroupRule
     created_at: datetime | None
     project: str = DEFAULT_PROJECT
+    max_unavailable: int | None = None  # its disruption budget (vmsched_domain.disruption); None: none
 
 
 @dataclass(frozen=True, slots=True)

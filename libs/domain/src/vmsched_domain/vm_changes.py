@@ -208,6 +208,42 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
     return Change(vm, after, transition)
 
 
+def host_fenced(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
+    """The VM's host was fenced (declared down by an operator, or by the fence command): it runs
+    nowhere now, whatever it last said."""
+    transition = choose(Event.HOST_FENCED, vm.status)
+    if transition is None:
+        return None
+    host = vm.hypervisor_id
+    if transition.target is VmStatus.DELETED:
+        after = replace(
+            vm,
+            status=VmStatus.DELETED,
+            status_reason=f"deleted: host {host} was fenced",
+            task=None,
+            attempts=_history(vm, "deleted", f"host {host} was fenced", now),
+        )
+    elif vm.status is VmStatus.PREEMPTED:
+        after = replace(
+            vm,
+            status=VmStatus.FAILED,
+            task=None,
+            attempts=_history(vm, "preempted", f"host {host} was fenced before it deleted the VM", now),
+            failed_at=datetime.fromtimestamp(now, UTC),
+        )
+    else:
+        after = replace(
+            vm,
+            status=VmStatus.FAILED,
+            status_reason=f"host fenced: {host} was declared down",
+            task=None,
+            exclusions=_excluding(vm, host, now, exclude_for),
+            attempts=_history(vm, "host fenced", f"host {host} fenced", now),
+            failed_at=datetime.fromtimestamp(now, UTC),
+        )
+    return Change(vm, after, transition)
+
+
 def preempted(vm: VmRecord, by: VmRecord | UUID, by_priority: int) -> Change | None:
     """A VM of priority ``by_priority`` took this VM's room on its host (the caller holds both rows
     and moves the capacity in the same transaction)."""

@@ -12,14 +12,17 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_contract.status import DrainState
+from vmsched_domain.disruption import Budget
 from vmsched_domain.drain import Drain, Progress, step
 from vmsched_domain.records import HostRecord, VmRecord
 from vmsched_pg import vm_actions
+from vmsched_pg.budgets import budgets
 from vmsched_pg.rows import HOST_COLUMNS, VM_COLUMNS, host_from_row, vm_from_row
 from vmsched_pg.shares import SHARES
 
@@ -95,9 +98,14 @@ async def _residents(connection: AsyncConnection, drain: Drain) -> list[VmRecord
     return [vm_from_row(row) for row in await connection.execute(_RESIDENTS, params)]
 
 
+async def _group_budgets(connection: AsyncConnection, residents: list[VmRecord]) -> dict[UUID, Budget]:
+    return await budgets(connection, [vm.server_group for vm in residents if vm.server_group is not None])
+
+
 async def _stored(connection: AsyncConnection, row: Any) -> StoredDrain:
     drain = _drain_of(row)
-    progress = step(drain, await _residents(connection, drain), time.time()).progress
+    residents = await _residents(connection, drain)
+    progress = step(drain, residents, time.time(), await _group_budgets(connection, residents)).progress
     # The state as the sweep recorded it (with its ended_at): the lists are read now.
     progress = Progress(drain.state, progress.moved, progress.in_flight, progress.stuck, progress.queued)
     return StoredDrain(drain, row.created_at, row.ended_at, progress)
@@ -158,12 +166,15 @@ class DrainStore:
             for row in (await connection.execute(_LOCK_ACTIVE, {"limit": limit})).all():
                 drain = _drain_of(row)
                 now = time.time()
-                planned = step(drain, await _residents(connection, drain), now)
+                residents = await _residents(connection, drain)
+                planned = step(drain, residents, now, await _group_budgets(connection, residents))
                 started = dict(drain.started)
                 failures = dict(planned.failures)
                 for vm_id in planned.start:
                     try:
-                        vm = await vm_actions.start_migration(self.engine, vm_id)
+                        vm = await vm_actions.start_migration(self.engine, vm_id, budgeted=True)
+                    except vm_actions.BudgetSpent:
+                        continue  # another drain or plan took the budget first: tried again next sweep
                     except (vm_actions.Refused, vm_actions.BadTarget) as refused:
                         failures[str(vm_id)] = (str(refused), now)
                         continue

@@ -202,6 +202,14 @@ class HostRow(Base):
     # Where other hosts' hypervisors reach this one's for a live migration (its heartbeats'
     # migration_uri; NULL: its agent names none). Handed to a migration's source (MigrationOrder.target_uri).
     migration_uri: Mapped[str | None] = mapped_column(String(1024))
+    # Fencing (docs/operations.md#fencing): when the host was declared down, and by whom ("operator"
+    # or "command"); NULL: not fenced. While fenced its status is "fenced" and it takes no VM.
+    fenced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    fenced_by: Mapped[str | None] = mapped_column(String(16))
+    # When the gateway last acted on this host being lost (ran VMSCHED_FENCE_COMMAND, or announced
+    # host.fence_needed): once per silence, cleared when the host heartbeats again or is unfenced.
+    fence_tried_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    fence_error: Mapped[str | None] = mapped_column(Text)  # the last fence command's failure
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -220,6 +228,9 @@ class ServerGroupRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # The project that owns it; VMs of that project only may join it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
+    # Its disruption budget (vmsched_domain.disruption): drains, rebalance plans and preemption take a
+    # member only while fewer than this many are unavailable. NULL: no budget. At least 0 (0030).
+    max_unavailable: Mapped[int | None] = mapped_column(Integer)
 
 
 class SchedulerSettingRow(Base):

@@ -212,7 +212,9 @@ class RebalanceStore:
                 now = dict(next_step.progress)
                 for move in next_step.start:
                     try:
-                        vm = await vm_actions.start_migration(self.engine, UUID(move.vm_id), move.target)
+                        vm = await vm_actions.start_migration(self.engine, UUID(move.vm_id), move.target, budgeted=True)
+                    except vm_actions.BudgetSpent:
+                        continue  # its server group has no disruption budget left: it stays queued
                     except (vm_actions.Refused, vm_actions.BadTarget) as refusal:
                         now[move.vm_id] = refused(str(refusal))
                         continue

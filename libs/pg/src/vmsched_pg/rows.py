@@ -104,10 +104,22 @@ HOST_FIELDS = (
     "capabilities",
     "networks",
     "dedicated_to",
+    "fenced_at",
+    "fenced_by",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
-SERVER_GROUP_FIELDS = ("id", "name", "policy", "topology_key", "max_per_domain", "max_skew", "created_at", "project")
+SERVER_GROUP_FIELDS = (
+    "id",
+    "name",
+    "policy",
+    "topology_key",
+    "max_per_domain",
+    "max_skew",
+    "created_at",
+    "project",
+    "max_unavailable",
+)
 SERVER_GROUP_COLUMNS = ", ".join(SERVER_GROUP_FIELDS)
 
 RESERVATION_FIELDS = (
@@ -216,6 +228,8 @@ def host_from_row(row: Any) -> HostRecord:
         capabilities=tuple(row.capabilities or ()),
         networks=tuple(row.networks or ()),
         dedicated_to=row.dedicated_to,
+        fenced_at=row.fenced_at,
+        fenced_by=row.fenced_by,
     )
 
 
@@ -232,6 +246,7 @@ def server_group_from_row(row: Any) -> ServerGroupRecord:
         ),
         created_at=row.created_at,
         project=row.project,
+        max_unavailable=row.max_unavailable,
     )
 
 

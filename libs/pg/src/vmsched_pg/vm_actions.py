@@ -24,6 +24,7 @@ from vmsched_domain import live_migration
 from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import start_requested, stop_requested
 from vmsched_pg import vm_writes
+from vmsched_pg.budgets import budgets
 from vmsched_pg.rows import vm_from_row
 
 _HOST_CAPABILITIES = text("SELECT id, capabilities FROM hosts WHERE id = ANY(CAST(:ids AS text[]))")
@@ -31,6 +32,11 @@ _HOST_CAPABILITIES = text("SELECT id, capabilities FROM hosts WHERE id = ANY(CAS
 
 class Refused(Exception):
     """The VM (or a host of it) cannot do what was asked as it is now; nothing changed (HTTP 409)."""
+
+
+class BudgetSpent(Refused):
+    """A drain's or a rebalance plan's migration would take one more member of a server group than
+    its disruption budget allows (vmsched_domain.disruption); nothing changed: try again later."""
 
 
 class BadTarget(Exception):
@@ -44,13 +50,20 @@ class PowerAction(StrEnum):
 
 
 async def start_migration(
-    engine: AsyncEngine, vm_id: UUID, target_host: str | None = None, project: str | None = None
+    engine: AsyncEngine,
+    vm_id: UUID,
+    target_host: str | None = None,
+    project: str | None = None,
+    *,
+    budgeted: bool = False,
 ) -> VmRecord | None:
     """Start the VM's next migration (``migrating``, task choosing_target): a running VM with nothing
     in flight, on a host that can migrate, towards ``target_host`` (a known host that can migrate, not
-    its own) or one a scheduler chooses. Returns the VM as committed (its ``migrations`` is the
-    migration's number), None for an unknown VM or one of another project than ``project`` (None: any);
-    raises :class:`Refused` or :class:`BadTarget`."""
+    its own) or one a scheduler chooses. ``budgeted`` (a drain's, a rebalance plan's): only while its
+    server group's disruption budget allows one more member unavailable, checked under the group's
+    row lock. Returns the VM as committed (its ``migrations`` is the migration's number), None for an
+    unknown VM or one of another project than ``project`` (None: any); raises :class:`Refused` (its
+    :class:`BudgetSpent`) or :class:`BadTarget`."""
     async with engine.begin() as connection:
         row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
         if row is None or (project is not None and row.project != project):
@@ -71,6 +84,11 @@ async def start_migration(
                 raise Refused(
                     f"host {host_id} cannot migrate VMs (its agent does not declare the 'migrate' capability)"
                 )
+        if budgeted and vm.server_group is not None:
+            budget = (await budgets(connection, [vm.server_group], lock=True)).get(vm.server_group)
+            why = None if budget is None else budget.refusal()
+            if why is not None:
+                raise BudgetSpent(why)
         await vm_writes.apply(connection, [change])
     return change.after
 

@@ -12,6 +12,7 @@ from vmsched_contract.messages import Resources, VmToPlace
 from vmsched_contract.strategy import Strategy
 from vmsched_placement.model import (
     Demand,
+    FailoverReserve,
     Migration,
     PlacementGroup,
     PlacementRequest,
@@ -52,6 +53,7 @@ def placement_request(
     migration: Migration | None = None,
     project_pods: Mapping[str, int] | None = None,
     exclude_cluster_after: int = 0,
+    reserve: FailoverReserve | None = None,
 ) -> PlacementRequest:
     """What the engine is asked for ``vm``: the VM as its message carries it, decided by ``strategy``,
     less the hosts it already failed on and ``exclude_hosts``; ``migration`` when it is a running VM's
@@ -74,4 +76,5 @@ def placement_request(
         dedicated=vm.dedicated,
         planner=vm.planner,
         exclude_cluster_after=exclude_cluster_after,
+        reserve=reserve,
     )

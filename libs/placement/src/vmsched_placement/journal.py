@@ -50,6 +50,7 @@ from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
     DecisionContext,
     Demand,
+    FailoverReserve,
     HostState,
     Migration,
     PlacementGroup,
@@ -146,6 +147,9 @@ def encode_request(r: PlacementRequest) -> Json:
         "dd": r.dedicated,
         "pl": r.planner.value,
         "xc": r.exclude_cluster_after,
+        "r": None
+        if r.reserve is None
+        else [r.reserve.reserve_hosts, {z: list(a) for z, a in r.reserve.headroom.items()}],
     }
 
 
@@ -171,7 +175,15 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         dedicated=bool(v.get("dd", False)),
         planner=Planner(v.get("pl", Planner.FLAT.value)),  # these two absent before the hierarchy
         exclude_cluster_after=int(v.get("xc", 0)),
+        reserve=_to_reserve(v.get("r")),
     )
+
+
+def _to_reserve(v: Json) -> FailoverReserve | None:
+    if v is None:
+        return None
+    reserve_hosts, headroom = v
+    return FailoverReserve(int(reserve_hosts), {zone: (a[0], a[1], a[2], a[3]) for zone, a in headroom.items()})
 
 
 @dataclass(frozen=True, slots=True)

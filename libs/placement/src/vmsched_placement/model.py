@@ -15,6 +15,7 @@ from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.ha_reserve import Amounts
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
@@ -169,6 +170,16 @@ class PlacementGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class FailoverReserve:
+    """HA capacity (VMSCHED_HA_RESERVE_HOSTS, :mod:`vmsched_domain.ha_reserve`): each zone's failover
+    headroom as known at this decision (PostgreSQL's at the start of the round, less the round's own
+    choices so far). A zone absent has no headroom."""
+
+    reserve_hosts: int
+    headroom: Mapping[str, Amounts]
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """One VM to place."""
 
@@ -192,6 +203,7 @@ class PlacementRequest:
     # VMSCHED_EXCLUDE_CLUSTER_AFTER: a cluster holding this many of ``exclude_hosts`` is left out
     # whole (0: never); the hosts left out are those that failed the VM (and a migration's source).
     exclude_cluster_after: int = 0
+    reserve: FailoverReserve | None = None  # set when VMSCHED_HA_RESERVE_HOSTS keeps room for failures
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +263,7 @@ class RequestVector:
     project: str = ""
     dedicated: bool = False
     exclude_cluster_after: int = 0
+    reserve: FailoverReserve | None = None
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -274,6 +287,7 @@ class RequestVector:
             project=request.project,
             dedicated=request.dedicated,
             exclude_cluster_after=request.exclude_cluster_after,
+            reserve=request.reserve,
         )
 
     def demanded(self, resource: int) -> int:

@@ -149,6 +149,19 @@ class Settings(BaseSettings):
     # report (metric, event, log), delete_moved (default: also tell the agent to delete those that
     # run elsewhere now) or delete (every such VM).
     orphan_vms: OrphanPolicy = OrphanPolicy.DELETE_MOVED
+    # Fencing (docs/operations.md#fencing). A command (split as a shell would, run without one) that
+    # powers a lost host off, run once a host is silent past AGENT_LOST_TIMEOUT with the host id and
+    # its labels (JSON) as its last two arguments; exit 0 means fenced. With it set, a lost host's VMs
+    # are restarted elsewhere only once it fenced the host (or an operator did).
+    fence_command: Annotated[str, Field(min_length=1)] | None = None
+    fence_timeout: PositiveSeconds = 60.0  # a fence command still running after this has failed
+    # With no fence command: whether a lost host's VMs are restarted anyway (true: the behaviour
+    # before fencing existed) or kept unknown until an operator fences the host (host.fence_needed).
+    restart_unfenced: bool = True
+    # HA capacity (docs/operations.md#ha-capacity; vSphere HA's "host failures the cluster tolerates"):
+    # a placement that would leave a zone unable to restart the VMs of its N largest hosts on its
+    # other hosts is refused (reason ha_reserve). 0: no room is kept.
+    ha_reserve_hosts: Annotated[int, Field(ge=0, le=1000)] = 0
 
     api_host: str = "127.0.0.1"
     api_port: Annotated[int, Field(ge=1, le=65535)] = 8000

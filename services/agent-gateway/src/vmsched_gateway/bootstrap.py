@@ -14,8 +14,10 @@ from vmsched_amqp.consumer_app import BackgroundTasks, consumer_app
 from vmsched_amqp.lean_consumer import LeanConsumer
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
+from vmsched_domain.fencing import FencePolicy
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
+from vmsched_gateway.fencing import FenceCommand, LostHosts
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
@@ -31,6 +33,7 @@ from vmsched_gateway.task_store import TaskStore
 from vmsched_gateway.tasks import Tasks
 from vmsched_pg.drains import DrainStore
 from vmsched_pg.engine import create_engine
+from vmsched_pg.fences import FenceStore
 from vmsched_pg.rebalance_plans import RebalanceStore
 from vmsched_redis.connections import connect_redis
 from vmsched_redis.snapshot import Snapshot
@@ -78,6 +81,14 @@ def build_app(settings: Settings) -> FastStream:
         settings,
         FailureGrace.starting(time.monotonic(), settings.agent_lost_timeout),
         queues,
+        LostHosts(
+            hosts,
+            FenceStore(engine),
+            snapshot,
+            publisher,
+            FencePolicy(has_command=settings.fence_command is not None, restart_unfenced=settings.restart_unfenced),
+            None if settings.fence_command is None else FenceCommand(settings.fence_command, settings.fence_timeout),
+        ),
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
 

@@ -4,9 +4,13 @@ patience about hosts that only look dead):
 - hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
   their VMs ``unknown``: presumed running, their capacity kept, nothing failed or deleted. A host
   that heartbeats again settles them from the VMs its heartbeat lists (heartbeats.py);
-- the VMs of hosts silent for AGENT_LOST_TIMEOUT fail (their capacity given back) and their restart
-  policy applies; not while no agent at all is heard from, nor while the check itself fails, nor for a
-  lost timeout after either (see :class:`FailureGrace`);
+- hosts silent for AGENT_LOST_TIMEOUT are handled as fencing says (vmsched_gateway.fencing): their
+  VMs fail (their capacity given back) and their restart policy applies once the host is fenced, or
+  at once when VMSCHED_RESTART_UNFENCED allows it with no fence command; not while no agent at all is
+  heard from, nor while the check itself fails, nor for a lost timeout after either (see
+  :class:`FailureGrace`);
+- the VMs of fenced hosts fail at once, whatever the grace (an operator or the fence command said
+  the host is down);
 - failed VMs that ran, with ``restart_policy: on_failure``, go back to pending after RESTART_DELAY,
   the host they failed on excluded for EXCLUDE_FOR, and are published for placement again;
 - scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
@@ -32,6 +36,7 @@ from vmsched_contract.status import VmStatus
 from vmsched_domain.vm_changes import Change
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
+from vmsched_gateway.fencing import LostHosts
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.metrics import HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
@@ -78,6 +83,7 @@ class HealthCheck:
     settings: Settings
     grace: FailureGrace
     queues: AgentQueues
+    lost: LostHosts
 
     async def once(self) -> None:
         now = time.monotonic()
@@ -93,8 +99,9 @@ class HealthCheck:
             self.grace.cut_off(now)
         elif self.grace.allows_failing(now):
             await self._settle(
-                await self.hosts.lose(settings.agent_lost_timeout, exclude_for=settings.exclude_for), "lost"
+                await self.lost.handle(settings.agent_lost_timeout, exclude_for=settings.exclude_for), "lost"
             )
+        await self._settle(await self.hosts.fail_fenced(exclude_for=settings.exclude_for), "failed: host fenced")
         await self._settle(await self.sweeps.restart_due(settings.restart_delay), "restarted")
         backlog = await ready_messages(self.broker, topology.GATEWAY_ASSIGNED_QUEUE)
         if backlog:

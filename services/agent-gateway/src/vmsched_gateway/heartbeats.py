@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
-from vmsched_contract.messages import AgentConflict, AgentHeartbeat
+from vmsched_contract.messages import AgentConflict, AgentHeartbeat, HostStatus
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostFacts, HostStore
 from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
@@ -82,8 +82,9 @@ class HeartbeatFold:
             await self.snapshot.release_many(released)
             await publish_implied(self.publisher, [change.after for change in folded.returned])
         reported = [(beat.agent_id, beat.vm_ids) for beat in newest.values() if beat.vm_ids]
+        fenced = {host.host_id for host in folded.hosts if host.fenced}
         for host_id, vm in await self.store.orphans(reported):
-            await self.orphans.found(host_id, vm)
+            await self.orphans.found(host_id, vm, fenced=host_id in fenced)
         refusals = {id(refused.beat): await self._conflict(refused) for refused in folded.refused}
         return [refusals.get(id(beat)) for beat in beats]
 
@@ -117,7 +118,7 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         reserved=host.reserved,
         labels=host.labels,
         taints=host.taints,
-        status=beat.status.value,
+        status=HostStatus.FENCED.value if host.fenced else beat.status.value,
         heartbeat_at=time.time(),
         paused=host.paused,
         allocated=host.allocated,

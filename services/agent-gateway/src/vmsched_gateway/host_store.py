@@ -19,11 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_contract.messages import AgentHeartbeat, HostStatus, Overcommit, Resources, Taint
 from vmsched_contract.status import VmStatus
 from vmsched_domain.extra import extra_json
+from vmsched_domain.fencing import LostHost
 from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
 from vmsched_domain.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, Event, sources, sql_in
 from vmsched_domain.records import VmRecord
-from vmsched_domain.vm_changes import Change, host_lost, host_returned
+from vmsched_domain.vm_changes import Change, host_fenced, host_lost, host_returned
 from vmsched_gateway.instances import Holder, Refused, settle
 from vmsched_pg import vm_writes
 from vmsched_pg.inventory import overlay
@@ -60,7 +61,10 @@ _UPSERT_HOSTS = text(
            AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
                 instance, capabilities, migration_uri, networks)
     ON CONFLICT (id) DO UPDATE
-       SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
+       SET status = CASE WHEN hosts.fenced_at IS NULL THEN excluded.status ELSE '{HostStatus.FENCED.value}' END,
+           -- heard from again: a new silence may need the fence command again
+           fence_tried_at = CASE WHEN hosts.fenced_at IS NULL THEN NULL ELSE hosts.fence_tried_at END,
+           agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
            extra = excluded.extra, agent_cpu_ratio = excluded.agent_cpu_ratio,
            agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
@@ -70,7 +74,7 @@ _UPSERT_HOSTS = text(
            last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
-              memory_ratio, disk_ratio, dedicated_to, (xmax = 0) AS inserted
+              memory_ratio, disk_ratio, dedicated_to, (xmax = 0) AS inserted, fenced_at IS NOT NULL AS fenced
     """
 )
 
@@ -86,7 +90,7 @@ _UNKNOWN_ON = text(
 _MARK_OFFLINE = text(
     f"""
     UPDATE hosts SET status = '{HostStatus.OFFLINE.value}'
-     WHERE status <> '{HostStatus.OFFLINE.value}'
+     WHERE status NOT IN ('{HostStatus.OFFLINE.value}', '{HostStatus.FENCED.value}')
        AND (last_heartbeat IS NULL OR last_heartbeat < now() - make_interval(secs => :timeout))
     RETURNING id
     """
@@ -112,7 +116,26 @@ _ON_LOST_HOSTS = text(
     SELECT {columns(VM_FIELDS, "v")} FROM vms v JOIN hosts h ON h.id = v.hypervisor_id
      WHERE h.status = '{HostStatus.OFFLINE.value}'
        AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
+       AND h.fenced_at IS NULL AND h.id = ANY(CAST(:hosts AS text[]))
        AND v.status IN {sql_in(sources(Event.HOST_LOST))}
+     ORDER BY v.id LIMIT :limit FOR UPDATE OF v SKIP LOCKED
+    """
+)
+# Unfenced hosts silent past the lost timeout that still hold VMs the loss would change.
+_LOST_HOSTS = text(
+    f"""
+    SELECT h.id, h.labels, h.fence_tried_at IS NOT NULL AS tried FROM hosts h
+     WHERE h.status = '{HostStatus.OFFLINE.value}' AND h.fenced_at IS NULL
+       AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
+       AND EXISTS (SELECT 1 FROM vms v WHERE v.hypervisor_id = h.id AND v.status IN {sql_in(sources(Event.HOST_LOST))})
+     ORDER BY h.id
+    """
+)
+# The VMs of fenced hosts that still hold them: found from the hosts (usually none is fenced).
+_ON_FENCED_HOSTS = text(
+    f"""
+    SELECT {columns(VM_FIELDS, "v")} FROM vms v JOIN hosts h ON h.id = v.hypervisor_id
+     WHERE h.fenced_at IS NOT NULL AND v.status IN {sql_in(sources(Event.HOST_FENCED))}
      ORDER BY v.id LIMIT :limit FOR UPDATE OF v SKIP LOCKED
     """
 )
@@ -142,6 +165,7 @@ class HostFacts:
     reserved: Resources
     inserted: bool
     labels: Mapping[str, str] = field(default_factory=dict)
+    fenced: bool = False  # its agent is back, but it stays down until the operator unfences it
     taints: tuple[Taint, ...] = ()
     overcommit: Overcommit = field(default_factory=Overcommit)
     dedicated_to: str | None = None
@@ -229,6 +253,7 @@ class HostStore:
                     gpu=row.reserved_gpu,
                 ),
                 inserted=row.inserted,
+                fenced=row.fenced,
                 labels=dict(row.labels),
                 taints=taints_of(row.taints) or (),
                 overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
@@ -249,16 +274,40 @@ class HostStore:
             heard_any = bool(await connection.scalar(_ANY_HOST_HEARD, params))
         return SilenceCheck(offline, unknown, heard_any)
 
-    async def lose(self, lost_after: float, *, exclude_for: float, limit: int = 500) -> list[Change]:
-        """The VMs of hosts silent for ``lost_after`` seconds: unknown ones fail (their restart
-        policy then applies), deleting ones are deleted; their capacity is given back."""
+    async def lost_hosts(self, lost_after: float) -> list[LostHost]:
+        """Unfenced hosts silent for ``lost_after`` seconds whose VMs the loss would change."""
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(_LOST_HOSTS, {"lost": lost_after})).all()
+        return [LostHost(row.id, dict(row.labels or {}), fenced=False, tried=row.tried) for row in rows]
+
+    async def lose(
+        self, lost_after: float, *, hosts: Sequence[str], exclude_for: float, limit: int = 500
+    ) -> list[Change]:
+        """The VMs of ``hosts`` (unfenced, silent for ``lost_after`` seconds): unknown ones fail
+        (their restart policy then applies), deleting ones are deleted; their capacity is given back."""
+        if not hosts:
+            return []
         now = time.time()
+        params = {"lost": lost_after, "limit": limit, "hosts": list(hosts)}
         async with self.engine.begin() as connection:
-            rows = (await connection.execute(_ON_LOST_HOSTS, {"lost": lost_after, "limit": limit})).all()
+            rows = (await connection.execute(_ON_LOST_HOSTS, params)).all()
             changes = [
                 change
                 for row in rows
                 if (change := host_lost(vm_from_row(row), now, exclude_for=exclude_for)) is not None
+            ]
+            return await vm_writes.apply(connection, changes) if changes else []
+
+    async def fail_fenced(self, *, exclude_for: float, limit: int = 500) -> list[Change]:
+        """The VMs fenced hosts still hold: failed (their restart policy applies), deleting ones
+        deleted; their capacity is given back."""
+        now = time.time()
+        async with self.engine.begin() as connection:
+            rows = (await connection.execute(_ON_FENCED_HOSTS, {"limit": limit})).all()
+            changes = [
+                change
+                for row in rows
+                if (change := host_fenced(vm_from_row(row), now, exclude_for=exclude_for)) is not None
             ]
             return await vm_writes.apply(connection, changes) if changes else []
 

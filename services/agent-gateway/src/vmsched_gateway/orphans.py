@@ -50,7 +50,10 @@ class Orphans:
         self.clock = clock
         self._last: dict[tuple[str, str], float] = {}
 
-    async def found(self, host_id: str, vm: VmRecord) -> None:
+    async def found(self, host_id: str, vm: VmRecord, *, fenced: bool = False) -> None:
+        """Report (and, as the policy says, delete) a VM ``host_id``'s agent runs that vmsched does not
+        hold there. A fenced host keeps none: every such VM is deleted there, whatever the policy (it
+        was declared down, and its VMs were failed and perhaps restarted elsewhere)."""
         now = self.clock()
         key = (host_id, str(vm.id))
         if now - self._last.get(key, float("-inf")) < self.repeat_after:
@@ -58,7 +61,7 @@ class Orphans:
         self._last = {k: at for k, at in self._last.items() if now - at < self.repeat_after}
         self._last[key] = now
         kind = classify(vm)
-        delete = deletes(self.policy, kind)
+        delete = fenced or deletes(self.policy, kind)
         ORPHAN_VMS.labels(kind.value, "deleted" if delete else "reported").inc()
         held_on = vm.hypervisor_id if vm.status in HOLDS_CAPACITY else None
         log.warning(

@@ -51,8 +51,8 @@ class GroupWithMembers:
 
 _INSERT = text(
     f"""
-    INSERT INTO server_groups (id, name, policy, topology_key, max_per_domain, max_skew, project)
-    VALUES (:id, :name, :policy, :topology_key, :max_per_domain, :max_skew, :project)
+    INSERT INTO server_groups (id, name, policy, topology_key, max_per_domain, max_skew, project, max_unavailable)
+    VALUES (:id, :name, :policy, :topology_key, :max_per_domain, :max_skew, :project, :max_unavailable)
     RETURNING {SERVER_GROUP_COLUMNS}
     """
 )
@@ -98,6 +98,7 @@ class ServerGroupStore:
         max_per_domain: int,
         max_skew: int,
         project: str = DEFAULT_PROJECT,
+        max_unavailable: int | None = None,
     ) -> GroupWithMembers:
         async with self.engine.begin() as connection:
             row = (
@@ -111,6 +112,7 @@ class ServerGroupStore:
                         "max_per_domain": max_per_domain,
                         "max_skew": max_skew,
                         "project": project,
+                        "max_unavailable": max_unavailable,
                     },
                 )
             ).one()

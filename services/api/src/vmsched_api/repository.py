@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_api.cursors import decode_cursor, encode_cursor
 from vmsched_api.inventory import OperatorFields, patched
 from vmsched_contract.api import Host, HostPatch, HostUsage, RatioOverrides, Vm
+from vmsched_contract.fencing import FencedBy
 from vmsched_contract.messages import HostStatus
 from vmsched_contract.status import DrainState, VmStatus
 from vmsched_contract.strategy import Strategy
@@ -124,6 +125,8 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         capabilities=list(host.capabilities),
         networks=list(host.networks),
         dedicated_to=host.dedicated_to,
+        fenced_at=host.fenced_at,
+        fenced_by=None if host.fenced_by is None else FencedBy(host.fenced_by),
         usage=None
         if usage is None
         else HostUsage(
@@ -137,8 +140,8 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
 
 def host_status(reported: HostStatus, drain: DrainState | None) -> HostStatus:
     """What a host's agent says, unless an operator's drain empties it: ``draining`` until nothing is
-    on it, then ``drained`` (a silent host stays ``offline`` whatever its drain)."""
-    if drain is None or reported is HostStatus.OFFLINE:
+    on it, then ``drained`` (a silent host stays ``offline`` and a fenced one ``fenced`` whatever its drain)."""
+    if drain is None or reported in (HostStatus.OFFLINE, HostStatus.FENCED):
         return reported
     return HostStatus.DRAINED if drain is DrainState.DRAINED else HostStatus.DRAINING
 

@@ -22,13 +22,17 @@ from vmsched_contract.messages import VmToPlace
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import (
     Capacity,
+    Failover,
     HostCapacity,
     Shape,
     SimulatedVm,
     Simulation,
     SimulationRequest,
     ZoneCapacity,
+    ZoneFailover,
 )
+from vmsched_domain.ha_reserve import headroom
+from vmsched_pg.failover import read_reserve_hosts
 from vmsched_pg.project_pods import project_pods
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request
@@ -141,6 +145,23 @@ async def simulate_placements(services: Services, body: SimulationRequest, proje
     )
 
 
+async def failover(services: Services, shape: Shape) -> Failover:
+    """Each zone's failover headroom (:mod:`vmsched_domain.ha_reserve`), from PostgreSQL's hosts."""
+    reserve_hosts = services.settings.ha_reserve_hosts
+    lost = max(reserve_hosts, 1)
+    rooms = headroom(await read_reserve_hosts(services.engine), lost)
+    asked = (shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu)
+    zones = [
+        ZoneFailover(
+            zone=zone or None,
+            headroom=Shape(cpu=room[0], memory_mb=room[1], disk_gb=room[2], gpu=room[3]),
+            fits=max(0, min(room[row] // asked[row] for row in range(4) if asked[row] > 0)),
+        )
+        for zone, room in sorted(rooms.items())
+    ]
+    return Failover(reserve_hosts=reserve_hosts, hosts_lost=lost, zones=zones)
+
+
 async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
     """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
     fleet = await live_fleet(services)
@@ -153,6 +174,7 @@ async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
         zone[1] += 1 if room.fits else 0
     return Capacity(
         shape=shape,
+        failover=await failover(services, shape),
         total=sum(room.fits for room in rooms),
         zones=[
             ZoneCapacity(zone=zone, fits=fits, hosts=hosts)

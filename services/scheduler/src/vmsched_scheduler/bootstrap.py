@@ -28,6 +28,7 @@ from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.metrics_server import SCHEDULER_METRICS_PORT
 from vmsched_runtime.settings import Settings
+from vmsched_scheduler.evictions import PostgresEvictions
 from vmsched_scheduler.fleet_cache import FleetCache
 from vmsched_scheduler.groups import ServerGroups
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
@@ -37,6 +38,7 @@ from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.lost_slots import LostSlots
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
+from vmsched_scheduler.reserve import PostgresReserve
 from vmsched_scheduler.round import SchedulingRound
 from vmsched_scheduler.round_items import RoundSettings
 from vmsched_scheduler.waiting.waker import Waker
@@ -88,10 +90,13 @@ def build_app(settings: Settings) -> SchedulerApp:
     fleet = FleetCache(snapshot, min_refresh_interval=0.02, usage_refresh_interval=settings.usage_refresh_interval)
     weights = Weights(cpu=settings.weight_cpu, memory=settings.weight_memory, disk=settings.weight_disk)
     groups = ServerGroups(engine, snapshot)  # rules kept once read: shared by the rounds and the waker
+    publisher = Publisher(broker)
     scheduling_round = SchedulingRound(
         fleet,
         snapshot,
-        PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
+        PostgresLedger(
+            engine, default_strategy=settings.scheduling_strategy, ha_reserve_hosts=settings.ha_reserve_hosts
+        ),
         RoundSettings(
             weights=weights,
             offline_timeout=settings.agent_offline_timeout,
@@ -100,6 +105,8 @@ def build_app(settings: Settings) -> SchedulerApp:
         ),
         rng=random.Random(),
         groups=groups,
+        reserve=PostgresReserve(engine, settings.ha_reserve_hosts),
+        evictions=PostgresEvictions(engine, publisher),
         journal=DecisionJournal(
             partial(journal.append, engine),
             weights,
@@ -107,7 +114,6 @@ def build_app(settings: Settings) -> SchedulerApp:
             retention=settings.journal_retention,
         ),
     )
-    publisher = Publisher(broker)
     intake = PlacementIntake(
         scheduling_round,
         publisher,
@@ -117,7 +123,13 @@ def build_app(settings: Settings) -> SchedulerApp:
     migrations = MigrationIntake(scheduling_round, publisher, max_moves=ROUND_SIZE)
     subscribe(broker, intake, migrations)
     waker = Waker(
-        engine, snapshot, publisher, offline_timeout=settings.agent_offline_timeout, weights=weights, groups=groups
+        engine,
+        snapshot,
+        publisher,
+        offline_timeout=settings.agent_offline_timeout,
+        weights=weights,
+        groups=groups,
+        reserve=PostgresReserve(engine, settings.ha_reserve_hosts),
     )
 
     async def on_ready(background: BackgroundTasks) -> None:

@@ -25,7 +25,7 @@ from vmsched_scheduler.tracing import traced_step
 if TYPE_CHECKING:
     from vmsched_scheduler.round import SchedulingRound
 
-GUARDS = (Committed.HOST_REFUSED, Committed.GROUP_REFUSED)
+GUARDS = (Committed.HOST_REFUSED, Committed.GROUP_REFUSED, Committed.RESERVE_REFUSED)
 
 
 class Gang:

@@ -29,6 +29,7 @@ from vmsched_placement.model import PlacementGroup
 from vmsched_redis.claims import GroupClaim
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
+from vmsched_scheduler.reserve import RoundReserve
 
 log = get_logger(__name__)
 
@@ -94,33 +95,41 @@ class ServerGroups:
 
 
 class RoundGroups:
-    """The groups of one pass's VMs."""
+    """The groups of one pass's VMs; and, beside them, the other room the pass books as it decides:
+    the HA reserve's headroom (vmsched_scheduler.reserve), None when none is kept."""
 
     def __init__(
         self,
         rules: Mapping[UUID, GroupRule],
         members: Mapping[UUID, Mapping[str, int]],
         pods: Mapping[str, Mapping[str, int]] | None = None,
+        reserve: RoundReserve | None = None,
     ) -> None:
         self.rules = dict(rules)
         self.members = {group_id: dict(members.get(group_id, {})) for group_id in self.rules}
         self.pods = {project: dict(counts) for project, counts in (pods or {}).items()}
+        self.reserve = reserve
 
     @classmethod
     async def load(
-        cls, source: GroupSource | None, vms: Iterable[VmToPlace], *, projects: Iterable[str] = ()
+        cls,
+        source: GroupSource | None,
+        vms: Iterable[VmToPlace],
+        *,
+        projects: Iterable[str] = (),
+        reserve: RoundReserve | None = None,
     ) -> RoundGroups:
-        """The groups of ``vms``, and the pods of ``projects`` (:func:`concentrated`)."""
+        """The groups of ``vms``, the pods of ``projects`` (:func:`concentrated`), and the HA reserve."""
         wanted = sorted({vm.server_group for vm in vms if vm.server_group is not None})
         projects = sorted(set(projects))
         if source is None or not (wanted or projects):
-            return cls({}, {})
+            return cls({}, {}, reserve=reserve)
         rules = await source.rules(wanted) if wanted else {}
         for group_id in set(wanted) - set(rules):
             # The API refuses to delete a group with members: a VM of a deleted one is placed freely.
             log.warning("server group of a VM to place not found; placing it without", group_id=str(group_id))
         members = await source.members(sorted(rules)) if rules else {}
-        return cls(rules, members, await source.project_pods(projects) if projects else None)
+        return cls(rules, members, await source.project_pods(projects) if projects else None, reserve)
 
     def project_pods(self, work: PassVm) -> Mapping[str, int]:
         """The engine's view of the VM's project's pods (a copy), for a VM placed ``user_concentrated``."""

@@ -36,12 +36,12 @@ from vmsched_domain.lifecycle import Condition, Event, sources, sql_in, transiti
 from vmsched_domain.records import VmRecord
 from vmsched_domain.reservations import SlotStatus
 from vmsched_domain.vm_changes import preempted
+from vmsched_pg.budgets import budgets
 from vmsched_pg.extra_sql import sql_extra_plus
 from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 from vmsched_pg.vm_writes import LOCK_VMS, apply
-from vmsched_placement import Demand
-from vmsched_placement.model import extras_of
 from vmsched_placement.preemption import Resident
+from vmsched_scheduler.budget_guard import disrupted, offered, refused
 from vmsched_scheduler.group_guard import LOCK_GROUPS, hard_groups, refused_by_groups
 from vmsched_scheduler.migration_ledger import settle_migrations
 from vmsched_scheduler.ports import (
@@ -55,13 +55,14 @@ from vmsched_scheduler.ports import (
     SlotTaken,
     TargetClaim,
 )
+from vmsched_scheduler.reserve_guard import refused_by_reserve
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
 NO_HOST_WAIT = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_WAIT)
 _FIELDS = [rule.field for rule in RESOURCES]
 # What PostgreSQL's guards refuse: in an all-or-nothing call, one of them undoes every placement.
-_REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED})
+_REFUSED = frozenset({Committed.HOST_REFUSED, Committed.GROUP_REFUSED, Committed.RESERVE_REFUSED})
 
 # Locks, taken as every writer takes them: the VMs first, in id order, then their server groups, then
 # their hosts, in id order
@@ -162,9 +163,10 @@ _LOAD = text(f"SELECT {VM_COLUMNS} FROM vms WHERE id = ANY(CAST(:ids AS uuid[]))
 
 _RESIDENTS = text(
     f"""
-    SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu, extra FROM vms
+    SELECT id, hypervisor_id, priority, cpu, memory_mb, disk_gb, gpu, extra, server_group FROM vms
      WHERE hypervisor_id = ANY(CAST(:hosts AS text[])) AND status IN {sql_in(sources(Event.PREEMPTED))}
        AND priority < :below
+     ORDER BY hypervisor_id, priority, id
     """
 )
 
@@ -268,8 +270,11 @@ def slot_record(record: PlacementRecord, host_id: str, slot: Mapping[str, Any] |
 
 
 class PostgresLedger:
-    def __init__(self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, default_strategy: Strategy, strategy_ttl: float = 2.0, ha_reserve_hosts: int = 0
+    ) -> None:
         self.engine = engine
+        self.ha_reserve_hosts = ha_reserve_hosts  # VMSCHED_HA_RESERVE_HOSTS: placements keep the reserve
         self._configured_default = default_strategy
         self._cached_default: tuple[float, Strategy] | None = None
         self._strategy_ttl = strategy_ttl
@@ -298,7 +303,11 @@ class PostgresLedger:
                 rows = await connection.execute(_LOCK_HOSTS, {"hosts": sorted({p.host_id for p in moving})})
                 labels = {row.id: row.labels or {} for row in rows}
                 savepoint = await connection.begin_nested() if all_or_nothing else None
-                placed = await self._settle_placements(connection, moving, labels)
+                kept_out = await refused_by_reserve(connection, moving, self.ha_reserve_hosts)
+                placed = {vm_id: PlacementResult(Committed.RESERVE_REFUSED) for vm_id in kept_out}
+                inside = [p for p in moving if p.vm_id not in kept_out]
+                if inside:
+                    placed.update(await self._settle_placements(connection, inside, labels))
                 if savepoint is not None:
                     if any(r.outcome in _REFUSED for r in placed.values()):
                         await savepoint.rollback()
@@ -387,12 +396,9 @@ class PostgresLedger:
         if not host_ids or below <= 0:
             return {}
         async with self.engine.connect() as connection:
-            rows = await connection.execute(_RESIDENTS, {"hosts": list(host_ids), "below": below})
-            found: dict[str, list[Resident]] = {}
-            for row in rows:
-                demand = Demand(row.cpu, row.memory_mb, row.disk_gb, row.gpu, extras_of(row.extra or {}))
-                found.setdefault(row.hypervisor_id, []).append(Resident(str(row.id), row.priority, demand))
-        return found
+            rows = (await connection.execute(_RESIDENTS, {"hosts": list(host_ids), "below": below})).all()
+            groups = await budgets(connection, [row.server_group for row in rows if row.server_group is not None])
+        return offered(rows, groups)
 
     async def settle_preemption(
         self, placement: Placement, victims: Sequence[UUID], priority: int
@@ -412,9 +418,13 @@ class PostgresLedger:
                 if change is None or change.before.hypervisor_id != placement.host_id:
                     return PlacementResult(Committed.VICTIM_MOVED), []
                 changes.append(change)
-            groups = hard_groups([placement])
+            # The preemptor's group and the victims' (their disruption budgets), locked at once, in id order.
+            taking = disrupted(changes)
+            groups = sorted(set(hard_groups([placement])) | set(taking))
             if groups:
                 await connection.execute(LOCK_GROUPS, {"ids": groups})
+            if refused(await budgets(connection, list(taking)), taking) is not None:
+                return PlacementResult(Committed.BUDGET_SPENT), []
             rows = await connection.execute(_LOCK_HOSTS, {"hosts": [placement.host_id]})
             labels = {row.id: row.labels or {} for row in rows}
             landed = await apply(connection, changes)  # their room goes back to the host...

@@ -173,7 +173,7 @@ class Migrations:
         reason, detail = decision.reason or NO_AVAILABLE_AGENTS, unplaced_detail(decision)
         if move.target_host is not None:
             # The host asked for: the rule it fails, with its numbers, rather than the fleet's count.
-            request = choice.work.request(choice.placement_group)
+            request = choice.work.request(choice.placement_group, reserve=choice.reserve)
             found = verdict(self.round.fleet.fleet, request, self.round.context(), move.target_host)
             if found is None:
                 reason, detail = MIGRATION, f"migration: no host {move.target_host} is known"

@@ -88,7 +88,7 @@ def fits_together(rnd: SchedulingRound, members: list[Choice], groups: RoundGrou
 
 
 def _host_now(rnd: SchedulingRound, choice: Choice, groups: RoundGroups) -> str | None:
-    request = choice.work.request(groups.placement_group(choice.vm))
+    request = choice.work.request(groups.placement_group(choice.vm), reserve=choice.reserve)
     context = seeded(rnd.context(), 0)
     host = traced_decide(rnd.fleet.fleet, request, context, None, fallbacks=0).host_id
     if host is None and choice.vm.exclude_hosts:

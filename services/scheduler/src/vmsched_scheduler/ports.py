@@ -105,9 +105,11 @@ class Committed(enum.Enum):
     NOT_PENDING = "not_pending"  # the VM had left pending (a redelivery, a stale attempt, deleted)
     HOST_REFUSED = "host_refused"  # PostgreSQL's guard: the host cannot take it (the snapshot was stale)
     GROUP_REFUSED = "group_refused"  # PostgreSQL's guard: its server group's rule refuses the host
+    RESERVE_REFUSED = "reserve_refused"  # PostgreSQL's guard: the zone's HA reserve has no room left for it
     WAITING = "waiting"  # a NoHost whose VM may wait for room: waiting, not unschedulable
     GANG_REFUSED = "gang_refused"  # all or nothing: another placement of the call was refused, so none was made
     VICTIM_MOVED = "victim_moved"  # preemption: a victim no longer holds its room there (deleted, moved, failed)
+    BUDGET_SPENT = "budget_spent"  # preemption: a victim's server group has no disruption budget left
     NO_SLOT = "no_slot"  # its reservation holds no slot for it (used up, ended, not placed, not its project's)
     SLOT_BUSY = "slot_busy"  # its reservation is not placed yet, or its slots are being taken: try again
 

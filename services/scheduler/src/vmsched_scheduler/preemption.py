@@ -7,7 +7,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from vmsched_contract.strategy import Strategy
+from vmsched_placement import decide
+from vmsched_placement.inputs import placement_request
 from vmsched_placement.journal import PreemptionInputs, seeded
+from vmsched_placement.model import Migration
 from vmsched_placement.preemption import drawn, preemptible_rows
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
@@ -49,13 +53,45 @@ async def preempt(
     return True
 
 
+async def _moved(
+    rnd: SchedulingRound, choice: Choice, host_id: str, victim_ids: list[UUID], outcomes: list[Outcome]
+) -> bool:
+    """Move the victims off ``host_id`` instead of deleting them, when its agent can migrate and the
+    engine finds each a target (vmsched_scheduler.evictions); True when their moves started (the VM
+    then waits for the room, :class:`Later`)."""
+    evictions = rnd.evictions
+    source = rnd.fleet.fleet.host(host_id)
+    if evictions is None or source is None or not source.can_migrate:
+        return False
+    records = await rnd.ledger.load(victim_ids)
+    context = rnd.context()
+    for record in records.values():
+        if record.preempted_by == choice.vm.vm_id:
+            return False  # moved for this VM before and rolled back: deleted this time
+        target = placement_request(
+            record.to_place(context.now), record.strategy or Strategy.LEAST_LOADED, migration=Migration(host_id)
+        )
+        if decide(rnd.fleet.fleet, target, context, fallbacks=0).host_id is None:
+            return False
+    moving = await evictions.evict(choice.vm.vm_id, choice.vm.attempt, host_id, victim_ids, choice.vm.priority)
+    if not moving:
+        return False
+    await evictions.announce(moving, choice.vm.priority)
+    log.info("preemption moves its victims", vm_id=str(choice.vm.vm_id), host=host_id, victims=len(moving))
+    outcomes[choice.work.index] = Later(f"moving {len(moving)} VMs off {host_id} to make room for it")
+    return True
+
+
 async def _preempt_once(
     scheduling_round: SchedulingRound, choice: Choice, groups: RoundGroups, outcomes: list[Outcome]
 ) -> bool | None:
     """One try of :func:`preempt`: True when made, False when nothing can be, None to try again."""
     rnd = scheduling_round
     vm = choice.vm
-    request = choice.work.request(choice.placement_group)
+    if rnd.evictions is not None and await rnd.evictions.moving_for(vm.vm_id):
+        outcomes[choice.work.index] = Later("its victims are moving off their host to make room for it")
+        return True
+    request = choice.work.request(choice.placement_group, reserve=choice.reserve)
     # Among equally cheap hosts one is drawn from a seed of its own, kept in the journal.
     seed = rnd.rng.getrandbits(63)
     context = seeded(rnd.context(), seed)
@@ -74,6 +110,8 @@ async def _preempt_once(
         choice.journal = rnd.journal.note(fleet, request, context, seed, PreemptionInputs(vm.priority, kept))
         await rnd.journal.flush([choice.journal])
     victim_ids = [UUID(victim.vm_id) for victim in victims.vms]
+    if await _moved(rnd, choice, victims.host_id, victim_ids, outcomes):
+        return True
     choice.host_id = victims.host_id
     group = groups.claim(request, fleet, context)
     placement = replace(rnd.placement_of(choice), group=group)

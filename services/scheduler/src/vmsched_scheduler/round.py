@@ -52,11 +52,13 @@ from vmsched_placement.whatif import unplaced_detail
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler import gangs, migration_round, nowhere_guard, preemption, reservation_slots
+from vmsched_scheduler.evictions import Evictions
 from vmsched_scheduler.groups import GroupSource, RoundGroups, concentrated
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
 from vmsched_scheduler.nowhere_guard import Premature
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
+from vmsched_scheduler.reserve import ReserveSource, RoundReserve
 from vmsched_scheduler.round_items import (
     Assigned,
     Choice,
@@ -133,6 +135,8 @@ class SchedulingRound:
         rng: random.Random | None = None,
         groups: GroupSource | None = None,
         journal: DecisionJournal | None = None,
+        reserve: ReserveSource | None = None,
+        evictions: Evictions | None = None,
     ) -> None:
         self.fleet = fleet
         self.claims = claims
@@ -142,6 +146,8 @@ class SchedulingRound:
         self.rng = rng or random.Random()
         self.groups = groups
         self.journal = journal
+        self.reserve = reserve
+        self.evictions = evictions  # preemption that moves its victims (None: victims are deleted)
 
     # -- the entry points ------------------------------------------------------------------------
     async def run(self, items: Sequence[RoundItem]) -> list[Outcome]:
@@ -182,7 +188,9 @@ class SchedulingRound:
         if not open_vms:
             return []
         vms = [work.item.vm for work in open_vms]
-        groups = await RoundGroups.load(self.groups, vms, projects=concentrated(open_vms))
+        groups = await RoundGroups.load(
+            self.groups, vms, projects=concentrated(open_vms), reserve=await RoundReserve.load(self.reserve)
+        )
         choices, fleet = await self.decide_all(open_vms, groups)
         choices = await kind.revisit(choices, fleet, groups)
         again, claimed = await kind.claim(choices, fleet)
@@ -230,6 +238,8 @@ class SchedulingRound:
             if choice.decision.host_id is not None:
                 fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
                 groups.book(work.item.vm, fleet, choice.decision.host_id)
+                if groups.reserve is not None and work.move is None:
+                    groups.reserve.book(fleet, choice.decision.host_id, demand_of(work.item.vm.resources).as_tuple())
             choices.append(choice)
         if self.journal is not None:
             await self.journal.flush([c.journal for c in choices if c.journal is not None])
@@ -238,7 +248,8 @@ class SchedulingRound:
     def _decide(self, work: OpenVm, context: DecisionContext, groups: RoundGroups) -> Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
-        request = work.request(placement_group, groups.project_pods(work))
+        reserve = groups.reserve.failover() if groups.reserve is not None and work.move is None else None
+        request = work.request(placement_group, groups.project_pods(work), reserve)
         # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
         seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
         context = seeded(context, seed)
@@ -262,7 +273,16 @@ class SchedulingRound:
         # The fleet is not yet booked with this VM: the journal sees what the engine saw.
         journal = None if self.journal is None else self.journal.note(self.fleet.fleet, request, context, seed)
         group = groups.claim(request, self.fleet.fleet, context) if decision.host_id is not None else None
-        return Choice(work, decision, seconds, ignored, group=group, placement_group=placement_group, journal=journal)
+        return Choice(
+            work,
+            decision,
+            seconds,
+            ignored,
+            group=group,
+            placement_group=placement_group,
+            reserve=reserve,
+            journal=journal,
+        )
 
     # -- 2. claim, one VM at a time --------------------------------------------------------------
     async def claim_each(self, choices: list[Choice], fleet: Fleet) -> tuple[list[OpenVm], list[Choice]]:
@@ -329,7 +349,7 @@ class SchedulingRound:
                 outcomes[choice.work.index] = Assigned(
                     assignment_of(choice.vm, placement, result.scheduled_at), True, self.log_lines(choice.vm, placement)
                 )
-            elif result.outcome in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED):
+            elif result.outcome in (Committed.HOST_REFUSED, Committed.GROUP_REFUSED, Committed.RESERVE_REFUSED):
                 self.refused(choice, placement.host_id, "postgres", result.outcome.value)
                 release.append(placement)
                 again.append(choice.work)
@@ -398,7 +418,9 @@ class SchedulingRound:
         """A few hosts each rule rejected for the VM, with the numbers (as the fleet is now)."""
         if not choice.decision.considered:
             return {}
-        found = rejected_examples(self.fleet.fleet, choice.work.request(choice.placement_group), self.context())
+        found = rejected_examples(
+            self.fleet.fleet, choice.work.request(choice.placement_group, reserve=choice.reserve), self.context()
+        )
         return {rule: [RejectedHost(host=host, reason=why) for host, why in hosts] for rule, hosts in found.items()}
 
     def no_host_of(self, choice: Choice) -> NoHost:

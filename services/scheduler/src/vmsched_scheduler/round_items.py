@@ -21,7 +21,7 @@ from vmsched_domain.lifecycle import HOLDS_CAPACITY
 from vmsched_domain.records import VmRecord
 from vmsched_placement import NO_AVAILABLE_AGENTS, Decision, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request
-from vmsched_placement.model import Migration, PlacementGroup
+from vmsched_placement.model import FailoverReserve, Migration, PlacementGroup
 from vmsched_redis.claims import GroupClaim
 from vmsched_scheduler.metrics import PLACEMENTS
 from vmsched_scheduler.ports import Placement
@@ -103,10 +103,16 @@ class OpenVm:
         claim in this round and, for a migration, its source."""
         return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
-    def request(self, group: PlacementGroup | None, project_pods: Mapping[str, int] | None = None) -> PlacementRequest:
+    def request(
+        self,
+        group: PlacementGroup | None,
+        project_pods: Mapping[str, int] | None = None,
+        reserve: FailoverReserve | None = None,
+    ) -> PlacementRequest:
         """What the engine is asked for it: the VM as its message carries it, less the hosts this
         round or its earlier deliveries left out for it (and, for a migration, its source); its
-        project's VMs per pod for ``user_concentrated``."""
+        project's VMs per pod for ``user_concentrated``; the HA reserve's headroom as the pass knew
+        it when the VM was decided."""
         move = self.move
         return placement_request(
             self.item.vm,
@@ -116,6 +122,7 @@ class OpenVm:
             migration=None if move is None else Migration(move.source, move.target_host),
             project_pods=project_pods,
             exclude_cluster_after=self.exclude_cluster_after,
+            reserve=reserve,
         )
 
 
@@ -141,6 +148,7 @@ class Choice:
     # Its server group as the engine saw it when deciding. Kept here, not on the round: a gang's
     # round may run beside a batched one.
     placement_group: PlacementGroup | None = None
+    reserve: FailoverReserve | None = None  # the HA reserve's headroom as the engine saw it
     gang_failure: str = ""  # all or nothing: it had a host, but another VM of its batch had none
     journal: JournalRef | None = None  # where its inputs are kept
 

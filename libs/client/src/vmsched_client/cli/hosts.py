@@ -1,4 +1,4 @@
-"""``vmsched hosts``: the fleet; list hosts, cordon them for maintenance, drain and remove them."""
+"""``vmsched hosts``: the fleet; list hosts, cordon them for maintenance, drain, fence and remove them."""
 
 from __future__ import annotations
 
@@ -64,6 +64,19 @@ def dedicate_host(
 def undedicate_host(host_id: HostIdArgument) -> None:
     """End the host's dedication: it takes any project's VMs again."""
     show_one(state().output, state().client().dedicate_host(host_id, None))
+
+
+@command(commands, "fence")
+def fence_host(host_id: HostIdArgument) -> None:
+    """Declare the host down now (it is powered off, or burning): its VMs fail and their restart policy
+    applies; it takes no VM until `hosts unfence`; its agent, if it comes back, deletes every VM it runs."""
+    show_one(state().output, state().client().fence_host(host_id))
+
+
+@command(commands, "unfence")
+def unfence_host(host_id: HostIdArgument) -> None:
+    """Put a fenced host back in service: it takes VMs again once its agent is heard from."""
+    show_one(state().output, state().client().unfence_host(host_id))
 
 
 @command(commands, "delete")

@@ -12,6 +12,7 @@ from vmsched_placement.filters.disk import DiskFilter
 from vmsched_placement.filters.excluded import ExcludedFilter
 from vmsched_placement.filters.extra import ExtraFilter
 from vmsched_placement.filters.gpu import GpuFilter
+from vmsched_placement.filters.ha_reserve import HaReserveFilter
 from vmsched_placement.filters.host_selector import HostSelectorFilter
 from vmsched_placement.filters.labels import LabelsFilter
 from vmsched_placement.filters.memory import MemoryFilter
@@ -30,7 +31,8 @@ from vmsched_placement.filters.taints import TaintsFilter
 # is counted as such, not as "full". The order is also the
 # order of rejection keys, and the last rule that rejected a host is an unschedulable VM's reason.
 # A server group's anti-affinity and affinity say where a VM may go, as labels do; its spread comes
-# last, as it weighs the domains of the hosts that pass every other filter.
+# last, as it weighs the domains of the hosts that pass every other filter. The HA reserve comes after
+# the amounts a host has free: a host too full for the VM is "full", not "kept for failover".
 _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     ExcludedFilter(),
     MigrationFilter(),
@@ -47,6 +49,7 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     DiskFilter(),
     GpuFilter(),
     ExtraFilter(),
+    HaReserveFilter(),
 )
 SPREAD_FILTER = SpreadFilter(_BEFORE_SPREAD)
 FILTERS: tuple[HostFilter, ...] = (*_BEFORE_SPREAD, SPREAD_FILTER)
@@ -66,6 +69,7 @@ __all__ = [
     "ExcludedFilter",
     "ExtraFilter",
     "GpuFilter",
+    "HaReserveFilter",
     "HostFilter",
     "HostSelectorFilter",
     "LabelsFilter",

@@ -32,6 +32,7 @@ def _view(found: GroupWithMembers) -> ServerGroup:
         topology_key=rule.topology_key,
         max_per_domain=rule.max_per_domain,
         max_skew=rule.max_skew,
+        max_unavailable=found.group.max_unavailable,
         members=found.members,
         created_at=found.group.created_at,
         project=found.group.project,
@@ -50,6 +51,7 @@ async def create_server_group(
         topology_key=body.topology_key,
         max_per_domain=body.max_per_domain,
         max_skew=body.max_skew,
+        max_unavailable=body.max_unavailable,
     )
     response.headers["Location"] = f"/v1/server-groups/{created.group.id}"
     return _view(created)

@@ -46,6 +46,7 @@ from vmsched_redis.engine_inputs import to_host_state
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler.reserve import ReserveSource, RoundReserve
 from vmsched_scheduler.waiting.index import (
     Shape,
     WaitingEntry,
@@ -89,6 +90,7 @@ class Waker:
         weights: Weights,
         groups: GroupSource | None = None,
         clock: Callable[[], float] = time.time,
+        reserve: ReserveSource | None = None,
     ) -> None:
         self.engine = engine
         self.store = WaitingStore(engine)
@@ -99,6 +101,7 @@ class Waker:
         self.weights = weights
         self.groups = groups
         self.clock = clock
+        self.reserve = reserve  # the HA reserve: a VM it would refuse is not woken (it would only wait again)
         self.index = WaitingIndex()
         self._rng = random.Random(0)  # unused: the waker's decisions rank by least_loaded
         self.leading = False
@@ -241,8 +244,14 @@ class Waker:
         if not pending:
             return
         groups = await self._groups_of(pending)
+        reserve = await RoundReserve.load(self.reserve)
         while pending:
             chosen = whom_to_wake(self.index, hosts, pending, self._context(), groups)
+            if reserve is not None:
+                kept_out = [w for w in chosen if not reserve.admits(hosts, w.host_id, w.entry.shape.demand.as_tuple())]
+                for wake in kept_out:
+                    hosts.release(wake.host_id, wake.entry.shape.demand)
+                chosen = [w for w in chosen if w not in kept_out]
             if not chosen:
                 return
             if hosts is not self._fleet:

@@ -41,7 +41,7 @@ function utilisation(host) {
 function hostStates(host) {
   const states = [];
   if (host.scheduling_paused) states.push("paused");
-  if (host.status === "draining" || host.status === "offline") states.push(host.status);
+  if (["draining", "offline", "fenced"].includes(host.status)) states.push(host.status);
   return states;
 }
 

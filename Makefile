@@ -4,7 +4,7 @@ UV_VERSION := 0.13.9
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PY := .venv/bin/python
 
-.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal bench-single servers clean asyncapi docs sync-client
+.PHONY: run test test-faults test-cluster test-fast lint format bench bench-placement bench-journal bench-single soak servers clean asyncapi docs sync-client
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -60,6 +60,9 @@ bench: .venv/.synced servers ## the end-to-end performance harness (never part o
 	$(PY) bench/rebalance_bench.py
 	$(PY) bench/drain_bench.py
 	$(PY) bench/journal_bench.py
+
+soak: .venv/.synced servers ## an hour (VMSCHED_SOAK_MINUTES, 60) of churn on 1,000 simulated hosts with restarts, migrations and drains, watched; figures in docs/img/soak.png (never part of make test)
+	$(PY) bench/soak.py
 
 docs: .venv/.synced ## rewrite what docs/ shows of the code (the lifecycle table)
 	$(PY) -m devtools.docs

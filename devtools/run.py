@@ -40,6 +40,17 @@ def _other_metrics(stack: Stack) -> str:
     )
 
 
+def make_run_stack(api_port: int, token: str) -> Stack:
+    """``make run``'s services: the API on ``api_port``, the scheduler's and gateway's /metrics on
+    their documented ports (9101, 9102) when free, the admin token ``token``."""
+    return Stack(
+        env={"VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json"), "VMSCHED_BOOTSTRAP_TOKEN": token},
+        log_dir=RUN_DIR,
+        api_port=api_port,
+        default_ports=True,
+    )
+
+
 def start_fleet(stack: Stack, agents: int, credentials_path: Path, timeout: float = 60.0) -> Service:
     """``make run``'s simulated fleet: ``agents`` hosts hv-0001... of mixed sizes (label
     size=small|medium|large|gpu) in three zones (zone=z1|z2|z3), each its own broker user as a real
@@ -59,15 +70,7 @@ def main() -> int:
     agents = int(os.environ.get("SIM_AGENTS", "3"))
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
     port = int(os.environ.get("VMSCHED_API_PORT", "8000"))
-    stack = Stack(
-        env={
-            "VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json"),
-            "VMSCHED_BOOTSTRAP_TOKEN": development_token(),
-        },
-        log_dir=RUN_DIR,
-        api_port=port,
-        default_ports=True,
-    )
+    stack = make_run_stack(port, development_token())
     stopping = False
 
     def stop(*_: object) -> None:

@@ -166,9 +166,9 @@ class Stack:
         self.services[name] = service
         return service
 
-    def start_api(self) -> Service:
+    def start_api(self, **env: str) -> Service:
         service = self.add("api", [str(BIN / "vmsched-api")], ready_url=f"{self.api_url}/readyz")
-        service.start(self._env())
+        service.start({**self._env(), **env})
         return service
 
     def start_scheduler(self, index: int = 1, **env: str) -> Service:
@@ -177,9 +177,9 @@ class Stack:
         service.start({**self._env(), **self._metrics_env(service, preferred), **env})
         return service
 
-    def start_gateway(self) -> Service:
+    def start_gateway(self, **env: str) -> Service:
         service = self.add("gateway", [str(BIN / "vmsched-gateway")], ready_line="gateway ready")
-        service.start({**self._env(), **self._metrics_env(service, GATEWAY_METRICS_PORT)})
+        service.start({**self._env(), **self._metrics_env(service, GATEWAY_METRICS_PORT), **env})
         return service
 
     def _metrics_env(self, service: Service, preferred: int | None) -> dict[str, str]:

@@ -124,3 +124,19 @@ async def test_a_copy_that_changes_at_every_look_but_still_fits_nowhere_settles_
     assert outcomes
     assert looks == 1, looks  # one pass, one look: nothing was decided again
     assert not any(isinstance(outcome, Later) for outcome in outcomes), outcomes
+
+
+@PASSES
+async def test_no_known_host_heard_from_at_all_is_tried_again_later(world: World, run: Run) -> None:
+    # The gateway cut from its PostgreSQL or Redis folds no heartbeat: every host looks silent at once,
+    # in PostgreSQL (here: none it may place on) and in the snapshot, though all run
+    # (tests/faults/test_partitions.py: gateway-redis-blackholed made VMs unschedulable). The round's
+    # clock an hour ahead.
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    for host in ("hv-1", "hv-2"):  # PostgreSQL counts no host it may place on
+        await world.pause_in_ledger_only(host)
+    world.round.clock = lambda: time.time() + 3600
+    outcomes = await run(world)
+    assert outcomes
+    assert all(isinstance(outcome, Later) for outcome in outcomes), outcomes

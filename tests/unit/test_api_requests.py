@@ -172,6 +172,9 @@ class Accepting:
     async def vm_create(self, vms: Sequence[VmToPlace]) -> None:
         self.sent.extend(vms)
 
+    async def blocked(self) -> bool:
+        return False
+
     async def submit(self, ids: list[str]) -> None:
         pass
 

@@ -28,15 +28,17 @@ def drain(
     moved: int = 0,
     in_flight: int = 0,
     stuck: int = 0,
-    deadline: datetime = NOW + timedelta(minutes=10),
+    deadline: datetime | None = None,
 ) -> Drain:
+    """A drain of three VMs; by default its deadline is ten minutes from the real now (the CLI reads
+    the clock to tell an overdue drain)."""
     queued = len(VMS) - moved - in_flight - stuck
     return Drain(
         host_id="hv-0002",
         state=state,
         evacuate=True,
         max_parallel=4,
-        deadline_at=deadline,
+        deadline_at=deadline or datetime.now(UTC) + timedelta(minutes=10),
         created_at=NOW,
         ended_at=None,
         moved=[DrainedVm(vm_id=vm, to="hv-0003") for vm in VMS[:moved]],

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from typing import Any, cast
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmsched_gateway.health import FailureGrace
+from vmsched_gateway.health import FailureGrace, HealthCheck
 
 TIMEOUT = 15.0
 
@@ -35,3 +40,27 @@ def test_failing_is_allowed_exactly_a_timeout_after_the_last_blind_moment(start:
         grace.cut_off(last)
     assert not grace.allows_failing(last + TIMEOUT - 0.001)
     assert grace.allows_failing(last + TIMEOUT)
+
+
+async def test_a_check_that_fails_counts_as_a_cut_off() -> None:
+    """The gateway cut from PostgreSQL cannot check, nor fold heartbeats: once it can again, every host
+    looks silent since the cut began, and a first heartbeat folded would end a cut-off the check never
+    noticed (tests/faults/test_partitions.py: gateway-database-refused failed VMs of healthy hosts)."""
+    grace = FailureGrace.starting(now=0.0, timeout=TIMEOUT)  # long since allowed to fail
+    nothing = cast("Any", None)
+    check = HealthCheck(nothing, nothing, nothing, nothing, nothing, nothing, grace, nothing)
+    checked = asyncio.Event()
+
+    async def unreachable() -> None:
+        checked.set()
+        raise ConnectionRefusedError(111, "Connect call failed")
+
+    check.once = unreachable  # type: ignore[method-assign]
+    before = time.monotonic()
+    duty = asyncio.create_task(check.forever(interval=60))
+    await asyncio.wait_for(checked.wait(), 5)
+    duty.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await duty
+
+    assert not grace.allows_failing(before + TIMEOUT - 0.001)

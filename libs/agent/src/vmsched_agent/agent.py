@@ -183,7 +183,8 @@ class Agent:
 
     @property
     def consuming(self) -> bool:
-        return self._consumer is not None
+        """Whether this process takes the host's commands (not while another process holds them)."""
+        return self._consumer is not None and self._consumer.taking_commands
 
     def set_draining(self, draining: bool) -> None:
         """Ask the scheduler for no new VMs (``draining``) or for VMs again; heartbeats at once."""

@@ -16,6 +16,16 @@ The connection belongs to a FastStream ``RabbitBroker`` (the one every vmsched s
   unroutable, so a status counts as sent only once a queue holds it.
 - a ``heartbeat`` channel without confirms: a lost heartbeat is replaced by the next one.
 
+Each agent consumes its queue as an *exclusive* consumer: one host, one agent process. A second
+process started with a host id already consumed (a copied config, a cloned VM image) takes no
+command: it finds the queue held (its passive declare counts the consumers; RabbitMQ refuses an
+exclusive consume when two race) and waits, heartbeating, until the holder's connection is gone. A
+clean stop cancels the consumer, so its successor takes over at once; a crashed process's connection
+is closed by its kernel (or, for a host that froze, by RabbitMQ after two missed AMQP heartbeats),
+and the successor takes over then. Its heartbeats meanwhile are the gateway's to refuse
+(``agent.conflict``, vmsched_gateway/instances.py). Nothing about the queue changes (exclusivity is
+the consumer's, not the queue's), so queues declared by older versions need no move.
+
 Heartbeats and status reports carry the AMQP ``user_id`` property: the connection's user, which
 RabbitMQ checks, so the gateway knows which host's broker user sent them (docs/security.md).
 
@@ -77,6 +87,8 @@ PROBE_REOPEN_TIMEOUT = 5.0
 CONSUMER_CHECK_INTERVAL = 1.0
 RESUME_DELAYS = (0.5, 1.0, 2.0, 4.0)
 RESUME_MAX_DELAY = 5.0
+# Seconds between looks at a queue another agent process consumes.
+HOLDER_CHECK_INTERVAL = 1.0
 
 
 class AgentQueueMissing(TimeoutError):
@@ -99,6 +111,8 @@ class Consumer:
     queue: AbstractQueue | None = None
     consumer_tag: str | None = None
     cancelled: bool = False
+    # Another process consumes the queue: this one waits (and is resumed) until it is gone.
+    held_elsewhere: bool = False
     resume_delays: Iterator[float] = field(default_factory=lambda: _delays(RESUME_DELAYS, RESUME_MAX_DELAY))
     resume_at: float = 0.0
 
@@ -108,12 +122,19 @@ class Consumer:
         if self.queue is not None and self.consumer_tag is not None and not self.lane.is_closed:
             await self.queue.cancel(self.consumer_tag)
 
+    @property
+    def taking_commands(self) -> bool:
+        return not self.cancelled and not self.held_elsewhere and self.consumer_tag is not None
+
     async def start(self) -> None:
-        """Consume the queue on the lane. robust=False: a reconnecting connection declares nothing
-        of it again (see the module's docstring); the connection resumes it instead."""
+        """Consume the queue on the lane, exclusively. robust=False: a reconnecting connection
+        declares nothing of it again (see the module's docstring); the connection resumes it
+        instead. Raises ``aiormq.exceptions.ChannelAccessRefused`` (and the lane is reopened) when
+        another consumer took the queue first."""
         queue = await self.lane.declare_queue(self.queue_name, passive=True, robust=False)
-        self.consumer_tag = await queue.consume(self.on_message, robust=False)
+        self.consumer_tag = await queue.consume(self.on_message, exclusive=True, robust=False)
         self.queue = queue
+        self.held_elsewhere = False
         self.resume_delays = _delays(RESUME_DELAYS, RESUME_MAX_DELAY)
 
     def put_off(self, now: float) -> None:
@@ -135,19 +156,19 @@ class _QueueProbe:
     def _on_reopened(self, *_: object) -> None:
         self.reopened.set()
 
-    async def queue_exists(self, name: str, *, deadline: float) -> bool:
-        """Whether queue ``name`` exists; False as well when the deadline (event loop time)
-        passes while other questions are asked first."""
+    async def consumers(self, name: str, *, deadline: float) -> int | None:
+        """How many consumers queue ``name`` has; None when it does not exist, or when the
+        deadline (event loop time) passes while other questions are asked first."""
         try:
             async with asyncio.timeout_at(deadline):
                 await self.lock.acquire()
         except TimeoutError:
-            return False
+            return None
         try:
             self.reopened.clear()
             try:
                 # robust=False: the channel must not declare anything again when it reopens.
-                await self.channel.declare_queue(name, passive=True, robust=False)
+                queue = await self.channel.declare_queue(name, passive=True, robust=False)
             except aiormq.exceptions.ChannelNotFoundEntity:
                 # aio-pika reopens the closed channel by itself; wait for that. Reopening it here as
                 # well would leak a channel per "no" (RabbitMQ allows 2,047 per connection), and a
@@ -156,12 +177,12 @@ class _QueueProbe:
                 # and one question at a time.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.reopened.wait(), PROBE_REOPEN_TIMEOUT)
-                return False
+                return None
             except (aiormq.exceptions.AMQPError, ConnectionError) as error:
                 # The connection is down or recovering: the next question waits for it to be back.
                 log.debug("queue probe failed", queue=name, error=repr(error))
-                return False
-            return True
+                return None
+            return int(queue.declaration_result.consumer_count or 0)
         finally:
             self.lock.release()
 
@@ -273,7 +294,8 @@ class AgentConnection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + queue_wait_timeout
         for delay in _delays(QUEUE_WAIT_DELAYS, QUEUE_WAIT_MAX_DELAY):
-            if await self._probe.queue_exists(name, deadline=deadline):
+            consumers = await self._probe.consumers(name, deadline=deadline)
+            if consumers is not None:
                 break
             if loop.time() + delay > deadline:
                 raise AgentQueueMissing(
@@ -283,11 +305,41 @@ class AgentConnection:
                     f"{agent_username(host_id, self._vhost)!r}: vmsched-gateway enroll-agent {host_id})?"
                 )
             await asyncio.sleep(delay)
-        # The probe just found it, so this passive declare cannot close the shared channel.
         consumer = Consumer(name, on_message, lane)
-        await consumer.start()
         self._consumers.add(consumer)
+        await self._take(consumer, loop.time(), consumers)
         return consumer
+
+    async def _take(self, consumer: Consumer, now: float, consumers: int | None = None) -> None:
+        """Start ``consumer`` unless its queue is missing or another process consumes it (as
+        ``consumers`` says when just asked, else asked here); then put it off for the keeper to try
+        again."""
+        probe = self._probe
+        if consumers is None and probe is not None:
+            consumers = await probe.consumers(consumer.queue_name, deadline=now + PROBE_REOPEN_TIMEOUT)
+        if consumers is None:
+            consumer.put_off(now)
+            return
+        if consumers > 0:
+            self._wait_for_holder(consumer, now)
+            return
+        try:
+            # The probe just found it, so this passive declare cannot close the shared lane; only a
+            # consumer that took the queue in between can (the lane is reopened, and its consumers
+            # resumed by the keeper).
+            await consumer.start()
+        except aiormq.exceptions.ChannelAccessRefused:
+            self._wait_for_holder(consumer, now)
+
+    def _wait_for_holder(self, consumer: Consumer, now: float) -> None:
+        if not consumer.held_elsewhere:
+            log.warning(
+                "another agent process takes this host's commands; waiting for it to stop (one host, one agent)",
+                queue=consumer.queue_name,
+            )
+        consumer.held_elsewhere = True
+        # Not backed off: the holder's successor should take over within a second of it leaving.
+        consumer.resume_at = now + HOLDER_CHECK_INTERVAL
 
     def _wake(self, *_: object) -> None:
         self._wake_keeper.set()
@@ -313,12 +365,8 @@ class AgentConnection:
                 await self._resume(consumer, loop.time())
 
     async def _resume(self, consumer: Consumer, now: float) -> None:
-        probe = self._probe
         try:
-            if probe is None or not await probe.queue_exists(consumer.queue_name, deadline=now + PROBE_REOPEN_TIMEOUT):
-                consumer.put_off(now)
-                return
-            await consumer.start()
+            await self._take(consumer, now)
         except Exception as error:  # the connection went again, or the queue with it: next round
             log.debug("consumer not resumed yet", queue=consumer.queue_name, error=repr(error))
             consumer.put_off(now)
@@ -326,6 +374,8 @@ class AgentConnection:
         if consumer.cancelled:  # cancelled while resuming: the broker must not keep delivering
             with contextlib.suppress(Exception):
                 await consumer.cancel()
+            return
+        if not consumer.taking_commands:
             return
         log.info("agent taking commands again", queue=consumer.queue_name)
 

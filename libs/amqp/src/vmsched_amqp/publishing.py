@@ -27,6 +27,8 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
 from vmsched_amqp import events, topology
+from vmsched_amqp.channels import plain_channel
+from vmsched_amqp.flow import publishers_blocked
 from vmsched_contract.messages import MAX_VMS_PER_MESSAGE, AgentCommand, VmCreate, VmToPlace, command_message_id
 
 if TYPE_CHECKING:
@@ -55,6 +57,31 @@ class Publisher:
         self._publishers: dict[str, RabbitPublisher] = {}
         self._commands: AbstractChannel | None = None
         self._opening = asyncio.Lock()
+        self._probe: AbstractChannel | None = None
+        self._asking = asyncio.Lock()
+
+    async def blocked(self) -> bool:
+        """Whether the broker blocks this publisher now (a memory or disk alarm): a publish would
+        wait for the alarm to clear (:mod:`vmsched_amqp.flow`)."""
+        return publishers_blocked(await self.broker.connect())
+
+    async def answers(self, timeout: float) -> bool:
+        """Whether the broker answers a question (a passive declare of the exchange, on a channel of
+        its own) within ``timeout`` seconds. A connection that looks open may lead nowhere: a
+        partition that drops its packets goes unnoticed until its AMQP heartbeats time out, minutes
+        later. One question at a time: while one is unanswered, the broker does not answer."""
+        if self._asking.locked():
+            return False
+        async with self._asking:
+            try:
+                async with asyncio.timeout(timeout):
+                    if self._probe is None or self._probe.is_closed:
+                        self._probe = await plain_channel(await self.broker.connect())
+                    await self._probe.get_exchange(topology.EXCHANGE.name, ensure=True)
+            except Exception:  # timed out, refused, disconnected: the next question opens a new channel
+                self._probe = None
+                return False
+            return True
 
     async def publish(self, event: events.Event[M], message: M) -> None:
         """``message`` as ``event``, returned once the broker confirmed it."""

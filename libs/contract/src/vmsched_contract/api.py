@@ -306,6 +306,11 @@ class Reservation(BaseModel):
     count: int
     used: int = Field(description="slots a VM naming the reservation took (their room is that VM's)")
     held: int = Field(description="slots still held for the project's VMs")
+    lost: int = Field(
+        default=0,
+        description="held slots lost with their host (silent past VMSCHED_AGENT_LOST_TIMEOUT) and not placed "
+        "again on another host yet (status_reason says why)",
+    )
     hosts: list[str] = Field(description="the hosts of the held and used slots")
     host_selector: list[HostSelectorTerm]
     ends_at: datetime | None

@@ -159,3 +159,4 @@ class ReservationRecord:
     held: int  # slots whose room is still the reservation's
     used: int  # slots a VM took
     hosts: tuple[str, ...]  # the hosts of the held and used slots
+    lost: int = 0  # slots lost with their host, not placed again yet

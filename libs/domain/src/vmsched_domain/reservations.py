@@ -9,6 +9,11 @@ slot's room in one step (the slot's claim becomes the VM's, as a preemption swap
 nothing else can take it: the engine sees the room as allocated, and preemption removes VMs only.
 
 At ``ends_at`` (or on DELETE) the slots still held are released; slots a VM took stay that VM's.
+
+A held slot on a host that is lost (silent past ``VMSCHED_AGENT_LOST_TIMEOUT``, while other hosts are
+heard: the schedulers are not cut off) is ``lost``: its room goes with the host, and the scheduler
+places it again (the same slot id, on another host, by the same rules); until some host fits it the
+reservation counts it as ``lost`` and says so in ``status_reason``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ class SlotStatus(StrEnum):
     HELD = "held"  # the room is the reservation's
     USED = "used"  # a VM naming the reservation took the room (it is the VM's now)
     RELEASED = "released"  # given back to the host unused
+    LOST = "lost"  # its host was lost: the room went with it; placed again on another host when one fits
 
 
 # A reservation in these may still be placed, used or ended.

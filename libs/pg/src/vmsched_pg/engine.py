@@ -47,6 +47,10 @@ async def connect_directly(
     )
 
 
+# Seconds a statement may wait for PostgreSQL's answer on the client's side (statement_timeout is 10).
+COMMAND_TIMEOUT = 15.0
+
+
 def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
     """The pool does not ping a connection before handing it out: SQLAlchemy's asyncpg ping is a
     BEGIN, a ``;`` and a ROLLBACK, a seventh of the API's CPU at 100 single POSTs/s. A connection a
@@ -64,6 +68,13 @@ def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_pre_ping=False,
         connect_args={
             **tls,
+            # Bounded on the client's side too: a server that went silent (a partition: the socket open,
+            # nothing answering) fails a statement after this, as statement_timeout fails one that runs
+            # too long (which it outlasts, so that the server's own error comes first when it can), and
+            # a connection that does not open fails after CONNECT_TIMEOUT; the caller then retries or
+            # answers 503, rather than waiting as long as the partition lasts.
+            "command_timeout": COMMAND_TIMEOUT,
+            "timeout": CONNECT_TIMEOUT,
             "server_settings": {
                 # Bounded statements: a stuck lock must surface as an error, not as a hung consumer.
                 "statement_timeout": "10000",

@@ -9,11 +9,13 @@ id order (the VM consuming a slot locks the VM first, then the slot, then the ho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from uuid import UUID
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from vmsched_contract.messages import HostStatus
 from vmsched_contract.status import ReservationStatus
 from vmsched_domain.reservations import OPEN, SlotStatus, sql_in
 from vmsched_pg.rows import RESERVATION_FIELDS
@@ -25,8 +27,11 @@ SELECT_RESERVATIONS = f"""
              WHERE s.reservation_id = r.id AND s.status = '{SlotStatus.HELD.value}') AS held,
            (SELECT count(*) FROM reservation_slots s
              WHERE s.reservation_id = r.id AND s.status = '{SlotStatus.USED.value}') AS used,
+           (SELECT count(*) FROM reservation_slots s
+             WHERE s.reservation_id = r.id AND s.status = '{SlotStatus.LOST.value}') AS lost,
            (SELECT coalesce(array_agg(DISTINCT s.hypervisor_id), ARRAY[]::text[]) FROM reservation_slots s
-             WHERE s.reservation_id = r.id AND s.status <> '{SlotStatus.RELEASED.value}') AS hosts
+             WHERE s.reservation_id = r.id
+               AND s.status IN ('{SlotStatus.HELD.value}', '{SlotStatus.USED.value}')) AS hosts
       FROM reservations r
 """
 
@@ -45,6 +50,13 @@ _LOCK_HELD = text(
     """
 )
 _LOCK_HOSTS = text("SELECT id FROM hosts WHERE id = ANY(CAST(:hosts AS text[])) ORDER BY id FOR UPDATE")
+# Lost slots hold no room: an ended reservation only stops placing them again.
+_RELEASE_LOST = text(
+    f"""
+    UPDATE reservation_slots SET status = '{SlotStatus.RELEASED.value}', updated_at = now()
+     WHERE reservation_id = ANY(CAST(:ids AS uuid[])) AND status = '{SlotStatus.LOST.value}'
+    """
+)
 _RELEASE_SLOTS = text(
     f"""
     UPDATE reservation_slots SET status = '{SlotStatus.RELEASED.value}', updated_at = now()
@@ -83,6 +95,7 @@ async def end_reservations(
     ]
     if not ended:
         return [], []
+    await connection.execute(_RELEASE_LOST, {"ids": ended})
     slots = (await connection.execute(_LOCK_HELD, {"ids": ended})).all()
     if not slots:
         return ended, []
@@ -96,3 +109,60 @@ async def end_reservations(
 async def due_reservations(connection: AsyncConnection, limit: int = 100) -> list[UUID]:
     """Open reservations whose ``ends_at`` has passed (PostgreSQL's clock), soonest first."""
     return [row.id for row in await connection.execute(_DUE, {"limit": limit})]
+
+
+# Held slots on hosts silent past the lost timeout, while some host was heard within the offline
+# timeout: when none is, it is the schedulers that hear nothing (the gateway or the broker cut off),
+# not the hosts that are gone (the gateway's FailureGrace reasons the same way about VMs).
+_LOCK_LOST = text(
+    f"""
+    SELECT s.id, s.reservation_id, s.hypervisor_id FROM reservation_slots s JOIN hosts h ON h.id = s.hypervisor_id
+     WHERE s.status = '{SlotStatus.HELD.value}' AND h.status = '{HostStatus.OFFLINE.value}'
+       AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
+       AND EXISTS (SELECT 1 FROM hosts a WHERE a.last_heartbeat >= now() - make_interval(secs => :heard))
+     ORDER BY s.id LIMIT :limit FOR UPDATE OF s SKIP LOCKED
+    """
+)
+_MARK_LOST = text(
+    f"""
+    UPDATE reservation_slots SET status = '{SlotStatus.LOST.value}', updated_at = now()
+     WHERE id = ANY(CAST(:ids AS uuid[])) AND status = '{SlotStatus.HELD.value}'
+    """
+)
+_SAY_LOST = text(
+    """
+    UPDATE reservations SET status_reason = :reason, updated_at = now() WHERE id = :id
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LostSlot:
+    id: UUID
+    reservation_id: UUID
+    host_id: str
+
+
+async def lose_slots(
+    connection: AsyncConnection, *, lost_after: float, heard_within: float, limit: int = 500
+) -> list[LostSlot]:
+    """In the caller's transaction, mark ``lost`` the held slots of hosts silent for ``lost_after``
+    seconds (unless no host at all was heard within ``heard_within``): their room leaves the host's
+    allocations, and each reservation says what it lost. The caller releases their claims in Redis
+    once committed, and has them placed again (:mod:`vmsched_scheduler.lost_slots`)."""
+    rows = (await connection.execute(_LOCK_LOST, {"lost": lost_after, "heard": heard_within, "limit": limit})).all()
+    if not rows:
+        return []
+    lost = [LostSlot(row.id, row.reservation_id, row.hypervisor_id) for row in rows]
+    await connection.execute(_LOCK_HOSTS, {"hosts": sorted({slot.host_id for slot in lost})})
+    ids = [slot.id for slot in lost]
+    await connection.execute(_SHRINK_HOSTS, {"ids": ids})
+    await connection.execute(_MARK_LOST, {"ids": ids})
+    by_reservation: dict[UUID, list[LostSlot]] = {}
+    for slot in lost:
+        by_reservation.setdefault(slot.reservation_id, []).append(slot)
+    for reservation_id, slots in sorted(by_reservation.items()):
+        hosts = ", ".join(sorted({slot.host_id for slot in slots}))
+        reason = f"{len(slots)} held slot(s) lost with host {hosts}; being placed again"
+        await connection.execute(_SAY_LOST, {"id": reservation_id, "reason": reason})
+    return lost

@@ -253,4 +253,5 @@ def reservation_from_row(row: Any) -> ReservationRecord:
         held=int(row.held),
         used=int(row.used),
         hosts=tuple(sorted(row.hosts or ())),
+        lost=int(row.lost),
     )

@@ -203,6 +203,17 @@ def parse_usage(raw: Mapping[str, str | None]) -> MeasuredUsage | None:
     )
 
 
+# The hash fields of the allocation ratios, in RESOURCES order.
+RATIO_FIELDS: tuple[str, ...] = tuple(rule.ratio_field for rule in RESOURCES if rule.ratio_field)
+
+
+def parse_ratios(raw: Mapping[str, str | None]) -> Overcommit:
+    """The host's allocation ratios from its hash's ratio fields (a missing one: 1)."""
+    return Overcommit.model_construct(
+        None, **{rule.name: float(raw.get(rule.ratio_field) or 1.0) for rule in RESOURCES if rule.ratio_field}
+    )
+
+
 def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
     """A host record from its hash, or None for a hash without capacity (half-written, flushed)."""
     if "cpu" not in raw:
@@ -213,9 +224,7 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         labels=json.loads(raw.get("labels") or "{}"),
         capacity=_resources(raw, str),
         reserved=_resources(raw, reserved_field),
-        overcommit=Overcommit.model_construct(
-            None, **{rule.name: float(raw.get(rule.ratio_field) or 1.0) for rule in RESOURCES if rule.ratio_field}
-        ),
+        overcommit=parse_ratios(raw),
         allocated=_resources(raw, allocated_field),
         vm_count=_int(raw, "vm_count"),
         scheduling_paused=raw.get("paused") == "1",

@@ -32,8 +32,7 @@ class CommandRatios:
         wanted = sorted(set(host_ids))
         if not wanted:
             return {}
-        hosts = await self.snapshot.read_hosts(wanted)
-        return {host_id: host.overcommit for host_id, host in hosts.items() if host is not None}
+        return await self.snapshot.read_ratios(wanted)
 
     async def stamp(self, host_id: str, command: AgentCommand) -> AgentCommand:
         if command.action not in TAKES_ROOM:

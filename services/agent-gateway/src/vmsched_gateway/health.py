@@ -5,7 +5,8 @@ patience about hosts that only look dead):
   their VMs ``unknown``: presumed running, their capacity kept, nothing failed or deleted. A host
   that heartbeats again settles them from the VMs its heartbeat lists (heartbeats.py);
 - the VMs of hosts silent for AGENT_LOST_TIMEOUT fail (their capacity given back) and their restart
-  policy applies; not while no agent at all is heard from (see :class:`FailureGrace`);
+  policy applies; not while no agent at all is heard from, nor while the check itself fails, nor for a
+  lost timeout after either (see :class:`FailureGrace`);
 - failed VMs that ran, with ``restart_policy: on_failure``, go back to pending after RESTART_DELAY,
   the host they failed on excluded for EXCLUDE_FOR, and are published for placement again;
 - scheduled VMs whose agent has not answered for RESEND_STALE_AFTER get their create command again
@@ -144,4 +145,9 @@ class HealthCheck:
                 raise
             except Exception as error:  # a server hiccup must not end the duty; the next round retries
                 log.warning("host check failed", error=repr(error))
+                # A gateway that cannot check (its PostgreSQL or Redis away) cannot fold heartbeats
+                # either: once it can again, every host looks silent since the cut began, and the
+                # first heartbeats folded would end a cut-off it never noticed. It is as blind as
+                # when it hears no agent at all.
+                self.grace.cut_off(time.monotonic())
             await asyncio.sleep(interval)

@@ -44,6 +44,7 @@ from vmsched_api.routes import (
     whatif,
 )
 from vmsched_api.routes import settings as settings_routes
+from vmsched_api.server_outage import add_outage_answers
 from vmsched_api.vm_acceptance import VmAcceptance
 from vmsched_api.vm_intake import VmIntake
 from vmsched_contract.api import ErrorDetail
@@ -80,6 +81,10 @@ V1_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorDetail, "description": "the token lacks the scope this route needs"},
     413: {"description": "the request body is larger than VMSCHED_MAX_BODY_BYTES", "content": {"text/plain": {}}},
     429: {"model": ErrorDetail, "description": "the token's request rate is spent (see the Retry-After header)"},
+    503: {
+        "model": ErrorDetail,
+        "description": "a server vmsched needs did not answer, or the broker takes no messages (see Retry-After)",
+    },
 }
 
 
@@ -198,6 +203,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
         application.state.services = services
     application.include_router(v1_router())
     application.add_exception_handler(QuotaExceeded, refuse_past_quota)
+    add_outage_answers(application)
     application.include_router(system.router)
     check_every_route_declares_a_scope(application.routes)
     application.add_middleware(AuditMiddleware)

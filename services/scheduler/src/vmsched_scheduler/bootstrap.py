@@ -34,6 +34,7 @@ from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.journal_pruning import prune_forever
 from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.lost_slots import LostSlots
 from vmsched_scheduler.reconcile import reconcile, reconcile_forever
 from vmsched_scheduler.reservations import ReservationSweeper, sweep_forever
 from vmsched_scheduler.round import SchedulingRound
@@ -126,7 +127,14 @@ def build_app(settings: Settings) -> SchedulerApp:
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
         background.start(fleet.reload_forever(settings.snapshot_full_refresh))
         background.start(waker.run_forever())
-        sweeper = ReservationSweeper(engine, snapshot, scheduling_round)
+        lost = LostSlots(
+            engine,
+            snapshot,
+            scheduling_round,
+            lost_after=settings.agent_lost_timeout,
+            heard_within=settings.agent_offline_timeout,
+        )
+        sweeper = ReservationSweeper(engine, snapshot, scheduling_round, lost)
         background.start(sweep_forever(sweeper, snapshot, settings.reservation_interval))
         background.start(prune_forever(engine, snapshot, settings.journal_retention, settings.journal_prune_interval))
 

@@ -2,9 +2,11 @@
 waiting, no migration target, a batch that cannot be placed whole), whether saying so now would be
 premature. Every kind of pass asks here (:meth:`~vmsched_scheduler.round.SchedulingRound.run_pass`).
 
-- PostgreSQL knows more online hosts than the snapshot holds, or knows some while the snapshot has
-  none online: after a Redis flush the snapshot lacks hosts until their next heartbeat, and the copy
-  may still hold hosts the flush took. The VMs come back later, after a full read.
+- PostgreSQL knows more online hosts than the snapshot holds, or the snapshot has none online while
+  PostgreSQL or the snapshot knows hosts: after a Redis flush the snapshot lacks hosts until their
+  next heartbeat, and the copy may still hold hosts the flush took; or every known host is silent at
+  once, as when the heartbeats' path is cut (the gateway from its servers: the gateway's
+  FailureGrace reasons the same way). The VMs come back later, after a full read.
 - The copy was behind the snapshot: a host changed a moment ago (an operator unpaused it, a
   heartbeat brought it back) after the copy was last read, which a refresh may skip for a few
   milliseconds. The copy reads the changes at once, and the VMs are decided again only if what
@@ -47,9 +49,9 @@ async def premature_nowhere(
         return None
     online = await rnd.ledger.online_hosts()
     none_online = any(c.decision.reason == NO_AVAILABLE_AGENTS for c in nowhere)
-    if len(rnd.fleet.fleet) < online or (none_online and online > 0):
+    if len(rnd.fleet.fleet) < online or (none_online and (online > 0 or len(rnd.fleet.fleet) > 0)):
         await rnd.fleet.refresh(force_full=True)
-        return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL")
+        return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL, or hears none")
     if not await rnd.fleet.catch_up():
         return None
     deciding = nowhere if members is None else members

@@ -18,11 +18,11 @@ import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_contract.messages import HostStatus, VmToPlace
 from vmsched_contract.status import ReservationStatus
@@ -49,6 +49,9 @@ from vmsched_scheduler.ports import (
 )
 from vmsched_scheduler.round import SchedulingRound
 from vmsched_scheduler.round_items import Assigned, Later, NotPlaced, RoundItem
+
+if TYPE_CHECKING:
+    from vmsched_scheduler.lost_slots import LostSlots
 
 log = get_logger(__name__)
 
@@ -106,11 +109,38 @@ _UNSCHEDULABLE = text(
 )
 
 
-class _Refused(Exception):
-    """A host's guard refused its slots: the whole reservation is undone."""
+class HostRefused(Exception):
+    """A host's guard refused its slots: raised out of the transaction, it undoes all of it."""
 
     def __init__(self, host_id: str) -> None:
         self.host_id = host_id
+
+
+async def grow_hosts(connection: AsyncConnection, placements: Sequence[Placement]) -> None:
+    """Add the slots of ``placements`` to their hosts' allocations, under each host's guard (online,
+    unpaused, within the fit rule), hosts locked in id order; raises :class:`HostRefused` for the
+    first host that cannot take its slots."""
+    by_host: dict[str, list[Placement]] = defaultdict(list)
+    for placement in placements:
+        by_host[placement.host_id].append(placement)
+    await connection.execute(_LOCK_HOSTS, {"hosts": sorted(by_host)})
+    for host_id in sorted(by_host):
+        slots = by_host[host_id]
+        totals = {f: sum(getattr(p.resources, f) for p in slots) for f in _FIELDS}
+        grown = await connection.execute(_GROW_HOST, {"host_id": host_id, "n": len(slots), **totals})
+        if grown.first() is None:
+            raise HostRefused(host_id)
+
+
+def refused_settlement(placements: Sequence[Placement], refused: HostRefused) -> Settlement:
+    """The host's own slots refused by its guard, the others with them (all or nothing)."""
+    return Settlement(
+        [
+            PlacementResult(Committed.HOST_REFUSED if p.host_id == refused.host_id else Committed.GANG_REFUSED)
+            for p in placements
+        ],
+        [],
+    )
 
 
 class SlotLedger:
@@ -153,16 +183,7 @@ class SlotLedger:
                         [PlacementResult(Committed.GANG_REFUSED)] * len(placements),
                         [Committed.UNSCHEDULABLE] * len(no_hosts),
                     )
-                by_host: dict[str, list[Placement]] = defaultdict(list)
-                for placement in placements:
-                    by_host[placement.host_id].append(placement)
-                await connection.execute(_LOCK_HOSTS, {"hosts": sorted(by_host)})
-                for host_id in sorted(by_host):
-                    slots = by_host[host_id]
-                    totals = {f: sum(getattr(p.resources, f) for p in slots) for f in _FIELDS}
-                    grown = await connection.execute(_GROW_HOST, {"host_id": host_id, "n": len(slots), **totals})
-                    if grown.first() is None:
-                        raise _Refused(host_id)  # rolls the transaction back
+                await grow_hosts(connection, placements)
                 params: dict[str, Any] = {
                     "reservation": self.reservation,
                     "ids": [p.vm_id for p in placements],
@@ -176,14 +197,8 @@ class SlotLedger:
                     _HELD, {"id": self.reservation, "record": placements[0].record.model_dump_json()}
                 )
                 at = (await connection.execute(text("SELECT now()"))).scalar_one()
-        except _Refused as refused:
-            return Settlement(
-                [
-                    PlacementResult(Committed.HOST_REFUSED if p.host_id == refused.host_id else Committed.GANG_REFUSED)
-                    for p in placements
-                ],
-                [],
-            )
+        except HostRefused as refused:
+            return refused_settlement(placements, refused)
         return Settlement([PlacementResult(Committed.PLACED, at, at) for _ in placements], [])
 
     async def load(self, vm_ids: Sequence[UUID]) -> Mapping[UUID, VmRecord]:
@@ -205,6 +220,20 @@ class SlotLedger:
     ) -> MigrationSettlement:
         # A slot never migrates (a VM that took one migrates as any VM: the room is its own).
         return MigrationSettlement([Committed.NOT_PENDING] * len(targets), [Committed.NOT_PENDING] * len(no_targets))
+
+
+def slot_round(scheduling_round: SchedulingRound, ledger: SlotLedger) -> SchedulingRound:
+    """``scheduling_round``'s fleet, claims, settings, clock, randomness and journal, settling through
+    ``ledger`` and without server groups (a slot joins none): the round slots are placed by."""
+    return SchedulingRound(
+        scheduling_round.fleet,
+        scheduling_round.claims,
+        ledger,
+        scheduling_round.settings,
+        clock=scheduling_round.clock,
+        rng=scheduling_round.rng,
+        journal=scheduling_round.journal,
+    )
 
 
 def slot_requests(row: Any) -> list[RoundItem]:
@@ -229,14 +258,25 @@ def slot_requests(row: Any) -> list[RoundItem]:
 class ReservationSweeper:
     """Places pending reservations and ends expired ones (see the module's docstring)."""
 
-    def __init__(self, engine: AsyncEngine, snapshot: Snapshot, scheduling_round: SchedulingRound) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        snapshot: Snapshot,
+        scheduling_round: SchedulingRound,
+        lost: LostSlots | None = None,
+    ) -> None:
         self.engine = engine
         self.snapshot = snapshot
         self.round = scheduling_round
+        self.lost = lost
 
     async def sweep(self) -> None:
         await self.expire()
+        if self.lost is not None:
+            await self.lost.lose()
         await self.place()
+        if self.lost is not None:
+            await self.lost.place_again()
 
     async def expire(self) -> list[UUID]:
         """End every open reservation past its ``ends_at``; returns those ended."""
@@ -254,15 +294,7 @@ class ReservationSweeper:
         async with self.engine.connect() as connection:
             pending = (await connection.execute(_PENDING, {"limit": SWEEP_SIZE})).all()
         for row in pending:
-            scheduling_round = SchedulingRound(
-                self.round.fleet,
-                self.round.claims,
-                SlotLedger(self.engine, self.round.ledger, row.id),
-                self.round.settings,
-                clock=self.round.clock,
-                rng=self.round.rng,
-                journal=self.round.journal,
-            )
+            scheduling_round = slot_round(self.round, SlotLedger(self.engine, self.round.ledger, row.id))
             outcomes = await scheduling_round.run_gang(slot_requests(row))
             first = outcomes[0]
             if isinstance(first, Assigned):

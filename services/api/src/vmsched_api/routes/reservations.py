@@ -45,6 +45,7 @@ def _view(record: ReservationRecord) -> Reservation:
         count=record.count,
         used=record.used,
         held=record.held,
+        lost=record.lost,
         hosts=list(record.hosts),
         host_selector=list(record.host_selector),
         ends_at=record.ends_at,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Annotated
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Resp
 from pydantic import ValidationError
 
 from vmsched_amqp import events
+from vmsched_api.broker_flow import BROKER_REFUSAL, refuse_while_broker_blocks
 from vmsched_api.deps import ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.audit import AuditStub, mark_audited
@@ -49,6 +51,11 @@ from vmsched_runtime.logs import get_logger
 router = APIRouter(prefix="/vms", tags=["vms"])
 log = get_logger("vmsched_api")
 
+# Seconds a request waits for the broker's confirm of what it publishes after its commit: past that
+# it answers anyway (the change stands; the outbox sweeper or a resend sweep publishes it again), so
+# a broker that stops answering mid-request (an alarm raised, a link gone silent) cannot hold it.
+PUBLISH_WAIT = 5.0
+
 IdempotencyKey = Annotated[
     str | None,
     Header(alias="Idempotency-Key", max_length=255, description="the same key returns the same VM"),
@@ -59,7 +66,8 @@ async def _publish(services: ServicesDep, rows: list[VmRecord]) -> None:
     """Publish after the commit. If the broker is unreachable the change still stands: the sweeper
     publishes it once the broker is back (rows stay marked unpublished until then)."""
     try:
-        await publish_rows(services.publisher, services.engine, rows, marks=services.published)
+        async with asyncio.timeout(PUBLISH_WAIT):
+            await publish_rows(services.publisher, services.engine, rows, marks=services.published)
     except Exception as error:
         log.warning("publish after commit failed; the sweeper will retry", error=repr(error), count=len(rows))
 
@@ -76,7 +84,12 @@ async def _accept(request: Request, services: ServicesDep, asked: CreateRequest)
     return accepted
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses={**refusals(409), **QUOTA_REFUSAL})
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={**refusals(409), **QUOTA_REFUSAL, **BROKER_REFUSAL},
+)
 async def create_vm(
     body: VmRequest,
     request: Request,
@@ -85,7 +98,9 @@ async def create_vm(
     principal: VmsWriter,
     idempotency_key: IdempotencyKey = None,
 ) -> Vm:
-    """Ask for a VM, in the token's project (403 ``quota_exceeded`` past its quota)."""
+    """Ask for a VM, in the token's project (403 ``quota_exceeded`` past its quota; 503 while the
+    broker blocks publishers)."""
+    await refuse_while_broker_blocks(services.publisher)
     asked = CreateRequest(
         bodies=[body],
         project=principal.project,
@@ -107,9 +122,15 @@ async def create_vm(
     return to_vm(accepted.vms[0])
 
 
-@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=VmBatch, responses=QUOTA_REFUSAL)
+@router.post(
+    "/batch",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=VmBatch,
+    responses={**QUOTA_REFUSAL, **BROKER_REFUSAL},
+)
 async def create_vms(body: VmBatchRequest, request: Request, services: ServicesDep, principal: VmsWriter) -> VmBatch:
     """Ask for up to 1,000 VMs at once, in the token's project: all of them within its quota, or none."""
+    await refuse_while_broker_blocks(services.publisher)
     asked = CreateRequest(
         bodies=body.vms,
         project=principal.project,
@@ -281,8 +302,14 @@ def _replay_preemption(vm_id: UUID, record: PlacementRecord, inputs: Inputs) -> 
     )
 
 
-@router.delete("/{vm_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
+@router.delete(
+    "/{vm_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={**refusals(404, 409), **BROKER_REFUSAL},
+)
 async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
+    await refuse_while_broker_blocks(services.publisher)
     found = await services.repository.request_delete(vm_id, principal.project_filter(None))
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
@@ -293,9 +320,10 @@ async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) ->
         await _publish(services, [vm])
     elif change is not None and vm.status is VmStatus.DELETED:
         try:
-            await services.publisher.publish(
-                events.VM_DELETED, VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project)
-            )
+            async with asyncio.timeout(PUBLISH_WAIT):
+                await services.publisher.publish(
+                    events.VM_DELETED, VmDeleted(vm_id=vm.id, hypervisor_id=None, project=vm.project)
+                )
         except Exception as error:  # the VM is deleted; only subscribers miss the event
             log.warning("vm.deleted not published", error=repr(error))
     return to_vm(vm)
@@ -305,7 +333,7 @@ async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) ->
     "/{vm_id}/migrate",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=Vm,
-    responses=refusals(404, 409),
+    responses={**refusals(404, 409), **BROKER_REFUSAL},
 )
 async def migrate_vm(
     vm_id: UUID, services: ServicesDep, principal: VmsWriter, body: Annotated[MigrateRequest | None, Body()] = None
@@ -321,6 +349,7 @@ async def migrate_vm(
     target = None if body is None else body.target_host
     if target is not None and not principal.may(Scope.HOSTS_ADMIN):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "naming target_host needs the scope hosts:admin")
+    await refuse_while_broker_blocks(services.publisher)
     try:
         vm = await services.repository.request_migration(vm_id, target, principal.project_filter(None))
     except Refused as error:
@@ -333,13 +362,19 @@ async def migrate_vm(
     if vm is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
     try:
-        await services.publisher.publish(events.VM_MIGRATE, live_migration.request_of(vm, time.time()))
+        async with asyncio.timeout(PUBLISH_WAIT):
+            await services.publisher.publish(events.VM_MIGRATE, live_migration.request_of(vm, time.time()))
     except Exception as error:  # the gateway asks again once VMSCHED_RESEND_STALE_AFTER has passed
         log.warning("vm.migrate not published; it will be sent again", error=repr(error))
     return to_vm(vm)
 
 
-@router.post("/{vm_id}/stop", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
+@router.post(
+    "/{vm_id}/stop",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={**refusals(404, 409), **BROKER_REFUSAL},
+)
 async def stop_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
     """Power a running VM off (``stopped`` at once, task ``stopping`` until its agent confirms). Its
     host keeps its room, as Nova does: ``POST .../start`` brings it back on the same host. 409: not
@@ -347,7 +382,12 @@ async def stop_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> V
     return await _power(vm_id, PowerAction.STOP, services, principal.project_filter(None))
 
 
-@router.post("/{vm_id}/start", status_code=status.HTTP_202_ACCEPTED, response_model=Vm, responses=refusals(404, 409))
+@router.post(
+    "/{vm_id}/start",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Vm,
+    responses={**refusals(404, 409), **BROKER_REFUSAL},
+)
 async def start_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
     """Power a stopped VM on again on its host (``running`` at once, task ``starting`` until its agent
     confirms). 409: not stopped, or a host whose agent cannot start VMs."""
@@ -355,6 +395,7 @@ async def start_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> 
 
 
 async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep, project: str | None) -> Vm:
+    await refuse_while_broker_blocks(services.publisher)
     try:
         vm = await services.repository.request_power(vm_id, action, project)
     except Refused as error:
@@ -364,7 +405,8 @@ async def _power(vm_id: UUID, action: PowerAction, services: ServicesDep, projec
     try:
         command = power_command(vm)
         if command is not None and vm.hypervisor_id is not None:
-            await services.publisher.command(vm.hypervisor_id, vm.command(command))
+            async with asyncio.timeout(PUBLISH_WAIT):
+                await services.publisher.command(vm.hypervisor_id, vm.command(command))
     except Exception as error:  # the gateway sends it again once VMSCHED_RESEND_STALE_AFTER has passed
         log.warning(f"{action.value} command not published; it will be sent again", error=repr(error))
     return to_vm(vm)

@@ -5,11 +5,13 @@ another project's dedicated host alone; ending the dedication opens the host aga
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -25,6 +27,7 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Resources
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.dedication import sql_takes, takes
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
@@ -159,6 +162,7 @@ async def test_postgresqls_guard_refuses_a_placement_a_fresh_dedication_forbids(
             )
         )
     asked = [("web", False, "hv-ml"), ("ml", False, "hv-ml"), ("ml", True, "hv-any"), ("web", False, "hv-any")]
+    asked += [("web", False, "hv-any"), ("ml", True, "hv-any")]  # settled together, below
     vm_ids = []
     for project, dedicated, _ in asked:
         vm_id = uuid.uuid4()
@@ -182,3 +186,32 @@ async def test_postgresqls_guard_refuses_a_placement_a_fresh_dedication_forbids(
         settled = await PostgresLedger(private_engine, default_strategy=Strategy.FIRST_FIT).settle([placement], [])
         expected = Committed.PLACED if index in (1, 3) else Committed.HOST_REFUSED
         assert settled.placements[0].outcome is expected, (asked[index], settled.placements[0])
+    # Two on one host in one call: the second is refused even after one that fits (the rule is never
+    # NULL in SQL, which the guard's running bool_and would skip).
+    together = [
+        Placement(vm_ids[index], 1, "hv-any", shape, Strategy.FIRST_FIT, record.model_copy(update={"host": "hv-any"}))
+        for index in (4, 5)
+    ]
+    settled = await PostgresLedger(private_engine, default_strategy=Strategy.FIRST_FIT).settle(together, [])
+    assert [result.outcome for result in settled.placements] == [Committed.PLACED, Committed.HOST_REFUSED]
+
+
+async def test_the_guards_sql_is_the_rule_for_every_case(stack: Stack, servers: Servers) -> None:
+    """vmsched_domain.dedication's rule and its SQL agree on every host dedication, project and ask
+    (on the stack's database: any will do, the query reads no table)."""
+    cases = list(itertools.product([None, "a", "b"], ["a", "b"], [False, True]))
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        rows = await conn.fetch(
+            f"SELECT n, {sql_takes('h', 'vm')} AS takes"
+            " FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS c(dedicated_to, project, dedicated, n)"
+            " CROSS JOIN LATERAL (SELECT c.dedicated_to) h CROSS JOIN LATERAL (SELECT c.project, c.dedicated) vm"
+            " ORDER BY n",
+            [case[0] for case in cases],
+            [case[1] for case in cases],
+            [case[2] for case in cases],
+        )
+    finally:
+        await conn.close()
+    assert [row["takes"] for row in rows] == [takes(*case) for case in cases]
+    assert sum(takes(*case) for case in cases) == 6  # undedicated for the VMs not asking, or their project's

@@ -14,5 +14,6 @@ def takes(dedicated_to: str | None, project: str, dedicated: bool) -> bool:
 
 
 def sql_takes(host: str, vm: str) -> str:
-    """:func:`takes` as SQL over the aliases of a ``hosts`` row and a ``vms`` row."""
-    return f"({host}.dedicated_to = {vm}.project OR ({host}.dedicated_to IS NULL AND NOT {vm}.dedicated))"
+    """:func:`takes` as SQL over the aliases of a ``hosts`` row and a ``vms`` row: true or false, never
+    NULL (an aggregate such as the guard's ``bool_and`` skips a NULL, which would let the VM through)."""
+    return f"coalesce({host}.dedicated_to = {vm}.project, NOT {vm}.dedicated)"

@@ -5,13 +5,18 @@ another project's dedicated host alone; ending the dedication opens the host aga
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack, api_client
 from tests.fleets import enrolled_fleet
@@ -19,13 +24,19 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
+from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Resources
+from vmsched_contract.strategy import Strategy
+from vmsched_domain.dedication import sql_takes, takes
 from vmsched_redis.snapshot import Snapshot
+from vmsched_scheduler.ledger import PostgresLedger
+from vmsched_scheduler.ports import Committed, Placement
 
 SUITE = f"ded-{uuid.uuid4().hex[:6]}"
 MINE, SHARED = f"{SUITE}-a", f"{SUITE}-b"  # the dedicated host has the lower id: first_fit tries it first
 VM: dict[str, Any] = {"cpu": 1, "memory_mb": 256, "disk_gb": 1, "labels": {"suite": SUITE}, "strategy": "first_fit"}
 ANY_TAINT = [{"operator": "Exists"}]
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +149,69 @@ async def test_a_dedicated_host_takes_only_its_projects_vms(
             for vm in (other, blocker, after):
                 await _gone(admin, vm)
             await _gone(theirs, own)
+
+
+async def test_postgresqls_guard_refuses_a_placement_a_fresh_dedication_forbids(private_engine: AsyncEngine) -> None:
+    """A scheduler decided on a snapshot that did not know the host's dedication yet (the PATCH lands
+    in PostgreSQL first): its commit is refused, as it is for a host paused a moment ago."""
+    async with private_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb, dedicated_to) VALUES "
+                "('hv-ml', 'online', 64, 262144, 1000, 'ml'), ('hv-any', 'online', 64, 262144, 1000, NULL)"
+            )
+        )
+    asked = [("web", False, "hv-ml"), ("ml", False, "hv-ml"), ("ml", True, "hv-any"), ("web", False, "hv-any")]
+    asked += [("web", False, "hv-any"), ("ml", True, "hv-any")]  # settled together, below
+    vm_ids = []
+    for project, dedicated, _ in asked:
+        vm_id = uuid.uuid4()
+        async with private_engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO vms (id, name, status, cpu, memory_mb, disk_gb, project, dedicated) "
+                    "VALUES (:id, 'x', 'pending', 1, 512, 1, :project, :dedicated)"
+                ),
+                {"id": vm_id, "project": project, "dedicated": dedicated},
+            )
+        vm_ids.append(vm_id)
+    record = PlacementRecord(
+        strategy=Strategy.FIRST_FIT, host=None, considered=2, eligible=1, decided_at=NOW, decision_us=1.0
+    )
+    shape = Resources(cpu=1, memory_mb=512, disk_gb=1)
+    # One VM per host per call: the guard keeps the prefix of a host's placements that fits.
+    for index in (0, 1, 2, 3):
+        vm_id, (_, _, host_id) = vm_ids[index], asked[index]
+        placement = Placement(vm_id, 1, host_id, shape, Strategy.FIRST_FIT, record.model_copy(update={"host": host_id}))
+        settled = await PostgresLedger(private_engine, default_strategy=Strategy.FIRST_FIT).settle([placement], [])
+        expected = Committed.PLACED if index in (1, 3) else Committed.HOST_REFUSED
+        assert settled.placements[0].outcome is expected, (asked[index], settled.placements[0])
+    # Two on one host in one call: the second is refused even after one that fits (the rule is never
+    # NULL in SQL, which the guard's running bool_and would skip).
+    together = [
+        Placement(vm_ids[index], 1, "hv-any", shape, Strategy.FIRST_FIT, record.model_copy(update={"host": "hv-any"}))
+        for index in (4, 5)
+    ]
+    settled = await PostgresLedger(private_engine, default_strategy=Strategy.FIRST_FIT).settle(together, [])
+    assert [result.outcome for result in settled.placements] == [Committed.PLACED, Committed.HOST_REFUSED]
+
+
+async def test_the_guards_sql_is_the_rule_for_every_case(stack: Stack, servers: Servers) -> None:
+    """vmsched_domain.dedication's rule and its SQL agree on every host dedication, project and ask
+    (on the stack's database: any will do, the query reads no table)."""
+    cases = list(itertools.product([None, "a", "b"], ["a", "b"], [False, True]))
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        rows = await conn.fetch(
+            f"SELECT n, {sql_takes('h', 'vm')} AS takes"
+            " FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS c(dedicated_to, project, dedicated, n)"
+            " CROSS JOIN LATERAL (SELECT c.dedicated_to) h CROSS JOIN LATERAL (SELECT c.project, c.dedicated) vm"
+            " ORDER BY n",
+            [case[0] for case in cases],
+            [case[1] for case in cases],
+            [case[2] for case in cases],
+        )
+    finally:
+        await conn.close()
+    assert [row["takes"] for row in rows] == [takes(*case) for case in cases]
+    assert sum(takes(*case) for case in cases) == 6  # undedicated for the VMs not asking, or their project's

@@ -78,7 +78,10 @@ async def test_cluster_first_places_in_the_cluster_with_the_most_free_capacity(a
     simulated = await api.post(
         "/v1/placement/simulate", json={"vms": [{"name": f"{SUITE}-sim", **VM, "planner": "cluster_first"}]}
     )
-    assert simulated.json()["placements"][0]["host"] == D
+    assert (simulated.json()["placements"][0]["host"], simulated.json()["placements"][0]["cluster"]) == (
+        D,
+        f"{SUITE}-c2",
+    )
     bad = await api.post("/v1/vms", json={"name": f"{SUITE}-bad", **VM, "planner": "deepest"})
     assert bad.status_code == 422
     assert bad.json()["detail"][0]["loc"] == ["body", "planner"]

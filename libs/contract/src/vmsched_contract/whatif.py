@@ -47,6 +47,9 @@ class SimulatedVm(BaseModel):
     eligible: int = Field(description="hosts that passed every filter")
     rejections: dict[str, int] = Field(description="rule -> hosts that rule rejected first")
     examples: dict[str, list[RejectedHost]] = Field(description="when it would not fit: a few hosts per rule, why")
+    cluster: str | None = Field(
+        default=None, description="planner cluster_first: the cluster whose hosts the strategy ranked"
+    )
 
 
 class Simulation(BaseModel):

@@ -129,6 +129,7 @@ async def simulate_placements(services: Services, body: SimulationRequest, proje
             considered=outcome.decision.considered,
             eligible=outcome.decision.eligible,
             rejections=dict(outcome.decision.rejections),
+            cluster=outcome.decision.cluster,
             examples={
                 rule: [RejectedHost(host=host, reason=why) for host, why in found]
                 for rule, found in outcome.examples.items()

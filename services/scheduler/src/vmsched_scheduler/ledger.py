@@ -30,6 +30,7 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import HostStatus
 from vmsched_contract.status import ReservationStatus, VmStatus
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.dedication import sql_takes
 from vmsched_domain.extra import extra_json
 from vmsched_domain.fit import RESOURCES, sql_extra_fits, sql_fits
 from vmsched_domain.lifecycle import Condition, Event, sources, sql_in, transition
@@ -109,9 +110,10 @@ _SETTLE_PLACEMENTS = text(
     ), fitting AS (
         SELECT r.vm_id, r.attempt, r.host_id, r.strategy, r.record, {", ".join(f"r.{f}" for f in _FIELDS)}, r.extra,
                bool_and(h.status = '{HostStatus.ONLINE.value}' AND NOT h.scheduling_paused AND {_FITS}
-                        AND coalesce(x.fits, true))
+                        AND coalesce(x.fits, true) AND {sql_takes("h", "vm")})
                    OVER (PARTITION BY r.host_id ORDER BY r.ord) AS fits
-          FROM running r JOIN hosts h ON h.id = r.host_id LEFT JOIN extra_fits x ON x.ord = r.ord
+          FROM running r JOIN hosts h ON h.id = r.host_id JOIN vms vm ON vm.id = r.vm_id
+          LEFT JOIN extra_fits x ON x.ord = r.ord
     ), placed AS (
         UPDATE vms v
            SET status = '{PLACED.target.value}', hypervisor_id = f.host_id, strategy = f.strategy,

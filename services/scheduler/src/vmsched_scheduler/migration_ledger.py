@@ -4,9 +4,9 @@ under the same guard as a placement.
 The VMs are locked first (id order), then their hard server groups, then the target hosts (id
 order), as every writer locks them. A target is committed only while its VM is still choosing the
 target of that migration, and only onto a host that is online, unpaused, able to migrate
-(``capabilities``), within the fit rule (named extra resources included) with the targets of this
-call before it, and allowed by the
-VM's server group (whose members count where a migrating VM may be: on its source and its target).
+(``capabilities``), taking the VM's project (a dedicated host), within the fit rule (named extra
+resources included) with the targets of this call before it, and allowed by the VM's server group
+(whose members count where a migrating VM may be: on its source and its target).
 Then the VM's share (its named extras too) is added to the target's allocations, in the same
 transaction: from here the VM holds both hosts.
 """
@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Capability, HostStatus, Resources
+from vmsched_domain.dedication import takes
 from vmsched_domain.extra import extra_json
 from vmsched_domain.fit import RESOURCES, fits
 from vmsched_domain.live_migration import no_target, target_claimed
@@ -81,13 +82,14 @@ async def _commit_targets(
     results: dict[UUID, Committed] = {}
     for target in targets:
         host = hosts.get(target.host_id)
-        if host is None or not _takes(host, target.resources, booked[target.host_id]):
+        vm = vms[target.vm_id]
+        if host is None or not _takes(host, vm, target.resources, booked[target.host_id]):
             results[target.vm_id] = Committed.HOST_REFUSED
             continue
         if target.vm_id in refused:
             results[target.vm_id] = Committed.GROUP_REFUSED
             continue
-        change = target_claimed(vms[target.vm_id], target.migration, target.host_id)
+        change = target_claimed(vm, target.migration, target.host_id)
         if change is None or not await _write(connection, change, target.record):
             results[target.vm_id] = Committed.NOT_PENDING
             continue
@@ -104,14 +106,16 @@ async def _commit_targets(
     return results
 
 
-def _takes(host: HostRecord, resources: Resources, booked: Resources) -> bool:
-    """The guard: the host is online, unpaused, can migrate, and fits the VM on top of what it holds
-    and what this call put on it before (the fit rule, named extra resources included: vmsched_domain.fit)."""
+def _takes(host: HostRecord, vm: VmRecord, resources: Resources, booked: Resources) -> bool:
+    """The guard: the host is online, unpaused, can migrate, takes the VM's project (a dedicated host:
+    vmsched_domain.dedication), and fits the VM on top of what it holds and what this call put on it
+    before (the fit rule, named extra resources included: vmsched_domain.fit)."""
     holding = host.allocated.plus(booked)
     return (
         host.status == HostStatus.ONLINE.value
         and not host.scheduling_paused
         and host.can(Capability.MIGRATE)
+        and takes(host.dedicated_to, vm.project, vm.dedicated)
         and fits(resources, host.capacity, host.reserved, host.overcommit, holding)
     )
 

@@ -1,6 +1,7 @@
 """``dedicated``: a host dedicated to a project (``PATCH /v1/hosts/{id}`` ``dedicated_to``) takes only
 that project's VMs, whatever their tolerations (CloudStack's dedicated hosts, Nova's
-AggregateMultiTenancyIsolation); a VM asking ``dedicated`` goes only to its project's dedicated hosts.
+AggregateMultiTenancyIsolation); a VM asking ``dedicated`` goes only to its project's dedicated hosts (the rule:
+:func:`vmsched_domain.dedication.takes`, which the scheduler's PostgreSQL guards check again).
 
 Columnar: each host's ``dedicated_to`` is interned (a fleet has a few dedicated projects at most), so
 a fleet without dedicated hosts and a VM that does not ask for one cost nothing.
@@ -8,16 +9,9 @@ a fleet without dedicated hosts and a VM that does not ask for one cost nothing.
 
 from __future__ import annotations
 
+from vmsched_domain.dedication import takes
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns
 from vmsched_placement.model import RequestVector
-
-
-def takes(dedicated_to: str | None, project: str, dedicated: bool) -> bool:
-    """Whether a host dedicated to ``dedicated_to`` (None: to none) takes a VM of ``project`` that asks
-    (``dedicated``) or not for a dedicated host."""
-    if dedicated_to is None:
-        return not dedicated
-    return dedicated_to == project
 
 
 class DedicatedFilter:

@@ -30,14 +30,14 @@ test-faults: .venv/.synced servers ## kill -9, SIGTERM, a Redis flush, a broker 
 test-cluster: .venv/.synced servers ## servers of their own: a three-node RabbitMQ cluster loses a node, Redis and PostgreSQL restart mid-run (CI runs it after make test)
 	$(PY) -m pytest -m own_servers -s -p no:logging tests/faults/test_cluster.py tests/faults/test_restarts.py
 
-test-fast: .venv/.synced ## unit and property tests only (no servers)
-	$(PY) -m pytest -m "not integration" libs/placement/tests services/scheduler/tests tests/unit
+test-fast: .venv/.synced ## every test that needs no server, over the whole tree (the integration marker comes from the fixtures: docs/testing.md)
+	$(PY) -m pytest -m "not integration"
 
 lint: .venv/.synced ## ruff + mypy --strict
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy libs/contract/src libs/client/src libs/domain/src libs/runtime/src libs/amqp/src libs/pg/src libs/redis/src libs/placement/src libs/agent/src services/api/src services/scheduler/src services/agent-gateway/src services/router/src
-	.venv/bin/mypy tests devtools bench libs/placement/tests services/scheduler/tests
+	.venv/bin/mypy tests devtools bench
 
 format: .venv/.synced
 	.venv/bin/ruff format .

@@ -4,7 +4,7 @@
 
 Target (issue 15): draining a host with 100 simulated VMs completes in at most 30 seconds with
 max_parallel=8. What runs: API, 2 scheduler replicas and the gateway (devtools.Stack) against an own
-RabbitMQ vhost, PostgreSQL database and Redis key prefix (``isolated`` of bench/e2e_bench.py), and a
+RabbitMQ vhost, PostgreSQL database and Redis key prefix (``isolated`` of bench/e2e/isolation.py), and a
 simulated fleet in this process whose agents declare ``migrate``: one source host per run and
 ``--targets`` spare hosts. Each run pauses every host but its source, places ``--vms`` VMs there
 (untimed), pauses the source, unpauses the spares, then times POST /v1/hosts/{id}/drain to the
@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.e2e_bench import isolated  # noqa: E402
+from bench.e2e.isolation import isolated  # noqa: E402
 from bench.placement_bench import git_commit  # noqa: E402
 from devtools.stack import Stack, free_port  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402

@@ -8,6 +8,11 @@ host as the scheduler does (untimed). Reported per strategy: the median of the r
 all decisions, and decisions/s (decisions / summed decision time, median over runs). Also measured,
 for information: ``Fleet.upsert`` of one known host, of one new host, and ``explain`` for one VM.
 
+Every host reaches some networks (a few of eight VLANs, drawn apart so that the rest of the fleet
+stays what it was) and sits in one of 40 pods and 10 clusters; half the requests ask for one or two
+networks, so every row pays the ``network`` filter. ``user_concentrated`` requests carry their
+project's VMs in a few pods.
+
 The row ``least_loaded+groups`` is ``least_loaded`` with 1,000 server groups live (every policy, keyed
 on hosts, zones and racks, with members across the fleet) and every VM a member of one of them: every
 rule active. Its time is ``decide``'s; building the group's view (a copy of its members per domain)
@@ -66,6 +71,9 @@ GROUP_KINDS = [
     (GroupPolicy.SOFT_AFFINITY, "zone", 10),
 ]
 ZONES = [f"zone-{n}" for n in range(4)]
+NETWORKS = [f"vlan-{100 + n}" for n in range(8)]
+PODS = [f"pod-{n:02d}" for n in range(40)]
+CLUSTERS = [f"cluster-{n}" for n in range(10)]
 RACKS = [f"rack-{n:02d}" for n in range(40)]
 HOST_SHAPES = [  # (cpu, memory MiB, disk GB, gpu), with how common each is
     ((16, 65536, 500, 0), 30),
@@ -79,14 +87,17 @@ HOST_SHAPES = [  # (cpu, memory MiB, disk GB, gpu), with how common each is
 def build_hosts(count: int, rng: random.Random) -> list[HostState]:
     shapes, weights = zip(*HOST_SHAPES, strict=True)
     hosts = []
-    # Measured usage on 80 % of hosts, drawn apart so that the rest of the fleet stays what it was.
+    # Measured usage on 80 % of hosts, drawn apart so that the rest of the fleet stays what it was;
+    # networks, pods and clusters too.
     measuring = random.Random(f"usage:{count}")
+    placing = random.Random(f"networks:{count}")
     for n in range(count):
         cpu, memory_mb, disk_gb, gpu = rng.choices(shapes, weights)[0]
         fill = rng.random() * 0.85
         labels = {"zone": rng.choice(ZONES), "rack": rng.choice(RACKS)}
         if gpu:
             labels["gpu"] = "a100"
+        labels.update(pod=placing.choice(PODS), cluster=placing.choice(CLUSTERS))
         hosts.append(
             HostState(
                 id=f"hv-{n:05d}",
@@ -100,6 +111,7 @@ def build_hosts(count: int, rng: random.Random) -> list[HostState]:
                 cpu_ratio=rng.choice([1.0, 1.0, 2.0, 4.0]),
                 memory_ratio=rng.choice([1.0, 1.0, 1.5]),
                 usage=measured_usage(cpu, memory_mb, fill, measuring),
+                networks=frozenset(placing.sample(NETWORKS, placing.randint(2, 5))),
             )
         )
     return hosts
@@ -119,6 +131,7 @@ def measured_usage(cpu: int, memory_mb: int, fill: float, rng: random.Random) ->
 
 def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.Random) -> list[PlacementRequest]:
     requests = []
+    asking = random.Random(f"networks:{count}:{strategy.value}")  # apart from ``rng``, as for hosts
     for n in range(count):
         cpu = rng.choice([1, 2, 2, 4, 4, 8, 16])
         labels: dict[str, str] = {}
@@ -148,6 +161,12 @@ def build_requests(count: int, host_count: int, strategy: Strategy, rng: random.
                 strategy=strategy,
                 exclude_hosts=exclude if rng.random() < 0.05 else frozenset(),
                 host_selector=selector,
+                networks=frozenset(asking.sample(NETWORKS, asking.randint(1, 2)))
+                if asking.random() < 0.5
+                else frozenset(),
+                project_pods={pod: asking.randint(1, 9) for pod in asking.sample(PODS, 3)}
+                if strategy is Strategy.USER_CONCENTRATED
+                else {},
             )
         )
     return requests

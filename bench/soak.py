@@ -50,7 +50,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.e2e_bench import isolated  # noqa: E402
+from bench.e2e.isolation import isolated  # noqa: E402
 from bench.e2e_stats import percentile  # noqa: E402
 from devtools.stack import Stack, api_client, free_port, wait_for  # noqa: E402
 from tests.faults.invariants import check  # noqa: E402

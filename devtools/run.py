@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from devtools.stack import ROOT, Stack, bearer, wait_for
+from devtools.stack import ROOT, Service, Stack, bearer, wait_for
 from vmsched_agent.hosts import host_id
 
 RUN_DIR = ROOT / ".run"
@@ -40,18 +40,37 @@ def _other_metrics(stack: Stack) -> str:
     )
 
 
+def make_run_stack(api_port: int, token: str) -> Stack:
+    """``make run``'s services: the API on ``api_port``, the scheduler's and gateway's /metrics on
+    their documented ports (9101, 9102) when free, the admin token ``token``."""
+    return Stack(
+        env={"VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json"), "VMSCHED_BOOTSTRAP_TOKEN": token},
+        log_dir=RUN_DIR,
+        api_port=api_port,
+        default_ports=True,
+    )
+
+
+def start_fleet(stack: Stack, agents: int, credentials_path: Path, timeout: float = 60.0) -> Service:
+    """``make run``'s simulated fleet: ``agents`` hosts hv-0001... of mixed sizes (label
+    size=small|medium|large|gpu) in three zones (zone=z1|z2|z3), each its own broker user as a real
+    agent (docs/security.md); returned once every host is online."""
+    credentials = stack.enroll_agents([host_id("hv", index, agents) for index in range(agents)], credentials_path)
+    sim = stack.start_agents(
+        "agents",
+        *("--count", str(agents), "--prefix", "hv", "--profile", "mixed", "--zones", "3"),
+        *("--credentials", str(credentials)),
+    )
+    wait_for(lambda: _hosts_online(stack) >= agents, timeout, f"{agents} simulated agents to report")
+    sim.check_alive()
+    return sim
+
+
 def main() -> int:
     agents = int(os.environ.get("SIM_AGENTS", "3"))
     schedulers = int(os.environ.get("SCHEDULERS", "1"))
     port = int(os.environ.get("VMSCHED_API_PORT", "8000"))
-    stack = Stack(
-        env={
-            "VMSCHED_LOG_FORMAT": os.environ.get("VMSCHED_LOG_FORMAT", "json"),
-            "VMSCHED_BOOTSTRAP_TOKEN": development_token(),
-        },
-        log_dir=RUN_DIR,
-        api_port=port,
-    )
+    stack = make_run_stack(port, development_token())
     stopping = False
 
     def stop(*_: object) -> None:
@@ -64,26 +83,7 @@ def main() -> int:
         print(f"starting vmsched (logs in {Path('.run')}/) ...", flush=True)
         stack.start(schedulers=schedulers)
         if agents:
-            # Each simulated host its own broker user, as a real agent (docs/security.md).
-            credentials = stack.enroll_agents(
-                [host_id("hv", index, agents) for index in range(agents)], ROOT / ".run" / "agent-credentials.jsonl"
-            )
-            # Hosts of mixed sizes (label size=small|medium|large|gpu) in three zones (zone=z1|z2|z3).
-            sim = stack.start_agents(
-                "agents",
-                "--count",
-                str(agents),
-                "--prefix",
-                "hv",
-                "--profile",
-                "mixed",
-                "--zones",
-                "3",
-                "--credentials",
-                str(credentials),
-            )
-            wait_for(lambda: _hosts_online(stack) >= agents, 60, f"{agents} simulated agents to report")
-            sim.check_alive()
+            start_fleet(stack, agents, RUN_DIR / "agent-credentials.jsonl")
         print(
             f"""
 vmsched is running:

@@ -1,3 +1,12 @@
+"""Fixtures every test may use, and the hook that marks the ones on the real servers.
+
+A test is ``integration`` because of what it uses, not because it says so: any test whose fixtures
+(directly or through other fixtures) include one that gives real servers is marked at collection, so
+``-m "not integration"`` (make test-fast) runs every other test of the tree and never one that needs
+the servers. A fixture gives real servers when it is named ``servers`` (the run's, below) or ends in
+``_servers`` (a module's servers of its own, from :func:`tests.servers.provide_servers`).
+"""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +22,17 @@ from tests.servers import Servers, copy_database, drop_database, provide_servers
 from vmsched_pg.engine import create_engine
 from vmsched_pg.schema_upgrade import upgrade_schema
 from vmsched_runtime.settings import Settings
+
+
+def gives_servers(fixture_name: str) -> bool:
+    return fixture_name == "servers" or fixture_name.endswith("_servers")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(gives_servers(name) for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

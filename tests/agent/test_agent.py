@@ -17,8 +17,6 @@ from vmsched_agent import AgentQueueMissing
 from vmsched_amqp import topology
 from vmsched_contract.messages import AgentCommand, CommandAction, HostStatus, ReportedStatus, Resources
 
-pytestmark = pytest.mark.integration
-
 SMALL = Resources(cpu=1, memory_mb=512, disk_gb=10)
 
 

@@ -72,6 +72,16 @@ def test_extra_resources_are_given_to_every_host() -> None:
     }
 
 
+def test_networks_are_given_to_every_host_each_once() -> None:
+    options = build_parser().parse_args(["simulate", "--count", "2", "--networks", "vlan-200, vlan-100,vlan-200"])
+
+    hosts = hosts_from_options(options)
+
+    assert [h.networks for h in hosts] == [["vlan-100", "vlan-200"]] * 2
+    plain = build_parser().parse_args(["simulate", "--count", "1"])
+    assert hosts_from_options(plain)[0].networks == []
+
+
 def test_an_unreadable_hosts_file_stops_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "hosts.json"
     bad.write_text('[{"id": "h1", "capacity": {"cpu": -1, "memory_mb": 1, "disk_gb": 1}}]')
@@ -106,7 +116,6 @@ async def start_simulator(servers: Servers, *args: str) -> asyncio.subprocess.Pr
     )
 
 
-@pytest.mark.integration
 async def test_the_simulator_takes_commands_and_stops_cleanly_on_sigterm(
     servers: Servers, gateway: StandInGateway
 ) -> None:
@@ -138,7 +147,6 @@ async def test_the_simulator_takes_commands_and_stops_cleanly_on_sigterm(
     assert stopped["vms"] == 1
 
 
-@pytest.mark.integration
 async def test_the_simulator_stops_by_itself_after_stop_after(servers: Servers, gateway: StandInGateway) -> None:
     process = await start_simulator(
         servers, "--count", "2", "--prefix", f"cli{uuid.uuid4().hex[:6]}", "--profile", "mixed", "--stop-after", "0.5"
@@ -154,7 +162,6 @@ async def test_the_simulator_stops_by_itself_after_stop_after(servers: Servers, 
             await process.wait()
 
 
-@pytest.mark.integration
 async def test_with_credentials_each_simulated_host_connects_as_its_own_user(
     servers: Servers, gateway: StandInGateway, tmp_path: Path
 ) -> None:

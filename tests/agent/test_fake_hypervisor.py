@@ -7,10 +7,13 @@ import random
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import CreateGate, FakeHypervisor, HostFull, SimulatedFailure
-from vmsched_contract.messages import AgentCommand, CommandAction, Overcommit, Resources
+from vmsched_contract.messages import ZERO, AgentCommand, CommandAction, MigrationOrder, Overcommit, Resources
+from vmsched_domain.fit import fits
 
 HOST = HostSpec(id="h1", capacity=Resources(cpu=4, memory_mb=8192, disk_gb=100, gpu=0))
 
@@ -49,6 +52,66 @@ async def test_overcommit_makes_room_for_what_it_names_only() -> None:
     await hypervisor.create_vm(create(cpu=8, memory_mb=12288))
     with pytest.raises(HostFull, match=r"disk: needs 200 GB, 90 GB free \(100 GB total, 10 GB allocated\)"):
         await hypervisor.create_vm(create(cpu=0, memory_mb=0, disk_gb=200))
+
+
+async def test_the_ratios_a_command_carries_count_over_the_hosts_own() -> None:
+    # An operator's overcommit (PATCH /v1/hosts) reaches the agent in the command: the scheduler
+    # placed 6 cpus on this 4-cpu host by a ratio of 2, so the host takes them.
+    hypervisor = FakeHypervisor(HOST)
+    operators = Overcommit(cpu=2.0)
+
+    await hypervisor.create_vm(create(cpu=6).model_copy(update={"overcommit": operators}))
+    order = MigrationOrder(number=1, source="h0", target="h1")
+    moving = AgentCommand(
+        action=CommandAction.PREPARE_MIGRATION,
+        vm_id=uuid.uuid4(),
+        name="moving",
+        resources=Resources(cpu=2, memory_mb=1024, disk_gb=10),
+        migration=order,
+        overcommit=operators,
+    )
+    await hypervisor.prepare_migration(moving)
+
+    assert hypervisor.used.cpu == 8
+    with pytest.raises(HostFull, match=r"cpu: needs 1, 0 free \(4 total x 2 overcommit, 8 allocated\)"):
+        await hypervisor.create_vm(create(cpu=1).model_copy(update={"overcommit": operators}))
+    with pytest.raises(HostFull, match=r"cpu: needs 1, -4 free \(4 total, 8 allocated\)"):
+        await hypervisor.create_vm(create(cpu=1))  # without them, its own ratio of 1
+
+
+_amounts = st.builds(
+    Resources,
+    cpu=st.integers(0, 64),
+    memory_mb=st.integers(0, 65536),
+    disk_gb=st.integers(0, 1000),
+    gpu=st.integers(0, 4),
+)
+_ratios = st.builds(
+    Overcommit,
+    cpu=st.sampled_from([0.5, 1.0, 1.5, 2.0, 4.0, 16.0]),
+    memory=st.sampled_from([0.5, 1.0, 1.5, 2.0]),
+    disk=st.sampled_from([1.0, 2.0, 3.0]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=_amounts, held=_amounts, wanted=_amounts, own=_ratios, placed_by=st.none() | _ratios)
+async def test_a_simulated_host_takes_a_vm_exactly_when_the_fit_rule_says_it_fits(
+    capacity: Resources, held: Resources, wanted: Resources, own: Overcommit, placed_by: Overcommit | None
+) -> None:
+    hypervisor = FakeHypervisor(HostSpec(id="h1", capacity=capacity, overcommit=own))
+    hypervisor._hold(uuid.uuid4(), held)  # what it holds already, whether or not it fitted
+    command = create().model_copy(update={"resources": wanted, "overcommit": placed_by})
+    expected = fits(wanted, capacity, ZERO, placed_by or own, held)
+
+    try:
+        await hypervisor.create_vm(command)
+    except HostFull:
+        taken = False
+    else:
+        taken = True
+
+    assert taken is expected
 
 
 async def test_named_extra_resources_are_held_while_the_vm_lives_and_refused_beyond_the_hosts() -> None:

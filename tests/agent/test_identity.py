@@ -25,7 +25,6 @@ def create() -> AgentCommand:
     return AgentCommand(action=CommandAction.CREATE, vm_id=uuid.uuid4(), name="vm", resources=resources)
 
 
-@pytest.mark.integration
 async def test_an_enrolled_agent_publishes_its_heartbeats_and_reports_as_its_own_user(
     make_agent: MakeAgent, gateway: StandInGateway, servers: Servers, host_id: str
 ) -> None:
@@ -40,7 +39,6 @@ async def test_an_enrolled_agent_publishes_its_heartbeats_and_reports_as_its_own
     assert gateway.heartbeat_users[host_id] == {credentials.username}
 
 
-@pytest.mark.integration
 async def test_agents_sharing_a_connection_publish_as_its_user(
     make_agent: MakeAgent, gateway: StandInGateway, host_id: str
 ) -> None:
@@ -52,7 +50,6 @@ async def test_agents_sharing_a_connection_publish_as_its_user(
     assert gateway.heartbeat_users[host_id] == {"guest"}
 
 
-@pytest.mark.integration
 async def test_each_agent_names_its_run_and_its_last_heartbeat_gives_the_host_up(
     make_agent: MakeAgent, gateway: StandInGateway, host_id: str
 ) -> None:

@@ -13,8 +13,6 @@ from tests.servers import Servers
 from vmsched_agent import AgentQueueMissing, SimulatedFleet, generate_hosts
 from vmsched_contract.messages import AgentCommand, CommandAction, ReportedStatus, Resources
 
-pytestmark = pytest.mark.integration
-
 CAPACITY = Resources(cpu=4, memory_mb=8192, disk_gb=100)
 
 

@@ -28,7 +28,7 @@ from vmsched_agent.hosts import generate_hosts
 from vmsched_contract.messages import Resources
 
 # Two whole installations and a router: minutes, so with the fault runs (make test-faults).
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TOKEN = "cells-" + uuid.uuid4().hex + uuid.uuid4().hex  # valid in both cells: their bootstrap token
 
@@ -45,20 +45,25 @@ class Cells:
         return httpx.AsyncClient(base_url=self.router_url, headers=bearer(token), timeout=30)
 
 
+@pytest.fixture(scope="module")
+def cell_servers() -> Iterator[tuple[Servers, Servers]]:
+    """Each cell's servers of its own: a RabbitMQ virtual host, a PostgreSQL database, a Redis key prefix."""
+    with provide_servers() as servers_a, provide_servers() as servers_b:
+        yield servers_a, servers_b
+
+
 @contextlib.contextmanager
-def cell(name: str, log_dir: Path) -> Iterator[tuple[Stack, Servers]]:
-    with provide_servers() as servers:
-        stack = Stack(
-            env=stack_env(servers, VMSCHED_BOOTSTRAP_TOKEN=TOKEN), log_dir=log_dir / name, api_port=free_port()
-        )
-        with stack.running(schedulers=1):
-            yield stack, servers
+def cell(name: str, servers: Servers, log_dir: Path) -> Iterator[Stack]:
+    stack = Stack(env=stack_env(servers, VMSCHED_BOOTSTRAP_TOKEN=TOKEN), log_dir=log_dir / name, api_port=free_port())
+    with stack.running(schedulers=1):
+        yield stack
 
 
 @pytest.fixture(scope="module")
-def cells(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cells]:
+def cells(cell_servers: tuple[Servers, Servers], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cells]:
     log_dir = Path(tmp_path_factory.mktemp("cells"))
-    with cell("a", log_dir) as (a, servers_a), cell("b", log_dir) as (b, servers_b):
+    servers_a, servers_b = cell_servers
+    with cell("a", servers_a, log_dir) as a, cell("b", servers_b, log_dir) as b:
         port = free_port()
         router_db = f"vmsched_router_test_{servers_a.run_id}"
         base_db = servers_a.database_url.rsplit("/", 1)[0]
@@ -208,6 +213,7 @@ async def test_a_small_vm_goes_to_the_least_loaded_cell(cells: Cells, fleets: No
         )
         assert batch.status_code == 202, batch.text
         assert batch.headers["X-Vmsched-Cell"] == "a"
+        assert len(batch.json()["items"]) == 3
         for item in batch.json()["items"]:
             assert (await settled(router, item["id"]))["hypervisor_id"].startswith("cella")
 

@@ -32,7 +32,7 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import AgentCommand, CommandAction, Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 OFFLINE_TIMEOUT = 3.0
 LOST_TIMEOUT = 25.0

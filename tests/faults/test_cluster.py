@@ -37,7 +37,7 @@ from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.own_servers, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.own_servers, pytest.mark.timeout(900)]
 
 SUITE = "cluster"
 HOSTS = 40

@@ -13,19 +13,18 @@ from pathlib import Path
 from uuid import UUID
 
 import asyncpg
-import httpx
 import pytest
 
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, mixed_vm, online_fleet, submit, wait_settled
 from tests.faults.invariants import check, snapshot_problems
-from tests.integration.moving import settled
+from tests.integration.moving import open_only, settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SUITE = "drq"
 HOSTS = 6
@@ -52,12 +51,6 @@ def drain_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> I
 async def drain_fleet(drain_stack: Stack, servers: Servers) -> AsyncIterator[SimulatedFleet]:
     async with online_fleet(drain_stack, servers, SUITE, HOSTS, CAPACITY, heartbeat_interval=1.0) as fleet:
         yield fleet
-
-
-async def _pause_all_but(api: httpx.AsyncClient, fleet: SimulatedFleet, open_host: str) -> None:
-    for host_id in fleet.agents:
-        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id != open_host})
-        assert response.status_code == 200, response.text
 
 
 async def _count_running_on(servers: Servers, vm_ids: list[str], host_id: str) -> int:
@@ -88,7 +81,7 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
     rng = random.Random(15)
     async with drain_stack.async_client(timeout=60) as api:
         # The busy host: full, every other host paused while it fills.
-        await _pause_all_but(api, drain_fleet, BUSY)
+        await open_only(api, list(drain_fleet.agents), BUSY)
         on_busy = await submit(
             api, [{"name": f"{SUITE}-busy-{n}", "cpu": 1, "memory_mb": 512, "disk_gb": 10} for n in range(ON_BUSY)]
         )
@@ -100,9 +93,7 @@ async def test_four_schedulers_placing_while_a_busy_host_drains_never_overcommit
         )
         for hypervisor in drain_fleet.hypervisors.values():
             hypervisor.migration_delay = 0.2  # migrations stay in flight long enough to be sampled
-        for host_id in drain_fleet.agents:
-            response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
-            assert response.status_code == 200, response.text
+        await open_only(api, list(drain_fleet.agents), *drain_fleet.agents)
 
         # The drain first (it pauses the busy host: no new VM lands there), then the new VMs in waves
         # a second apart while the drain's migrations run.

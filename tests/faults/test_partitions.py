@@ -37,7 +37,7 @@ from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import CommandAction, Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SUITE = "part"
 HOSTS = 12

@@ -25,7 +25,7 @@ from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.own_servers]
+pytestmark = [pytest.mark.slow, pytest.mark.own_servers]
 
 SUITE = "restart"
 HOSTS = 20

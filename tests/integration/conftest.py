@@ -11,8 +11,6 @@ import pytest
 from devtools.stack import Stack, free_port, wait_for
 from tests.servers import Servers
 
-pytestmark = pytest.mark.integration
-
 
 def stack_env(servers: Servers, **overrides: str) -> dict[str, str]:
     return servers.env(

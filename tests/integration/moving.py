@@ -1,4 +1,5 @@
-"""What the migration and power tests read of the truth and of the snapshot, and how they wait."""
+"""What the migration and power tests read of the truth and of the snapshot, how they wait, and the
+fleet the live-migration tests share (tests/integration/live_migration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,54 @@ import redis.asyncio as aioredis
 
 from tests.integration.waiting import eventually
 from tests.servers import Servers
+from vmsched_agent.hosts import HostSpec, Profile, generate_hosts
+from vmsched_contract.messages import Capability, Resources, Taint, TaintEffect
 
 RESOURCES = ("cpu", "memory_mb", "disk_gb", "gpu")
+
+
+@dataclass(frozen=True)
+class MigrationFleet:
+    """``hosts`` hosts of 8 vCPUs, 16 GiB and 200 GB, each in a zone of its own, labelled
+    ``suite=<suite>`` and named ``<suite>-0001``...; the last one's agent declares power, not migrate
+    (a VM there cannot move). ``tainted``: they carry ``suite=<suite>:NoSchedule``, so that only VMs
+    that tolerate it land there (another module's VM, a waiting one woken, would change a plan)."""
+
+    suite: str
+    hosts: int
+    tainted: bool = False
+
+    def specs(self) -> list[HostSpec]:
+        specs = generate_hosts(
+            self.hosts,
+            prefix=self.suite,
+            capacity=Resources(cpu=8, memory_mb=16384, disk_gb=200),
+            profile=Profile.UNIFORM,
+            labels={"suite": self.suite},
+            zones=self.hosts,
+        )
+        specs[-1] = specs[-1].model_copy(update={"capabilities": [Capability.POWER.value]})
+        if self.tainted:
+            taint = Taint(key="suite", value=self.suite, effect=TaintEffect.NO_SCHEDULE)
+            specs = [spec.model_copy(update={"taints": [taint]}) for spec in specs]
+        return specs
+
+    @property
+    def host_ids(self) -> list[str]:
+        return [spec.id for spec in self.specs()]
+
+
+async def suites_vms(servers: Servers, suite: str) -> list[str]:
+    """The VMs named ``<suite>-...`` not deleted yet (read from PostgreSQL: the run's other modules
+    leave thousands of VMs in the same database)."""
+    conn = await asyncpg.connect(servers.asyncpg_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT id FROM vms WHERE name LIKE $1 AND status <> 'deleted' ORDER BY id", f"{suite}-%"
+        )
+    finally:
+        await conn.close()
+    return [str(row["id"]) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -51,6 +98,8 @@ async def host_shares(servers: Servers, host_ids: Sequence[str]) -> list[HostSha
         )
     finally:
         await conn.close()
+    # Each host asked about is compared: an empty answer would make every comparison below vacuous.
+    assert [host["id"] for host in hosts] == sorted(set(host_ids)), (list(host_ids), [h["id"] for h in hosts])
     client = aioredis.Redis.from_url(servers.redis_url, decode_responses=True)
     try:
         raws = [await client.hgetall(f"{servers.redis_key_prefix}:host:{host['id']}") for host in hosts]
@@ -117,3 +166,22 @@ async def running(api: httpx.AsyncClient, body: dict[str, Any], *, timeout: floa
     )
     vm: dict[str, Any] = response.json()
     return vm
+
+
+async def open_only(api: httpx.AsyncClient, host_ids: Sequence[str], *open_hosts: str) -> None:
+    """Pause every host of ``host_ids`` but ``open_hosts`` (those unpaused): where the next VMs go."""
+    for host_id in host_ids:
+        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id not in open_hosts})
+        assert response.status_code == 200, response.text
+
+
+async def running_on(
+    api: httpx.AsyncClient, host_ids: Sequence[str], host_id: str, bodies: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A VM of each of ``bodies`` running on ``host_id``, the other hosts of ``host_ids`` paused for
+    it (and left paused)."""
+    assert bodies
+    await open_only(api, host_ids, host_id)
+    vms = [await running(api, body) for body in bodies]
+    assert {vm["hypervisor_id"] for vm in vms} == {host_id}
+    return vms

@@ -40,8 +40,6 @@ from vmsched_pg.engine import ensure_database
 from vmsched_pg.schema_upgrade import upgrade_schema
 from vmsched_runtime.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 CAPACITY = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 OFFLINE_TIMEOUT = 15.0  # the session stack's (tests/integration/conftest.py)
 JSON = "application/json"
@@ -385,7 +383,7 @@ async def _holder(servers: Servers, host_id: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def trusted_lab() -> Iterator[Servers]:
+def trusted_servers() -> Iterator[Servers]:
     """Servers of its own, for a gateway that takes anyone's word."""
     with provide_servers() as servers:
         yield servers
@@ -401,24 +399,24 @@ async def consuming(app: FastStream) -> AsyncIterator[None]:
             await app.stop()
 
 
-async def test_with_agent_auth_off_the_gateway_takes_a_legacy_heartbeat_from_any_user(trusted_lab: Servers) -> None:
-    await ensure_database(trusted_lab.database_url)
-    await upgrade_schema(trusted_lab.database_url)
-    settings = Settings.from_environment(trusted_lab.env(VMSCHED_AGENT_AUTH="off", VMSCHED_METRICS_PORT="0"))
+async def test_with_agent_auth_off_the_gateway_takes_a_legacy_heartbeat_from_any_user(trusted_servers: Servers) -> None:
+    await ensure_database(trusted_servers.database_url)
+    await upgrade_schema(trusted_servers.database_url)
+    settings = Settings.from_environment(trusted_servers.env(VMSCHED_AGENT_AUTH="off", VMSCHED_METRICS_PORT="0"))
     host_id = f"{suite()}-lab"
     # An agent of before: the services' user, no user_id, no instance id.
     legacy: dict[str, Any] = json.loads(AgentHeartbeat(agent_id=host_id, capacity=CAPACITY).model_dump_json())
     del legacy["instance_id"], legacy["leaving"]
     async with consuming(build_gateway(settings)):
         await publish_raw(
-            trusted_lab.amqp_url,
+            trusted_servers.amqp_url,
             topology.EXCHANGE.name,
             topology.AGENT_HEARTBEAT,
             json.dumps(legacy).encode(),
             message_id="legacy",
             content_type=JSON,
         )
-        connection = await asyncpg.connect(trusted_lab.asyncpg_dsn)
+        connection = await asyncpg.connect(trusted_servers.asyncpg_dsn)
         try:
             row = await eventually(
                 lambda: connection.fetchrow("SELECT status, cpu, agent_instance FROM hosts WHERE id = $1", host_id),

@@ -19,8 +19,6 @@ from vmsched_amqp.broker import declare_topology, make_broker
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_runtime.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 class Clock:
     def __init__(self) -> None:

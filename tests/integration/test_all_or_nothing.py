@@ -20,8 +20,6 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 HOST_CPU = 8
 SETTLED = ("scheduled", "running", "unschedulable")
 

@@ -9,8 +9,6 @@ import pytest
 
 from tests.servers import Servers
 
-pytestmark = pytest.mark.integration
-
 GOOD = {"name": "api-test", "cpu": 1, "memory_mb": 512, "disk_gb": 1, "labels": {"suite": "nowhere"}}
 
 

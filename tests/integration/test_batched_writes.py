@@ -25,8 +25,6 @@ from vmsched_pg.outbox import published_marks
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 
-pytestmark = pytest.mark.integration
-
 
 async def _vm(engine: AsyncEngine, status: str, host: str | None) -> uuid.UUID:
     return await insert_vm(engine, status=status, host=host)

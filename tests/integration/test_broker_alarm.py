@@ -11,12 +11,9 @@ import time
 from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from devtools.stack import wait_for
 from tests.servers import Servers
-
-pytestmark = pytest.mark.integration
 
 # Longest a request may take during the alarm: well under a client's patience.
 ANSWER_WITHIN = 7.0

@@ -22,13 +22,11 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from devtools.stack import ROOT, Stack
 from tests.fleets import enrolled_fleet
-from tests.integration.moving import disagreements, host_shares, running, settled
+from tests.integration.moving import disagreements, host_shares, open_only, running_on, settled
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources, Taint, TaintEffect
-
-pytestmark = pytest.mark.integration
 
 CHROMIUM = Path(os.environ.get("VMSCHED_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = ROOT / "test-artifacts" / "ui"
@@ -256,16 +254,11 @@ async def test_the_dashboard_shows_a_rebalance_plans_and_a_drains_progress(
     crowded = hosts[0]
     # Four VMs on the first host (the others paused meanwhile); one of them stopped: a drain moves
     # running VMs only, so it stays, listed as stuck with the reason.
-    for host_id in hosts:
-        response = await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": host_id != crowded})
-        assert response.status_code == 200, response.text
-    vms = [await running(api, {"name": f"{suite}-{n}", **vm}) for n in range(4)]
-    assert {each["hypervisor_id"] for each in vms} == {crowded}
+    vms = await running_on(api, hosts, crowded, [{"name": f"{suite}-{n}", **vm} for n in range(4)])
     stopped = vms[-1]
     assert (await api.post(f"/v1/vms/{stopped['id']}/stop")).status_code == 202
     assert (await settled(api, stopped["id"]))["status"] == "stopped"
-    for host_id in hosts:
-        assert (await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})).status_code == 200
+    await open_only(api, hosts, *hosts)
     await snapshot_agrees(servers, hosts)
     page = await open_dashboard(browser, stack)
 

@@ -4,7 +4,6 @@ and its callers never see the dead one."""
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,8 +14,6 @@ from vmsched_contract.api import VmDefaults, VmRequest
 from vmsched_contract.status import VmStatus
 from vmsched_pg.engine import create_engine, failed_on_dead_connection
 from vmsched_pg.outbox import published_marks
-
-pytestmark = pytest.mark.integration
 
 DEFAULTS = VmDefaults(cpu=4, memory_mb=8192)
 

@@ -4,7 +4,6 @@ messages, until ``python -m vmsched_amqp.dead_letters`` moves it (vmsched_amqp/d
 from __future__ import annotations
 
 import aio_pika
-import pytest
 
 from tests.integration.amqp_tools import fresh_vhost, publish_raw, queue_exists, queue_type
 from tests.servers import Servers
@@ -12,8 +11,6 @@ from vmsched_amqp import topology
 from vmsched_amqp.broker import declare_topology, make_broker
 from vmsched_amqp.dead_letters import MOVING_QUEUE, move_to_quorum
 from vmsched_runtime.settings import Settings
-
-pytestmark = pytest.mark.integration
 
 DLQ = topology.DEAD_LETTER_QUEUE.name
 

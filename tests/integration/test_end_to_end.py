@@ -25,8 +25,6 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import CommandAction, Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = "e2e"
 
 

@@ -18,8 +18,6 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 

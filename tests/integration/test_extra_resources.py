@@ -44,8 +44,6 @@ from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 from vmsched_scheduler.reconcile import reconcile
 
-pytestmark = pytest.mark.integration
-
 FPGA = {"fpga": 1}
 PLACED = ("scheduled", "running")
 NO_ROOM_ON_THE_FPGA_HOST = "extra: needs 1 fpga, 0 fpga free (2 fpga total, 2 fpga allocated)"

@@ -33,8 +33,6 @@ from vmsched_placement.model import RequestVector
 from vmsched_redis.host_hash import HostWrite
 from vmsched_scheduler.ports import Committed, Placement
 
-pytestmark = pytest.mark.integration
-
 RESOURCE_FILTERS = [f for f in FILTERS if isinstance(f, ResourceFilter | ExtraFilter)]
 
 

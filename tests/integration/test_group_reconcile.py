@@ -21,8 +21,6 @@ from vmsched_redis.claims import Claim, GroupClaim
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
-pytestmark = pytest.mark.integration
-
 ROOMY = Resources(cpu=16, memory_mb=65536, disk_gb=1000)
 SMALL = Resources(cpu=1, memory_mb=512, disk_gb=5)
 

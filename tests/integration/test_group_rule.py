@@ -30,8 +30,6 @@ from vmsched_redis.claims import Claim, GroupClaim
 from vmsched_redis.host_hash import HostWrite
 from vmsched_scheduler.ports import Committed, Placement
 
-pytestmark = pytest.mark.integration
-
 ROOMY = Resources(cpu=64, memory_mb=65536, disk_gb=1000)
 NEED = Resources(cpu=1, memory_mb=512, disk_gb=1)
 

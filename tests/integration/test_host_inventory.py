@@ -26,8 +26,6 @@ from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 
-pytestmark = pytest.mark.integration
-
 CAPACITY = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 GPU_TAINT = Taint(key="gpu", value="true", effect=TaintEffect.NO_SCHEDULE)
 

@@ -15,8 +15,6 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = "selector"
 SMALL = Resources(cpu=16, memory_mb=32768, disk_gb=200)
 LARGE = Resources(cpu=32, memory_mb=65536, disk_gb=500)

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_contract.messages import AgentHeartbeat, Resources
 from vmsched_contract.status import VmStatus
 from vmsched_gateway.host_store import HostStore
-
-pytestmark = pytest.mark.integration
 
 OFFLINE = 15.0
 LOST = 300.0

@@ -24,8 +24,6 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_amqp import topology
 
-pytestmark = pytest.mark.integration
-
 NOWHERE = {"suite": "identity-nowhere"}  # no host has it: these VMs are never placed
 
 

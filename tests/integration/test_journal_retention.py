@@ -19,8 +19,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.stack import Stack
-from libs.placement.tests.placement.support import NOW, TIMEOUT, context, host, request
 from tests.integration.waiting import eventually
+from tests.placement.support import NOW, TIMEOUT, context, host, request
 from tests.servers import Servers
 from vmsched_contract.strategy import Strategy
 from vmsched_pg.engine import create_engine
@@ -29,8 +29,6 @@ from vmsched_placement import Decision, Demand, Fleet, Weights, decide
 from vmsched_placement.journal import Entry, Journal, rebuild
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.journal_pruning import prune_forever
-
-pytestmark = pytest.mark.integration
 
 EVERY = 4  # entries between checkpoints: checkpoints are entries 1, 5, 9, 13, ...
 DECISIONS = 30

@@ -26,8 +26,6 @@ from vmsched_agent.libvirt.host import VirtHost
 from vmsched_agent.libvirt.ports import DomainState, NoSuchDomain
 from vmsched_agent.libvirt.runner import LibvirtAgent
 
-pytestmark = pytest.mark.integration
-
 
 @dataclass
 class KvmHosts:

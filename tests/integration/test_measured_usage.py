@@ -27,8 +27,6 @@ from vmsched_gateway.host_store import HostStore
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
 
-pytestmark = pytest.mark.integration
-
 CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000)
 BUMP = 5.0  # the gateway's: offline timeout (15 s) / 3
 

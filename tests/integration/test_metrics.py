@@ -22,8 +22,6 @@ from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = "metrics"
 HOSTS = 3
 VMS = 6
@@ -168,6 +166,11 @@ async def test_every_service_exports_the_placement_fleet_and_dead_letter_metrics
     assert ("vmsched_hosts", frozenset({("status", "offline")})) in fleet_metrics
     assert value(fleet_metrics, "vmsched_resource_capacity", resource="cpu") >= HOSTS * 16
     assert value(fleet_metrics, "vmsched_resource_allocated", resource="cpu") >= VMS * 2
+    # VMs by status (Orchard's orchard_vms): this module's VMs run; every live status has a series.
+    assert value(fleet_metrics, "vmsched_vms", status="running") >= VMS
+    for status in ("pending", "scheduled", "unschedulable", "failed", "stopped", "migrating"):
+        assert ("vmsched_vms", frozenset({("status", status)})) in fleet_metrics
+    assert ("vmsched_vms", frozenset({("status", "deleted")})) not in fleet_metrics
     for resource in ("cpu", "memory_mb", "disk_gb", "gpu"):
         assert value(fleet_metrics, "vmsched_resource_allocated", resource=resource) <= value(
             fleet_metrics, "vmsched_resource_capacity", resource=resource

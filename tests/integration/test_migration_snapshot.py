@@ -21,8 +21,6 @@ from vmsched_redis.claims import Claim
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
-pytestmark = pytest.mark.integration
-
 HOST = Resources(cpu=16, memory_mb=65536, disk_gb=1000)
 VM = Resources(cpu=2, memory_mb=2048, disk_gb=20)
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import aio_pika
 import httpx
-import pytest
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from devtools.stack import Stack
@@ -21,8 +20,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
-
-pytestmark = pytest.mark.integration
 
 CAPACITY = Resources(cpu=4, memory_mb=16384, disk_gb=100)
 
@@ -81,9 +78,16 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
             assert shown["operator_overcommit"] == {"cpu": 2.0, "memory": None, "disk": None}
             assert shown["reserved"]["cpu"] == 1
 
-            # The next placement sees it.
+            # The next placement sees it, and so does the (simulated) agent: its create carries the
+            # host's ratios, so the 6 cpus that only the operator's overcommit makes room for run.
             placed = await _settled(api, await _post(api, f"{suite}-2", wanted))
             assert placed["hypervisor_id"] == host_id, placed
+            await eventually(
+                lambda: api.get(f"/v1/vms/{placed['id']}"),
+                lambda r: r.json()["status"] == "running",
+                timeout=30,
+                what="the VM running on the host the operator's overcommit made room on",
+            )
             assert (await api.delete(f"/v1/vms/{placed['id']}")).status_code == 202
             await eventually(
                 lambda: api.get(f"/v1/vms/{placed['id']}"),
@@ -115,6 +119,12 @@ async def test_an_operators_overcommit_reserved_and_labels_take_effect_and_survi
             assert host["reserved"]["cpu"] == 1
             again = await _settled(api, await _post(api, f"{suite}-3", wanted))
             assert again["hypervisor_id"] == host_id, again
+            await eventually(
+                lambda: api.get(f"/v1/vms/{again['id']}"),
+                lambda r: r.json()["status"] == "running",
+                timeout=30,
+                what="the VM running after the agent's restart",
+            )
             assert (await api.delete(f"/v1/vms/{again['id']}")).status_code == 202
             await eventually(
                 lambda: api.get(f"/v1/vms/{again['id']}"),
@@ -233,3 +243,55 @@ async def _queue_exists(servers: Servers, host_id: str) -> bool:
         except ChannelNotFoundEntity:
             return False
         return True
+
+
+async def test_a_vm_migrates_onto_room_only_an_operators_overcommit_makes(stack: Stack, servers: Servers) -> None:
+    # Two hosts of 4 cpus; the target's operator overcommit of 2 lets it hold 8. Its agent is told
+    # the ratios with the migration's prepare_migration, so it takes the 3 cpus its own ratio of 1
+    # would refuse (the migration would roll back).
+    suite = f"inv-move-{uuid.uuid4().hex[:6]}"
+    source, target = f"{suite}-a", f"{suite}-b"
+    hosts = [
+        HostSpec(id=source, capacity=CAPACITY, labels={"suite": suite}),
+        HostSpec(id=target, capacity=CAPACITY, labels={"suite": suite, "role": "target"}),
+    ]
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
+    async with fleet, stack.async_client(timeout=30) as api:
+        await _online(api, source)
+        await _online(api, target)
+        assert (await api.patch(f"/v1/hosts/{target}", json={"scheduling_paused": True})).status_code == 200
+        mover = await _running(api, await _post(api, f"{suite}-mover", _three_cpus(suite)))
+        assert mover["hypervisor_id"] == source
+        patched = await api.patch(f"/v1/hosts/{target}", json={"scheduling_paused": False, "overcommit": {"cpu": 2.0}})
+        assert patched.status_code == 200, patched.text
+        resident = await _running(api, await _post(api, f"{suite}-resident", _three_cpus(suite, role="target")))
+        assert resident["hypervisor_id"] == target
+
+        moving = await api.post(f"/v1/vms/{mover['id']}/migrate", json={"target_host": target})
+        assert moving.status_code == 202, moving.text
+        moved = await eventually(
+            lambda: api.get(f"/v1/vms/{mover['id']}"),
+            lambda r: r.json()["status"] == "running" and r.json()["task"] is None,
+            timeout=30,
+            what="the migration ended",
+        )
+        assert (moved.json()["hypervisor_id"], moved.json()["status_reason"]) == (target, None), moved.json()
+        assert fleet.hypervisors[target].used.cpu == 6  # beyond its 4, by the operator's ratio
+
+        for vm in (mover, resident):
+            assert (await api.delete(f"/v1/vms/{vm['id']}")).status_code == 202
+
+
+def _three_cpus(suite: str, **labels: str) -> dict[str, Any]:
+    return {"cpu": 3, "memory_mb": 1024, "disk_gb": 1, "labels": {"suite": suite, **labels}}
+
+
+async def _running(api: httpx.AsyncClient, vm_id: str) -> dict[str, Any]:
+    found = await eventually(
+        lambda: api.get(f"/v1/vms/{vm_id}"),
+        lambda r: r.json()["status"] == "running",
+        timeout=30,
+        what=f"VM {vm_id} running",
+    )
+    vm: dict[str, Any] = found.json()
+    return vm

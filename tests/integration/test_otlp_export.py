@@ -9,15 +9,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from devtools.stack import Stack, free_port, wait_for
 from tests.integration.conftest import stack_env
 from tests.integration.waiting import eventually
 from tests.servers import Servers
-
-pytestmark = pytest.mark.integration
 
 
 class Collector:

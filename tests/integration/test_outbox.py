@@ -22,8 +22,6 @@ from vmsched_amqp.publishing import Publisher
 from vmsched_pg.outbox import republish_unpublished
 from vmsched_runtime.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def vm_create_messages(servers: Servers) -> AsyncIterator[list[str]]:

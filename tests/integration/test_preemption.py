@@ -18,8 +18,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:

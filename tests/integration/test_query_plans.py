@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -24,8 +23,6 @@ from vmsched_gateway.report_store import _MARK_RUNNING
 from vmsched_pg.outbox import _MARK_PUBLISHED
 from vmsched_scheduler.ledger import _LOCK_VMS, _SETTLE_NO_HOSTS, _SETTLE_PLACEMENTS, _placement_params
 from vmsched_scheduler.ports import Placement
-
-pytestmark = pytest.mark.integration
 
 NAMED = 15
 RECORD = PlacementRecord(

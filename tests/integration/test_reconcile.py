@@ -21,8 +21,6 @@ from vmsched_contract.messages import Resources
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.reconcile import reconcile
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:

@@ -32,8 +32,6 @@ from vmsched_contract.messages import VmToPlace
 from vmsched_pg.outbox import published_marks, republish_unpublished
 from vmsched_runtime.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 DEFAULTS = VmDefaults(cpu=1, memory_mb=512)
 
 

@@ -23,8 +23,6 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def admin(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:

@@ -28,8 +28,6 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from devtools.stack import Stack, bearer, free_port, wait_for
 from tests.servers import Servers, copy_database, drop_database
 
-pytestmark = pytest.mark.integration
-
 # Examples per operation and per test: enough to go through every status an operation documents,
 # few enough to keep the whole run within a minute or two.
 EXAMPLES = 5

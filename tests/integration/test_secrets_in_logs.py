@@ -18,8 +18,6 @@ import redis
 from devtools.stack import BIN, Stack, free_port
 from tests.servers import Servers
 
-pytestmark = pytest.mark.integration
-
 
 def with_credentials(url: str, user: str, password: str) -> str:
     parts = urlsplit(url)

@@ -20,8 +20,6 @@ from vmsched_agent.hosts import generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 SUITE = "grp"
 ZONE_OF = {"grp-0001": "z1", "grp-0002": "z2", "grp-0003": "z1", "grp-0004": "z2"}
 

@@ -12,14 +12,12 @@ from redis.asyncio import Redis
 
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
-from vmsched_contract.messages import Resources
+from vmsched_contract.messages import Overcommit, Resources
 from vmsched_placement.inputs import demand_of
 from vmsched_redis.claims import Claim, OwnChange
 from vmsched_redis.host_hash import SnapshotHost
 from vmsched_redis.snapshot import Snapshot
 from vmsched_scheduler.fleet_cache import FleetCache
-
-pytestmark = pytest.mark.integration
 
 CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000, gpu=2)
 ZERO = Resources(cpu=0, memory_mb=0, disk_gb=0, gpu=0)
@@ -208,3 +206,18 @@ async def test_a_full_read_beside_the_rounds_loses_no_claim_they_booked(snapshot
     host = cache.fleet.host("hv-s1")
     assert host is not None
     assert host.allocated.cpu == 5
+
+
+async def test_the_ratios_read_alone_are_those_the_whole_host_read_gives(snapshot: Snapshot) -> None:
+    # The gateway reads only these for the commands that put a VM on a host (command_ratios.py).
+    await snapshot.record_heartbeats(
+        [online_host("hv-s2", CAPACITY, overcommit=Overcommit(cpu=4.0, memory=1.5))], bump_interval=5.0
+    )
+    await snapshot.set_host_fields("hv-s2", {"cpu_ratio": "8.0"})  # an operator's PATCH, as the API writes it
+
+    ratios = await snapshot.read_ratios(["hv-s1", "hv-s2", "no-such-host"])
+
+    hosts = await snapshot.read_hosts(["hv-s1", "hv-s2"])
+    assert ratios == {host_id: host.overcommit for host_id, host in hosts.items() if host is not None}
+    assert ratios["hv-s2"] == Overcommit(cpu=8.0, memory=1.5)
+    assert await snapshot.read_ratios([]) == {}

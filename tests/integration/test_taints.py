@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 import httpx
-import pytest
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
@@ -16,8 +15,6 @@ from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources, Taint, TaintEffect
-
-pytestmark = pytest.mark.integration
 
 GPU_TAINT = Taint(key="gpu", value="true", effect=TaintEffect.NO_SCHEDULE)
 

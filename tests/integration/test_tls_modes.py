@@ -9,8 +9,6 @@ import pytest
 from tests.servers import Servers
 from vmsched_pg.engine import connect_directly, create_engine
 
-pytestmark = pytest.mark.integration
-
 
 async def server_speaks_tls(servers: Servers) -> bool:
     connection = await connect_directly(servers.database_url)

@@ -33,8 +33,6 @@ from vmsched_runtime.telemetry import build_tracer_provider, export_to, instrume
 from vmsched_scheduler.bootstrap import build_app as build_scheduler
 from vmsched_scheduler.tracing import CLAIM_SPAN, COMMIT_SPAN, DECISION_SPAN
 
-pytestmark = pytest.mark.integration
-
 T = TypeVar("T")
 
 BIG = HostSpec(id="trace-big", capacity=Resources(cpu=16, memory_mb=32768, disk_gb=200))

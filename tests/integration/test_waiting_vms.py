@@ -20,8 +20,6 @@ from vmsched_agent.hosts import HostSpec
 from vmsched_amqp import topology
 from vmsched_contract.messages import Resources
 
-pytestmark = pytest.mark.integration
-
 HOST_CPU = 8
 
 

@@ -30,8 +30,6 @@ from tests.servers import Servers, copy_database
 from vmsched_contract.messages import Resources
 from vmsched_redis.snapshot import Snapshot
 
-pytestmark = pytest.mark.integration
-
 MEMORY = 65536
 DISK = 1000
 
@@ -164,7 +162,7 @@ async def test_capacity_counts_per_host_per_zone_and_in_total(admin: httpx.Async
     answer = await admin.get("/v1/capacity", params={"cpu": 4, "memory_mb": 1024, "disk_gb": 10})
     assert answer.status_code == 200, answer.text
     capacity = answer.json()
-    assert capacity["shape"] == {"cpu": 4, "memory_mb": 1024, "disk_gb": 10, "gpu": 0}
+    assert capacity["shape"] == {"cpu": 4, "memory_mb": 1024, "disk_gb": 10, "gpu": 0, "networks": []}
     assert [(h["host"], h["zone"], h["fits"], h["refused_by"]) for h in capacity["hosts"]] == [
         ("wi-a", "z1", 2, None),
         ("wi-b", "z1", 4, None),

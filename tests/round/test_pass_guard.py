@@ -95,6 +95,38 @@ async def test_a_host_unpaused_a_moment_ago_takes_the_vm_though_the_copy_had_not
 
 
 @PASSES
+async def test_a_copy_that_changes_at_every_look_but_still_fits_nowhere_settles_the_vms_at_once(
+    world: World, run: Run
+) -> None:
+    """On a busy fleet a heartbeat changes the snapshot between any two looks, so "the copy caught up
+    a change" alone would decide a VM that fits nowhere again and again until the round gives up
+    (a batch whole, every time). The guard asks whether what rejected the VMs is gone: it is not."""
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    for host in ("hv-1", "hv-2") if run is not migration else ("hv-2",):
+        await world.set_paused(host, True)
+    # Too small for any of the VMs, and busy: its memory changes at every look.
+    await world.add_host("hv-3", Resources(cpu=1, memory_mb=16384, disk_gb=100))
+    await world.view.refresh()
+    caught_up = world.view.catch_up
+    looks = 0
+
+    async def busy_catch_up() -> bool:
+        nonlocal looks
+        looks += 1
+        await world.take_behind_the_fleets_back("hv-3", Resources(cpu=0, memory_mb=1, disk_gb=0))
+        return await caught_up()
+
+    world.view.catch_up = busy_catch_up  # type: ignore[method-assign]
+
+    outcomes = await run(world)
+
+    assert outcomes
+    assert looks == 1, looks  # one pass, one look: nothing was decided again
+    assert not any(isinstance(outcome, Later) for outcome in outcomes), outcomes
+
+
+@PASSES
 async def test_no_known_host_heard_from_at_all_is_tried_again_later(world: World, run: Run) -> None:
     # The gateway cut from its PostgreSQL or Redis folds no heartbeat: every host looks silent at once,
     # in PostgreSQL (here: none it may place on) and in the snapshot, though all run

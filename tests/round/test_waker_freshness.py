@@ -9,7 +9,6 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import text
 
 from tests.round.worlds import ServersWorld
@@ -18,8 +17,6 @@ from vmsched_contract.messages import Resources, VmToPlace
 from vmsched_placement import Weights
 from vmsched_scheduler.round_items import Assigned, RoundItem
 from vmsched_scheduler.waiting.waker import Waker
-
-pytestmark = pytest.mark.integration
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 FILLER = Resources(cpu=8, memory_mb=1024, disk_gb=10)

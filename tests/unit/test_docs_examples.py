@@ -1,4 +1,4 @@
-"""The complete programs the README and docs/ show (an agent, a subscriber) type-check against the
+"""The complete programs docs/ shows (an agent, a subscriber) type-check against the
 code as it is: a renamed argument or a changed type fails here, not in a reader's hands."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "docs" / "agent-sdk.md", ROOT / "docs" / "events.md"]
+PAGES = [ROOT / "docs" / "client.md", ROOT / "docs" / "agent-sdk.md", ROOT / "docs" / "events.md"]
 # Whole programs, not fragments: they run as they are.
 COMPLETE = ("asyncio.run(main())", "app = FastStream(broker)")
 
@@ -23,9 +23,8 @@ def programs() -> dict[str, str]:
     return found
 
 
-def test_the_docs_show_an_agent_and_a_subscriber() -> None:
-    # By page, not by index: the README shows the client library's programs before the agent's.
-    assert {"readme", "agent_sdk", "events"} <= {name.rsplit("_", 1)[0] for name in programs()}
+def test_the_docs_show_a_client_an_agent_and_a_subscriber() -> None:
+    assert {"client", "agent_sdk", "events"} <= {name.rsplit("_", 1)[0] for name in programs()}
 
 
 def test_every_complete_program_in_the_docs_type_checks(tmp_path: Path) -> None:

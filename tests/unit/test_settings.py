@@ -44,7 +44,10 @@ def test_unknown_strategy_stops_with_the_list_of_valid_ones(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "VMSCHED_SCHEDULING_STRATEGY" in err
-    assert "least_loaded, best_fit, round_robin, random, least_utilized" in err
+    assert (
+        "least_loaded, best_fit, round_robin, random, least_utilized, first_fit, fewest_vms, most_vms, "
+        "user_concentrated" in err
+    )
 
 
 def test_each_bad_value_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +73,8 @@ def test_a_service_with_a_bad_setting_exits_at_start_with_one_line(script: str) 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"{script}: invalid configuration: VMSCHED_SCHEDULING_STRATEGY: unknown strategy 'nope'; "
-        "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized"
+        "valid strategies: least_loaded, best_fit, round_robin, random, least_utilized, first_fit, fewest_vms, "
+        "most_vms, user_concentrated"
     ]
 
 
@@ -133,3 +137,44 @@ def test_the_usage_refresh_interval_is_30_s_by_default_0_or_more(
     with pytest.raises(SystemExit):
         load_settings("vmsched-scheduler")
     assert "VMSCHED_USAGE_REFRESH_INTERVAL" in capsys.readouterr().err
+
+
+def test_seed_strategy_name_is_read_when_the_prefixed_one_is_unset_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("VMSCHED_SCHEDULING_STRATEGY", raising=False)
+    monkeypatch.setenv("SCHEDULING_STRATEGY", "best_fit")
+    settings = load_settings("vmsched-scheduler")
+    assert settings.scheduling_strategy is Strategy.BEST_FIT
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "vmsched-scheduler: warning: SCHEDULING_STRATEGY (seed 001's name) is read because "
+        "VMSCHED_SCHEDULING_STRATEGY is unset; rename it to VMSCHED_SCHEDULING_STRATEGY"
+    ]
+    assert Settings.from_environment({"SCHEDULING_STRATEGY": "random"}).scheduling_strategy is Strategy.RANDOM
+
+
+def test_the_prefixed_strategy_wins_over_the_seed_name_silently(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VMSCHED_SCHEDULING_STRATEGY", "round_robin")
+    monkeypatch.setenv("SCHEDULING_STRATEGY", "best_fit")
+    assert load_settings("vmsched-api").scheduling_strategy is Strategy.ROUND_ROBIN
+    assert capsys.readouterr().err == ""
+    both = {"VMSCHED_SCHEDULING_STRATEGY": "round_robin", "SCHEDULING_STRATEGY": "best_fit"}
+    assert Settings.from_environment(both).scheduling_strategy is Strategy.ROUND_ROBIN
+
+
+def test_a_bad_seed_strategy_is_named_by_the_seed_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("VMSCHED_SCHEDULING_STRATEGY", raising=False)
+    monkeypatch.setenv("SCHEDULING_STRATEGY", "fastest")
+    with pytest.raises(SystemExit) as stopped:
+        load_settings("vmsched-scheduler")
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(
+        "vmsched-scheduler: invalid configuration: SCHEDULING_STRATEGY: unknown strategy 'fastest'"
+    )

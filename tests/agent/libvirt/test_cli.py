@@ -35,7 +35,6 @@ async def start_agent(servers: Servers, *args: str) -> asyncio.subprocess.Proces
     )
 
 
-@pytest.mark.integration
 async def test_the_libvirt_agent_runs_as_its_enrolled_user_takes_commands_and_stops_on_sigterm(
     servers: Servers, gateway: StandInGateway, tmp_path: Path
 ) -> None:
@@ -67,7 +66,6 @@ async def test_the_libvirt_agent_runs_as_its_enrolled_user_takes_commands_and_st
     assert beat.vm_ids == [create.vm_id]
 
 
-@pytest.mark.integration
 async def test_a_libvirt_it_cannot_reach_at_start_up_stops_it_with_one_line(servers: Servers) -> None:
     process = await start_agent(servers, "--uri", "qemu+tcp://127.0.0.1:1/system", "--host-id", "kvm-unreachable")
     assert process.stderr is not None

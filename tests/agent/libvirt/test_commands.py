@@ -13,8 +13,6 @@ from vmsched_agent.libvirt.host import VirtHost
 from vmsched_agent.libvirt.ports import BYTES_PER_GIB, DomainState, NoSuchDomain
 from vmsched_contract.messages import CommandAction, ReportedStatus, Resources
 
-pytestmark = pytest.mark.integration
-
 
 async def test_create_defines_and_starts_the_domain_named_by_the_vm_and_reports_running(
     make_libvirt_agent: MakeLibvirtAgent, gateway: StandInGateway, host: VirtHost, host_id: str
@@ -38,6 +36,7 @@ async def test_create_defines_and_starts_the_domain_named_by_the_vm_and_reports_
     beat = await gateway.heartbeat(host_id, lambda b: create.vm_id in b.vm_ids)
     assert beat.capacity == Resources(cpu=16, memory_mb=3072, disk_gb=100, gpu=0)
     assert beat.capabilities == ["power"]  # no migration URI: no migrations
+    assert beat.networks == sorted(host.networks())  # libvirt's networks: the ones the host reaches
 
 
 async def test_delete_destroys_undefines_and_removes_the_volume_then_reports_deleted(

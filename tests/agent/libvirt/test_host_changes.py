@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
 from tests.agent.libvirt.conftest import DEFAULT_URI, MakeLibvirtAgent, RecordingOpener, command, settings_for
 from tests.agent.standin import StandInGateway
 from vmsched_agent.libvirt.host import VirtHost
 from vmsched_agent.libvirt.template import hostdev_addresses
 from vmsched_contract.messages import CommandAction, HostStatus, ReportedStatus, Resources
-
-pytestmark = pytest.mark.integration
 
 GPU_VM = Resources(cpu=2, memory_mb=1024, disk_gb=10, gpu=1)
 

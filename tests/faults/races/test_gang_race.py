@@ -25,7 +25,7 @@ from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SUITE = "gangrace"
 HOSTS = 20

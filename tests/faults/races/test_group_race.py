@@ -27,7 +27,7 @@ from vmsched_agent.hosts import generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SUITE = "grace"
 HOSTS = 200

@@ -14,8 +14,7 @@ from devtools.stack import Service, Stack, wait_for
 from tests.fleets import credentials_file
 from tests.servers import Servers
 from vmsched_client import Client
-
-pytestmark = pytest.mark.integration
+from vmsched_contract.api import VmRequest
 
 
 @dataclass(frozen=True)
@@ -57,3 +56,10 @@ def fleet(stack: Stack, servers: Servers, tmp_path_factory: pytest.TempPathFacto
 def client(stack: Stack) -> Iterator[Client]:
     with Client(stack.api_url, stack.token, timeout=30) as admin:
         yield admin
+
+
+def small(name: str, fleet: Fleet, **more: object) -> VmRequest:
+    """A VM of the least size, for the suite's hosts only."""
+    return VmRequest.model_validate(
+        {"name": name, "cpu": 1, "memory_mb": 256, "disk_gb": 1, "labels": fleet.selector, **more}
+    )

@@ -26,8 +26,6 @@ from vmsched_client.cli.app import app
 from vmsched_client.cli.exit_codes import ExitCode
 from vmsched_contract.status import VmStatus
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def vmsched(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Any:

@@ -13,7 +13,7 @@ import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -25,6 +25,7 @@ from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
 from vmsched_agent.connection import AgentConnection, Consumer
+from vmsched_agent.host_vms import HostVms, error_text
 from vmsched_agent.hypervisor import ControlsPower, Hypervisor, MeasuresUsage, MigratesVms
 from vmsched_amqp import topology
 from vmsched_amqp.failures import poison_reason
@@ -83,7 +84,8 @@ class Agent:
     ``migrate`` is never a migration's source or target). ``stopped`` are the VMs among ``vm_ids``
     that are powered off when the agent starts. ``migration_uri``: where other hosts' hypervisors
     reach this one's for a live migration (the heartbeats announce it; the gateway hands it to a
-    migration's source in its commands' ``migration.target_uri``).
+    migration's source in its commands' ``migration.target_uri``). ``networks``: the networks the host
+    reaches (a VM that needs one goes only to hosts whose heartbeats list it).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Agent:
         stopped: Iterable[UUID] = (),
         capabilities: Iterable[Capability | str] | None = None,
         migration_uri: str | None = None,
+        networks: Iterable[str] = (),
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -126,20 +129,15 @@ class Agent:
         self.stats = AgentStats()
         self._observer = observer
         self._on_receive = on_receive
-        self._vm_ids: set[UUID] = set(vm_ids)
-        self._stopped: set[UUID] = set(stopped) & self._vm_ids
-        # Migrations in flight: VMs this host prepared to receive (target), and VMs it handed over
-        # and still has leftovers of until told to clean up or roll back (source).
-        self._incoming: set[UUID] = set()
-        self._outgoing: set[UUID] = set()
         self.capabilities: tuple[str, ...] = tuple(
             sorted({str(c) for c in (implemented(hypervisor) if capabilities is None else capabilities)})
         )
+        self._vms = HostVms(agent_id, hypervisor, self.capabilities, vm_ids, stopped)
         self.migration_uri = migration_uri
+        self.networks: tuple[str, ...] = tuple(sorted(set(networks)))
         self._draining = False
         self._usage: Usage | None = None
         self._usage_failing = False
-        self._vm_locks = _KeyedLocks()
         self._started = False
         self._accepting = False  # commands are carried out (not handed back) while set
         self._consumer: Consumer | None = None
@@ -168,13 +166,13 @@ class Agent:
     @property
     def vm_ids(self) -> frozenset[UUID]:
         """The VMs this host runs, as its heartbeats report them."""
-        return frozenset(self._vm_ids)
+        return frozenset(self._vms.running)
 
     def runs(self, vm_id: UUID) -> bool:
-        return vm_id in self._vm_ids
+        return vm_id in self._vms.running
 
     def is_stopped(self, vm_id: UUID) -> bool:
-        return vm_id in self._stopped
+        return vm_id in self._vms.stopped
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities
@@ -211,7 +209,7 @@ class Agent:
         except Exception as error:
             # A failing measurement must not stop the heartbeats (the host would go offline).
             if not self._usage_failing:
-                log.warning("usage not measured", host=self.agent_id, error=_text(error))
+                log.warning("usage not measured", host=self.agent_id, error=error_text(error))
             self._usage_failing = True
             return None
         self._usage_failing = False
@@ -227,13 +225,14 @@ class Agent:
             labels=self.labels,
             taints=self.taints,
             status=status,
-            vm_ids=list(self._vm_ids),
+            vm_ids=list(self._vms.running),
             overcommit=self.overcommit,
             usage=self.usage(),
             instance_id=self._instance_id,
             leaving=leaving,
             capabilities=list(self.capabilities),
             migration_uri=self.migration_uri,
+            networks=list(self.networks),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -323,170 +322,9 @@ class Agent:
         ``failed`` with the error's text, never raised.
         """
         self.stats.commands_received[command.action] += 1
-        async with self._vm_locks.hold(command.vm_id):
-            report = await self._carry_out(command)
+        report = await self._vms.carry_out(command)
         self.stats.reports_sent[report.status] += 1
         return report
-
-    async def _carry_out(self, command: AgentCommand) -> VmStatusReport:
-        action = command.action
-        if action is CommandAction.CREATE:
-            return await self._create(command)
-        if action is CommandAction.DELETE:
-            return await self._delete(command)
-        needed = Capability.POWER if action in (CommandAction.STOP, CommandAction.START) else Capability.MIGRATE
-        if not self.can(needed):
-            return self._report(
-                command, ReportedStatus.FAILED, f"this agent cannot {action.value} (no {needed} capability)"
-            )
-        handler = {
-            CommandAction.STOP: self._stop,
-            CommandAction.START: self._start,
-            CommandAction.PREPARE_MIGRATION: self._prepare,
-            CommandAction.MIGRATE: self._migrate,
-            CommandAction.FINISH_MIGRATION: self._finish,
-            CommandAction.CLEANUP_MIGRATION: self._cleanup,
-            CommandAction.ABORT_MIGRATION: self._abort,
-            CommandAction.ROLLBACK_MIGRATION: self._rollback,
-        }[action]
-        return await handler(command)
-
-    async def _create(self, command: AgentCommand) -> VmStatusReport:
-        if command.vm_id in self._vm_ids:
-            return self._report(command, ReportedStatus.RUNNING, "already running on this host")
-        try:
-            await self.hypervisor.create_vm(command)
-        except Exception as error:
-            log.warning("create failed", error=_text(error))
-            return self._report(command, ReportedStatus.FAILED, _text(error))
-        self._vm_ids.add(command.vm_id)
-        return self._report(command, ReportedStatus.RUNNING)
-
-    async def _delete(self, command: AgentCommand) -> VmStatusReport:
-        if command.vm_id not in self._vm_ids:
-            return self._report(command, ReportedStatus.DELETED, "not on this host")
-        try:
-            await self.hypervisor.delete_vm(command)
-        except Exception as error:
-            # The VM is still here (and still in the heartbeats); a re-sent delete tries again.
-            log.warning("delete failed", error=_text(error))
-            return self._report(command, ReportedStatus.FAILED, f"delete failed: {_text(error)}")
-        self._vm_ids.discard(command.vm_id)
-        self._stopped.discard(command.vm_id)
-        return self._report(command, ReportedStatus.DELETED)
-
-    # -- power ---------------------------------------------------------------------------------
-    async def _stop(self, command: AgentCommand) -> VmStatusReport:
-        vm_id = command.vm_id
-        if vm_id not in self._vm_ids:
-            return self._report(command, ReportedStatus.FAILED, "not on this host")
-        if vm_id in self._stopped:
-            return self._report(command, ReportedStatus.STOPPED, "already stopped")
-        if (failed := await self._call(command, "stop_vm")) is not None:
-            return failed
-        self._stopped.add(vm_id)
-        return self._report(command, ReportedStatus.STOPPED)
-
-    async def _start(self, command: AgentCommand) -> VmStatusReport:
-        vm_id = command.vm_id
-        if vm_id not in self._vm_ids:
-            return self._report(command, ReportedStatus.FAILED, "not on this host")
-        if vm_id not in self._stopped:
-            return self._report(command, ReportedStatus.RUNNING, "already running")
-        if (failed := await self._call(command, "start_vm")) is not None:
-            return failed
-        self._stopped.discard(vm_id)
-        return self._report(command, ReportedStatus.RUNNING)
-
-    # -- migration -----------------------------------------------------------------------------
-    async def _prepare(self, command: AgentCommand) -> VmStatusReport:  # on the target
-        vm_id = command.vm_id
-        if vm_id in self._incoming or vm_id in self._vm_ids:
-            return self._report(command, ReportedStatus.PREPARED, "already prepared")
-        if (failed := await self._call(command, "prepare_migration")) is not None:
-            return failed
-        self._incoming.add(vm_id)
-        return self._report(command, ReportedStatus.PREPARED)
-
-    async def _migrate(self, command: AgentCommand) -> VmStatusReport:  # on the source
-        vm_id = command.vm_id
-        if vm_id in self._outgoing:
-            return self._report(command, ReportedStatus.HANDED_OVER, "already handed over")
-        if vm_id not in self._vm_ids:
-            return self._report(command, ReportedStatus.FAILED, "not on this host")
-        if (failed := await self._call(command, "migrate_vm")) is not None:
-            return failed
-        # Handed over: no longer one this host runs (nor lists in its heartbeats), until rolled back.
-        self._vm_ids.discard(vm_id)
-        self._outgoing.add(vm_id)
-        return self._report(command, ReportedStatus.HANDED_OVER)
-
-    async def _finish(self, command: AgentCommand) -> VmStatusReport:  # on the target
-        vm_id = command.vm_id
-        if vm_id in self._vm_ids:
-            return self._report(command, ReportedStatus.RUNNING, "already running on this host")
-        if vm_id not in self._incoming:
-            return self._report(command, ReportedStatus.FAILED, "not prepared on this host")
-        if (failed := await self._call(command, "finish_migration")) is not None:
-            self._incoming.discard(vm_id)  # finish_migration leaves nothing behind when it raises
-            return failed
-        self._incoming.discard(vm_id)
-        self._vm_ids.add(vm_id)
-        return self._report(command, ReportedStatus.RUNNING)
-
-    async def _cleanup(self, command: AgentCommand) -> VmStatusReport:  # on the source
-        if command.vm_id not in self._outgoing:
-            return self._report(command, ReportedStatus.CLEANED_UP, "nothing left on this host")
-        if (failed := await self._call(command, "cleanup_migration")) is not None:
-            return failed
-        self._outgoing.discard(command.vm_id)
-        return self._report(command, ReportedStatus.CLEANED_UP)
-
-    async def _abort(self, command: AgentCommand) -> VmStatusReport:  # on the target
-        vm_id = command.vm_id
-        if vm_id not in self._incoming and vm_id not in self._vm_ids:
-            return self._report(command, ReportedStatus.ABORTED, "nothing here")
-        if (failed := await self._call(command, "abort_migration")) is not None:
-            return failed
-        self._incoming.discard(vm_id)
-        self._vm_ids.discard(vm_id)
-        self._stopped.discard(vm_id)
-        return self._report(command, ReportedStatus.ABORTED)
-
-    async def _rollback(self, command: AgentCommand) -> VmStatusReport:  # on the source
-        vm_id = command.vm_id
-        if vm_id in self._vm_ids:
-            return self._report(command, ReportedStatus.RUNNING, "never handed over")
-        if vm_id not in self._outgoing:
-            return self._report(command, ReportedStatus.FAILED, "not on this host")
-        if (failed := await self._call(command, "rollback_migration")) is not None:
-            return failed
-        self._outgoing.discard(vm_id)
-        self._vm_ids.add(vm_id)
-        return self._report(command, ReportedStatus.RUNNING)
-
-    async def _call(self, command: AgentCommand, method: str) -> VmStatusReport | None:
-        """Call the hypervisor's ``method`` (of :class:`MigratesVms` or :class:`ControlsPower`); a
-        ``failed`` report with the error's text if it raised (or is missing: a capability declared
-        without it), else None."""
-        try:
-            step: Callable[[AgentCommand], Awaitable[None]] = getattr(self.hypervisor, method)
-            await step(command)
-        except Exception as error:
-            log.warning(f"{command.action.value} failed", error=_text(error))
-            return self._report(command, ReportedStatus.FAILED, _text(error))
-        return None
-
-    def _report(self, command: AgentCommand, status: ReportedStatus, message: str = "") -> VmStatusReport:
-        return VmStatusReport(
-            vm_id=command.vm_id,
-            agent_id=self.agent_id,
-            status=status,
-            message=message,
-            attempt=command.attempt,
-            action=command.action,
-            migration=None if command.migration is None else command.migration.number,
-        )
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         if not self._accepting:
@@ -546,31 +384,6 @@ def implemented(hypervisor: object) -> list[Capability]:
     if isinstance(hypervisor, ControlsPower):
         found.append(Capability.POWER)
     return found
-
-
-class _KeyedLocks:
-    """One lock per key, kept only while someone holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[UUID, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: UUID) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
-def _text(error: BaseException) -> str:
-    return str(error) or type(error).__name__
 
 
 def _text_headers(headers: Mapping[str, object] | None) -> dict[str, str]:

@@ -78,6 +78,11 @@ def _capabilities(text: str) -> list[str]:
     return found
 
 
+def _names(text: str) -> list[str]:
+    """Comma-separated names, each once (the heartbeat refuses a name given twice)."""
+    return sorted({part.strip() for part in text.split(",") if part.strip()})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=SERVICE, description="vmsched hypervisor agent tools")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hosts.add_argument("--labels", type=_labels, default={}, help="k=v,... added to every host")
     hosts.add_argument("--zones", type=_not_negative(int), default=0, help="label hosts zone=z1..zN, round robin")
+    hosts.add_argument(
+        "--networks",
+        type=_names,
+        help="the networks every host reaches, comma-separated (e.g. vlan-100,vlan-200); default: none, "
+        "or each host's own with --hosts-from",
+    )
     hosts.add_argument("--overcommit-cpu", type=float, default=1.0, help="cpu allocation ratio (default: 1.0)")
     hosts.add_argument("--overcommit-memory", type=float, default=1.0, help="memory allocation ratio (default: 1.0)")
     hosts.add_argument("--overcommit-disk", type=float, default=1.0, help="disk allocation ratio (default: 1.0)")
@@ -180,9 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def hosts_from_options(options: argparse.Namespace) -> list[HostSpec]:
     hosts = _hosts(options)
-    if options.capabilities is None:
-        return hosts
-    return [host.model_copy(update={"capabilities": options.capabilities}) for host in hosts]
+    update: dict[str, list[str]] = {}
+    if options.capabilities is not None:
+        update["capabilities"] = options.capabilities
+    if options.networks is not None:
+        update["networks"] = options.networks
+    return [host.model_copy(update=update) for host in hosts] if update else hosts
 
 
 def _hosts(options: argparse.Namespace) -> list[HostSpec]:

@@ -31,6 +31,7 @@ class HostSpec(BaseModel):
         default_factory=lambda: list(ALL_CAPABILITIES),
         description="what its agent declares beyond create and delete (migrate, power); default: all",
     )
+    networks: list[str] = Field(default_factory=list, description="the networks it reaches")
 
 
 class Profile(StrEnum):

@@ -66,6 +66,12 @@ def shortfall(requested: Resources, used: Resources, capacity: Resources, overco
     return [missing.reason for missing in shortfalls(requested, capacity, ZERO, overcommit, used)]
 
 
+def ratios_for(command: AgentCommand, own: Overcommit) -> Overcommit:
+    """The allocation ratios a command is checked by: those vmsched placed it by (an operator's
+    overcommit counts, as it does for the scheduler), else the host's own."""
+    return command.overcommit if command.overcommit is not None else own
+
+
 # What a simulated hypervisor uses itself, busy or idle: cores and MiB (never more than the host has).
 HYPERVISOR_CPU = 0.5
 HYPERVISOR_MEMORY_MB = 1024
@@ -165,6 +171,9 @@ class FakeHypervisor:
         self.vms[vm_id] = resources
         self._used = self._used.plus(resources)
 
+    def _shortfall(self, command: AgentCommand) -> list[str]:
+        return shortfall(command.resources, self.used, self.host.capacity, ratios_for(command, self.host.overcommit))
+
     def _drop(self, vm_id: UUID) -> None:
         resources = self.vms.pop(vm_id, None)
         if resources is not None:
@@ -178,7 +187,7 @@ class FakeHypervisor:
             if self.fail_rate and self._rng.random() < self.fail_rate:
                 raise SimulatedFailure(f"simulated failure (fail rate {self.fail_rate:g})")
             if self.check_capacity:
-                missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
+                missing = self._shortfall(command)
                 if missing:
                     raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
         except Exception:
@@ -201,7 +210,7 @@ class FakeHypervisor:
     async def prepare_migration(self, command: AgentCommand) -> None:
         await self._step("prepare_migration")
         if self.check_capacity:
-            missing = shortfall(command.resources, self.used, self.host.capacity, self.host.overcommit)
+            missing = self._shortfall(command)
             if missing:
                 raise HostFull(f"no room on {self.host.id}: " + "; ".join(missing))
         self._hold(command.vm_id, command.resources)
@@ -336,6 +345,7 @@ class SimulatedFleet:
                 taints=host.taints,
                 overcommit=host.overcommit,
                 capabilities=host.capabilities,
+                networks=host.networks,
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,
                 observer=self._observe if record_commands else None,

@@ -203,6 +203,10 @@ class AsyncClient:
         """Uncordon: the host takes new VMs again."""
         return await self.update_host(host_id, HostPatch(scheduling_paused=False))
 
+    async def dedicate_host(self, host_id: str, project: str | None) -> Host:
+        """Give the host to ``project``: it takes only that project's VMs (None: any project's again)."""
+        return await self.update_host(host_id, HostPatch(dedicated_to=project))
+
     async def delete_host(self, host_id: str) -> None:
         await self.send(calls.delete_host(host_id))
 
@@ -330,10 +334,19 @@ class AsyncClient:
         return await self.send(calls.simulate(request))
 
     async def capacity(
-        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+        self,
+        *,
+        cpu: int | None = None,
+        memory_mb: int | None = None,
+        disk_gb: int = 0,
+        gpu: int = 0,
+        networks: list[str] | None = None,
     ) -> Capacity:
-        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
-        return await self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
+        """How many more VMs of this shape (needing ``networks``) the fleet takes now: in total, per
+        zone, per host."""
+        return await self.send(
+            calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, networks=networks)
+        )
 
     async def health(self) -> dict[str, Any]:
         return await self.send(calls.health())

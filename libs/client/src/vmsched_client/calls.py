@@ -308,8 +308,15 @@ def simulate(request: SimulationRequest) -> Call[Simulation]:
     return Call("POST", "/v1/placement/simulate", _model(Simulation), body=_dump(request))
 
 
-def capacity(*, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0) -> Call[Capacity]:
-    query = _query(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb or None, gpu=gpu or None)
+def capacity(
+    *,
+    cpu: int | None = None,
+    memory_mb: int | None = None,
+    disk_gb: int = 0,
+    gpu: int = 0,
+    networks: list[str] | None = None,
+) -> Call[Capacity]:
+    query = _query(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb or None, gpu=gpu or None, network=networks or None)
     return Call("GET", "/v1/capacity", _model(Capacity), params=query)
 
 

@@ -199,6 +199,10 @@ class Client:
         """Uncordon: the host takes new VMs again."""
         return self.update_host(host_id, HostPatch(scheduling_paused=False))
 
+    def dedicate_host(self, host_id: str, project: str | None) -> Host:
+        """Give the host to ``project``: it takes only that project's VMs (None: any project's again)."""
+        return self.update_host(host_id, HostPatch(dedicated_to=project))
+
     def delete_host(self, host_id: str) -> None:
         self.send(calls.delete_host(host_id))
 
@@ -324,10 +328,17 @@ class Client:
         return self.send(calls.simulate(request))
 
     def capacity(
-        self, *, cpu: int | None = None, memory_mb: int | None = None, disk_gb: int = 0, gpu: int = 0
+        self,
+        *,
+        cpu: int | None = None,
+        memory_mb: int | None = None,
+        disk_gb: int = 0,
+        gpu: int = 0,
+        networks: list[str] | None = None,
     ) -> Capacity:
-        """How many more VMs of this shape the fleet takes now: in total, per zone, per host."""
-        return self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu))
+        """How many more VMs of this shape (needing ``networks``) the fleet takes now: in total, per
+        zone, per host."""
+        return self.send(calls.capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, networks=networks))
 
     def health(self) -> dict[str, Any]:
         return self.send(calls.health())

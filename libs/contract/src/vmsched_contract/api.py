@@ -44,6 +44,8 @@ from vmsched_contract.messages import (
     Tolerations,
     keys_by_pattern,
 )
+from vmsched_contract.networks import VmNetworks
+from vmsched_contract.planner import Planner
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
@@ -75,6 +77,8 @@ class DefaultSettings(Protocol):
     def default_vm_memory_mb(self) -> int: ...
     @property
     def default_wait_s(self) -> int: ...
+    @property
+    def planner(self) -> Planner: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +88,18 @@ class VmDefaults:
     cpu: int
     memory_mb: int
     wait_s: int = 0
+    planner: Planner = Planner.FLAT
 
     @classmethod
     def of(cls, settings: DefaultSettings) -> VmDefaults:
-        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB`` and ``VMSCHED_DEFAULT_WAIT_S``."""
-        return cls(cpu=settings.default_vm_cpu, memory_mb=settings.default_vm_memory_mb, wait_s=settings.default_wait_s)
+        """``VMSCHED_DEFAULT_VM_CPU``, ``VMSCHED_DEFAULT_VM_MEMORY_MB``, ``VMSCHED_DEFAULT_WAIT_S`` and
+        ``VMSCHED_PLANNER``."""
+        return cls(
+            cpu=settings.default_vm_cpu,
+            memory_mb=settings.default_vm_memory_mb,
+            wait_s=settings.default_wait_s,
+            planner=settings.planner,
+        )
 
 
 class VmRequest(BaseModel):
@@ -118,7 +129,23 @@ class VmRequest(BaseModel):
         description="host taints this VM accepts (Kubernetes' tolerations: {key, operator Equal|Exists, value, "
         "effect}; Exists with an empty key tolerates every taint, an empty effect every effect)",
     )
+    # Left out of the dump when empty: the Idempotency-Key hash of a request without networks is unchanged.
+    networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+    # Left out of the dump when false, as networks.
+    dedicated: Flag = Field(
+        default=False,
+        exclude_if=lambda dedicated: not dedicated,
+        description="go only to a host dedicated to the token's project (PATCH /v1/hosts/{id} dedicated_to); "
+        "whatever it asks, a host dedicated to another project never takes it",
+    )
     strategy: Strategy | None = Field(default=None, description="overrides the cluster default for this VM")
+    # Left out of the dump when null, as networks.
+    planner: Planner | None = Field(
+        default=None,
+        exclude_if=lambda planner: planner is None,
+        description="flat (every eligible host) or cluster_first (the hosts of the cluster with the most free "
+        "capacity that has one that fits: CloudStack's FirstFitPlanner); omitted: VMSCHED_PLANNER",
+    )
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     server_group: UUID | None = Field(
         default=None,
@@ -200,6 +227,9 @@ class Vm(BaseModel):
     labels: dict[str, str]
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     tolerations: list[Toleration] = Field(default_factory=list)
+    networks: list[str] = Field(default_factory=list, description="the networks its host must reach")
+    dedicated: bool = Field(default=False, description="it goes only to a host dedicated to its project")
+    planner: Planner = Field(default=Planner.FLAT, description="which eligible hosts its strategy ranks")
     strategy: Strategy | None
     restart_policy: RestartPolicy
     restart_count: int
@@ -408,6 +438,10 @@ class Host(BaseModel):
         default_factory=list,
         description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
     )
+    networks: list[str] = Field(default_factory=list, description="the networks it reaches (its agent's word)")
+    dedicated_to: str | None = Field(
+        default=None, description="the project whose VMs alone it takes (set by the operator); null: any project's"
+    )
     usage: HostUsage | None = Field(
         default=None,
         description="measured by its agent, as of its last heartbeat; null when it reports none "
@@ -511,6 +545,11 @@ class HostPatch(BaseModel):
     )
     overcommit: OvercommitPatch | None = Field(default=None, description="allocation ratios (as Nova's)")
     reserved: ReservedPatch | None = Field(default=None, description="held back for the hypervisor itself")
+    dedicated_to: ProjectName | None = Field(
+        default=None,
+        description="take only this project's VMs (whatever their tolerations; CloudStack's dedicated hosts, "
+        "Nova's AggregateMultiTenancyIsolation); null: any project's again",
+    )
 
     @field_validator("scheduling_paused", "labels", "overcommit", "reserved")
     @classmethod

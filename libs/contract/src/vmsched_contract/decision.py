@@ -97,6 +97,10 @@ class PlacementRecord(BaseModel):
         default=None,
         description="why no host: no_available_agents, or the rule that rejected the most hosts; null when placed",
     )
+    cluster: str | None = Field(
+        default=None,
+        description="planner cluster_first: the cluster whose hosts the strategy ranked; null: every eligible host",
+    )
     detail: str | None = Field(default=None, description="the reason in words, with every rule's count")
     examples: dict[str, list[RejectedHost]] = Field(
         default_factory=dict,

@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from vmsched_contract.networks import HostNetworks, VmNetworks
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -229,7 +231,10 @@ class UnschedulableReason(StrEnum):
     """Why no host takes a VM, when the answer is not one rule's name (``cpu``, ``labels``, ...)."""
 
     NO_AVAILABLE_AGENTS = "no_available_agents"  # no online host at all (seed 001's noAvailableAgents)
-    INVALID_STRATEGY = "invalid_strategy"  # a strategy no scheduler implements (seed 001's invalidStrategy)
+    # Seed 001's invalidStrategy, kept for the seed's vocabulary (and subscribers' older code) but never
+    # emitted: the API refuses an unknown strategy with 422, and a vm.create naming one is invalid and
+    # dead-lettered (docs/placement.md).
+    INVALID_STRATEGY = "invalid_strategy"
 
 
 class SelectorOperator(StrEnum):
@@ -299,7 +304,18 @@ class VmToPlace(BaseModel):
     # Added in schema version 2 without a new version: a message without it selects every host.
     host_selector: HostSelector = Field(default_factory=list)
     tolerations: Tolerations = Field(default_factory=list, description="the host taints this VM accepts")
+    # Added in schema version 2 without a new version, left out when empty: a message without it
+    # needs no network.
+    networks: VmNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+    # Added in schema version 2 without a new version, left out when false.
+    dedicated: bool = Field(
+        default=False,
+        exclude_if=lambda dedicated: not dedicated,
+        description="it goes only to a host dedicated to its project",
+    )
     strategy: Strategy | None = None
+    # Added in schema version 2 without a new version, left out when flat (the API stores the default).
+    planner: Planner = Field(default=Planner.FLAT, exclude_if=lambda planner: planner is Planner.FLAT)
     exclude_hosts: list[HostId] = Field(
         default_factory=list, description="hosts that failed this VM lately (they expire after EXCLUDE_FOR)"
     )
@@ -362,7 +378,8 @@ class Unplaced(BaseModel):
     vm_id: UUID
     attempt: int
     reason: str = Field(
-        description="no_available_agents, invalid_strategy, or the rule that rejected the most hosts "
+        description="no_available_agents (no online host), all_or_nothing (a VM of a gang another VM of which "
+        "fits nowhere), reservation (its reservation holds no slot for it), or the rule that rejected the most hosts "
         "(cpu, memory, disk, gpu, extra, labels, host_selector, taints, server_group, spread, paused, offline, "
         "excluded, ...)"
     )
@@ -485,6 +502,9 @@ class AgentHeartbeat(Message):
         "the command's migration.target_uri; absent: the host names none",
     )
 
+    # Added in schema version 1 without a new version, left out when empty: an older agent sends none.
+    networks: HostNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities
 
@@ -538,6 +558,11 @@ class AgentCommand(Message):
     resources: Resources
     attempt: int = 1
     migration: MigrationOrder | None = Field(default=None, description="set on a migration's commands")
+    overcommit: Overcommit | None = Field(
+        default=None,
+        description="the host's allocation ratios vmsched placed the VM by (the operator's overcommit over the "
+        "agent's own), on create and prepare_migration: an agent that checks room counts these; absent: its own",
+    )
 
 
 class ReportedStatus(StrEnum):

@@ -13,6 +13,10 @@ class Strategy(StrEnum):
     ROUND_ROBIN = "round_robin"
     RANDOM = "random"
     LEAST_UTILIZED = "least_utilized"
+    FIRST_FIT = "first_fit"  # CloudStack's FirstFitAllocator: the first host in id order that fits
+    FEWEST_VMS = "fewest_vms"  # Orchard's DistributeLoad: the host running the fewest VMs
+    MOST_VMS = "most_vms"  # Orchard's OptimizeUtilization: the host running the most VMs
+    USER_CONCENTRATED = "user_concentrated"  # CloudStack's UserConcentratedPodAllocator: the project's pod
 
 
 def valid_strategies() -> str:

@@ -74,6 +74,7 @@ class Shape(BaseModel):
     memory_mb: int
     disk_gb: int
     gpu: int
+    networks: list[str] = Field(default_factory=list, description="the networks each VM needs on its host")
 
 
 class Capacity(BaseModel):

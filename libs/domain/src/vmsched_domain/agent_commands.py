@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from vmsched_contract.messages import AgentCommand, CommandAction, MigrationOrder, Resources
+from vmsched_contract.messages import AgentCommand, CommandAction, MigrationOrder, Overcommit, Resources
 
 
 def agent_command(
@@ -16,9 +16,17 @@ def agent_command(
     *,
     attempt: int = 1,
     migration: MigrationOrder | None = None,
+    overcommit: Overcommit | None = None,
 ) -> AgentCommand:
     """What the agent needs to carry ``action`` out for the VM (its placement ``attempt``, or its
-    ``migration``: a command sent again is recognised by them, and carried out once)."""
+    ``migration``: a command sent again is recognised by them, and carried out once), with the host's
+    allocation ratios when the sender knows them (see :mod:`vmsched_domain.fit`)."""
     return AgentCommand(
-        action=action, vm_id=vm_id, name=name, resources=resources, attempt=attempt, migration=migration
+        action=action,
+        vm_id=vm_id,
+        name=name,
+        resources=resources,
+        attempt=attempt,
+        migration=migration,
+        overcommit=overcommit,
     )

@@ -24,6 +24,7 @@ from vmsched_contract.messages import (
     Toleration,
     VmToPlace,
 )
+from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
@@ -67,6 +68,9 @@ class VmRecord:
     target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
+    networks: tuple[str, ...] = ()  # the networks its host must reach
+    dedicated: bool = False  # it goes only to a host dedicated to its project
+    planner: Planner = Planner.FLAT  # which eligible hosts its strategy ranks
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -89,6 +93,9 @@ class VmRecord:
             priority=self.priority,
             project=self.project,
             reservation=self.reservation,
+            networks=list(self.networks),
+            dedicated=self.dedicated,
+            planner=self.planner,
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -120,6 +127,8 @@ class HostRecord:
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    networks: tuple[str, ...] = ()  # the networks it reaches (its agent's word)
+    dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's word)
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

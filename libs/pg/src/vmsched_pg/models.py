@@ -74,6 +74,12 @@ class VmRow(Base):
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Kubernetes-style tolerations of host taints: [{key, operator, value, effect}].
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The networks its host must reach (names, as VmRequest.networks).
+    networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # It goes only to a host dedicated to its project (hosts.dedicated_to).
+    dedicated: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # Which eligible hosts its strategy ranks (vmsched_contract.planner): as asked, else VMSCHED_PLANNER.
+    planner: Mapped[str] = mapped_column(String(16), server_default="flat")
     # Unique within its project (ux_vms_project_idempotency_key).
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
@@ -189,6 +195,10 @@ class HostRow(Base):
     # What its agent declares it can do beyond create and delete (messages.Capability): "migrate",
     # "power"; from its last heartbeat.
     capabilities: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The networks it reaches, from its last heartbeat (names, sorted).
+    networks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The project whose VMs alone it takes (the operator's, PATCH); NULL: any project's.
+    dedicated_to: Mapped[str | None] = mapped_column(String(63))
     # Where other hosts' hypervisors reach this one's for a live migration (its heartbeats'
     # migration_uri; NULL: its agent names none). Handed to a migration's source (MigrationOrder.target_uri).
     migration_uri: Mapped[str | None] = mapped_column(String(1024))

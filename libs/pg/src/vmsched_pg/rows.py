@@ -19,6 +19,7 @@ from vmsched_contract.messages import (
     RestartPolicy,
     SelectorOperator,
 )
+from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
@@ -39,6 +40,9 @@ VM_FIELDS = (
     "labels",
     "host_selector",
     "tolerations",
+    "networks",
+    "dedicated",
+    "planner",
     "strategy",
     "restart_policy",
     "restart_count",
@@ -98,6 +102,8 @@ HOST_FIELDS = (
     "operator_memory_ratio",
     "operator_disk_ratio",
     "capabilities",
+    "networks",
+    "dedicated_to",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -155,6 +161,9 @@ def vm_from_row(row: Any) -> VmRecord:
         labels=dict(row.labels or {}),
         host_selector=trusted_selector(row.host_selector),
         tolerations=tolerations_of(row.tolerations),
+        networks=tuple(row.networks or ()),
+        dedicated=row.dedicated,
+        planner=Planner(row.planner),
         strategy=Strategy(row.strategy) if row.strategy else None,
         restart_policy=RestartPolicy(row.restart_policy),
         restart_count=row.restart_count,
@@ -205,6 +214,8 @@ def host_from_row(row: Any) -> HostRecord:
         operator_taints=taints_of(row.operator_taints),
         operator_overcommit=ratio_overrides_of_row(row),
         capabilities=tuple(row.capabilities or ()),
+        networks=tuple(row.networks or ()),
+        dedicated_to=row.dedicated_to,
     )
 
 

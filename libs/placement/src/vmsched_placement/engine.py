@@ -6,7 +6,8 @@ running AND of the masks is the eligible set, and counting it after each filter 
 hosts each filter rejected first. Per-host reasons are spelled out only for a few hosts per rule
 (``rejected_examples``, when no host fits) or for every host when a person asks (``explain``).
 
-Then the preference: each weigher (``weighers/``) may penalise some hosts; among the eligible
+Then the planner (``planners.py``) may narrow the eligible hosts to one cluster's; then the
+preference: each weigher (``weighers/``) may penalise some hosts; among the eligible
 hosts, only those of the lowest total penalty are handed to the strategy (lexicographic: soft rules
 first, then the score). Weighers never reject: the eligible set and ``rejections`` are the filters'.
 
@@ -28,6 +29,7 @@ from vmsched_contract.strategy import Strategy
 from vmsched_placement.filters import AVAILABILITY_FILTER, FILTERS
 from vmsched_placement.fleet import BoolArray, Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import DecisionContext, PlacementRequest, RequestVector
+from vmsched_placement.planners import planned
 from vmsched_placement.strategies import strategy_for
 from vmsched_placement.weighers import WEIGHERS
 
@@ -54,6 +56,7 @@ class Decision:
     # Weigher name -> eligible hosts it penalised (non-zero only); empty when no weigher had a say.
     preferences: Mapping[str, int] = field(default_factory=lambda: _NO_REJECTIONS)
     preferred: int = 0  # eligible hosts of the lowest penalty: those the strategy ranked
+    cluster: str | None = None  # the cluster the planner chose (cluster_first), None: no narrowing
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,8 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     if eligible is None:
         eligible = columns.scratch.eligible
         eligible.fill(True)
-    preferred, preferred_count, preferences = prefer(columns, vector, eligible, remaining)
+    handed, handed_count, cluster = planned(request.planner, columns, eligible, remaining)
+    preferred, preferred_count, preferences = prefer(columns, vector, handed, handed_count)
     ranking = strategy.rank(columns, vector, preferred, preferred_count, context, 1 + max(0, fallbacks))
     ids = columns.ids
     ranked = tuple(ids[index] for index in ranking.indices)
@@ -132,6 +136,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
         eligible=remaining,
         preferences=MappingProxyType(preferences) if preferences else _NO_REJECTIONS,
         preferred=preferred_count,
+        cluster=cluster,
     )
 
 

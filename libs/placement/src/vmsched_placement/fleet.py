@@ -18,7 +18,10 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from vmsched_placement.column_block import ColumnBlock
+from vmsched_placement.host_keys import HostKeys
 from vmsched_placement.model import GPU, ONLINE, Demand, HostState
+from vmsched_placement.scratch import Scratch
 from vmsched_placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, untolerated
 
 BoolArray = npt.NDArray[np.bool_]
@@ -90,6 +93,7 @@ class FleetColumns:
         "has_gpus",
         "hosts",
         "ids",
+        "keys",
         "label_codes",
         "label_values",
         "last_heartbeat",
@@ -110,7 +114,7 @@ class FleetColumns:
     def __init__(self, hosts: Sequence[HostState]) -> None:
         self.hosts: list[HostState] = list(hosts)
         self.ids: list[str] = [host.id for host in self.hosts]
-        block = _Block(self.hosts)
+        block = ColumnBlock(self.hosts)
         self.online: BoolArray = block.online
         self.last_heartbeat: FloatArray = block.last_heartbeat
         self.paused: BoolArray = block.paused
@@ -128,6 +132,7 @@ class FleetColumns:
         self._taint_set_codes: dict[tuple[Taint, ...], int] = {(): 0}
         self.taint_codes, self.no_schedule, self.prefer_no_schedule = self._taint_columns(self.hosts)
         self._count()
+        self.keys = HostKeys(self.hosts)  # networks, dedication: few distinct values, interned
         # Per named extra resource asked about: what each host has free of it (0 where it has none).
         # Most hosts have no extras and most VMs ask none, so these exist only once asked for.
         self.extra_free_columns: dict[str, FloatArray] = {}
@@ -265,6 +270,7 @@ class FleetColumns:
         self.has_gpus[index] = effective[GPU] > 0
         self.no_schedule[index], self.prefer_no_schedule[index] = no_schedule, prefer
         self.taint_codes[index] = self._taint_code(host.taints)
+        self.keys.write(index, host)
         self.touched.add(host.id)
         self.hosts[index] = host
         self.ids[index] = host.id
@@ -292,7 +298,7 @@ class FleetColumns:
         for position, host in zip(reversed(positions), reversed(new_hosts), strict=True):
             self.ids.insert(position, host.id)
             self.hosts.insert(position, host)
-        block = _Block(new_hosts)
+        block = ColumnBlock(new_hosts)
         self.online = np.insert(self.online, positions, block.online)
         self.last_heartbeat = np.insert(self.last_heartbeat, positions, block.last_heartbeat)
         self.paused = np.insert(self.paused, positions, block.paused)
@@ -310,6 +316,7 @@ class FleetColumns:
         self.no_schedule = np.insert(self.no_schedule, positions, no_schedule)
         self.prefer_no_schedule = np.insert(self.prefer_no_schedule, positions, prefer)
         self._count()
+        self.keys.insert(positions, new_hosts)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.insert(column, positions, [_extra_free(h, name) for h in new_hosts])
         self._derived.clear()
@@ -334,6 +341,7 @@ class FleetColumns:
         self.no_schedule = np.delete(self.no_schedule, index)
         self.prefer_no_schedule = np.delete(self.prefer_no_schedule, index)
         self._count()
+        self.keys.delete(index)
         for name, column in self.extra_free_columns.items():
             self.extra_free_columns[name] = np.delete(column, index)
         self._derived.clear()
@@ -345,61 +353,8 @@ def _extra_free(host: HostState, name: str) -> float:
     return float(dict(host.capacity.extra).get(name, 0) - dict(host.allocated.extra).get(name, 0))
 
 
-class Scratch:
-    """Reusable work arrays of fleet length, so a decision allocates nothing in its hot path.
-
-    Contents are meaningless between uses; whatever a decision writes here is only valid until
-    the next decision on the same fleet (a fleet is used by one thread at a time).
-    """
-
-    __slots__ = ("eligible", "floats", "ineligible", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.eligible: BoolArray = np.empty(size, dtype=np.bool_)
-        self.ineligible: BoolArray = np.empty(size, dtype=np.bool_)
-        self.floats: tuple[FloatArray, ...] = tuple(np.empty(size, dtype=np.float64) for _ in range(4))
-
-
-class _Block:
-    """Columns for a run of hosts, built in one pass (fleet construction and batch inserts)."""
-
-    __slots__ = (
-        "allocated",
-        "divisor",
-        "effective",
-        "free",
-        "last_heartbeat",
-        "load",
-        "online",
-        "paused",
-        "utilisation",
-    )
-
-    def __init__(self, hosts: Sequence[HostState]) -> None:
-        count = len(hosts)
-        self.online: BoolArray = np.fromiter((h.status == ONLINE for h in hosts), np.bool_, count)
-        self.last_heartbeat: FloatArray = np.fromiter((h.last_heartbeat for h in hosts), np.float64, count)
-        self.paused: BoolArray = np.fromiter((h.scheduling_paused for h in hosts), np.bool_, count)
-        self.effective: FloatArray = _resource_rows([h.effective_capacity for h in hosts])
-        self.allocated: FloatArray = _resource_rows([h.allocated for h in hosts])
-        self.free: FloatArray = self.effective - self.allocated
-        self.divisor: FloatArray = np.maximum(self.effective, 1.0)
-        self.utilisation: FloatArray = self.allocated / self.divisor
-        self.load: FloatArray = self.utilisation[:2].copy()
-        measured = [(index, host.measured_load) for index, host in enumerate(hosts) if host.usage is not None]
-        if measured:
-            rows = np.fromiter((index for index, _ in measured), np.intp, len(measured))
-            self.load[:, rows] = np.array([load for _, load in measured], dtype=np.float64).T
-
-
 def _has(taints: tuple[Taint, ...], effect: str) -> bool:
     return any(taint.effect == effect for taint in taints)
-
-
-def _resource_rows(amounts: Sequence[Demand]) -> FloatArray:
-    flat = np.fromiter((value for amount in amounts for value in amount.as_tuple()), np.float64, 4 * len(amounts))
-    return np.ascontiguousarray(flat.reshape(len(amounts), 4).T)
 
 
 class Fleet:

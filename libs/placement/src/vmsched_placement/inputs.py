@@ -5,7 +5,7 @@ simulates (docs/whatif.md): both must ask the same question. (A snapshot host as
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from vmsched_contract import messages
 from vmsched_contract.messages import Resources, VmToPlace
@@ -50,10 +50,13 @@ def placement_request(
     exclude_hosts: Iterable[str] = (),
     group: PlacementGroup | None = None,
     migration: Migration | None = None,
+    project_pods: Mapping[str, int] | None = None,
+    exclude_cluster_after: int = 0,
 ) -> PlacementRequest:
     """What the engine is asked for ``vm``: the VM as its message carries it, decided by ``strategy``,
     less the hosts it already failed on and ``exclude_hosts``; ``migration`` when it is a running VM's
-    move (its source and any target asked)."""
+    move (its source and any target asked); ``project_pods``, its project's VMs per pod, for
+    ``user_concentrated``; ``exclude_cluster_after``, ``VMSCHED_EXCLUDE_CLUSTER_AFTER``."""
     return PlacementRequest(
         vm_id=str(vm.vm_id),
         name=vm.name,
@@ -65,4 +68,10 @@ def placement_request(
         tolerations=tolerations_of(vm.tolerations),
         group=group,
         migration=migration,
+        networks=frozenset(vm.networks),
+        project_pods=dict(project_pods or {}),
+        project=vm.project,
+        dedicated=vm.dedicated,
+        planner=vm.planner,
+        exclude_cluster_after=exclude_cluster_after,
     )

@@ -42,6 +42,7 @@ import numpy as np
 
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import SelectorOperator
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.usage import MeasuredUsage
@@ -67,6 +68,8 @@ CHECKPOINT_EVERY = 512
 _HOST_FIELDS = tuple(f.name for f in fields(HostState))
 _HEARTBEAT = _HOST_FIELDS.index("last_heartbeat")
 _USAGE = _HOST_FIELDS.index("usage")
+# Host fields held as sets (written as sorted lists).
+_SET_FIELDS = frozenset({"networks"})
 
 Json = Any
 
@@ -89,6 +92,8 @@ def _host_value(name: str, value: Any) -> Json:
         return [[t.key, t.value, t.effect] for t in value]
     if name == "labels":
         return dict(value)
+    if isinstance(value, frozenset):
+        return sorted(value)
     return value
 
 
@@ -99,6 +104,8 @@ def _to_host_value(name: str, v: Json) -> Any:
         return None if v is None else MeasuredUsage(v[0], v[1], v[2], v[3])
     if name == "taints":
         return tuple(Taint(k, val, e) for k, val, e in v)
+    if name in _SET_FIELDS:
+        return frozenset(v)
     return v
 
 
@@ -109,8 +116,9 @@ def encode_host(host: HostState) -> list[Json]:
 
 def decode_host(row: Sequence[Json], now: float) -> HostState:
     """The host of a journal row, as the decision at ``now`` read it (a heartbeat kept as fresh,
-    ``null``, is rebuilt as ``now``)."""
-    values = {name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=True)}
+    ``null``, is rebuilt as ``now``). A row written before a field was added to :class:`HostState`
+    (added last) is shorter: the missing fields take their defaults, which is what the engine read then."""
+    values = {name: _to_host_value(name, v) for name, v in zip(_HOST_FIELDS, row, strict=False)}
     if values["last_heartbeat"] is None:
         values["last_heartbeat"] = now
     return HostState(**values)
@@ -132,6 +140,12 @@ def encode_request(r: PlacementRequest) -> Json:
         "t": [[t.key, t.operator, t.value, t.effect] for t in r.tolerations],
         "g": group,
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
+        "n": sorted(r.networks),
+        "u": dict(r.project_pods),
+        "pj": r.project,
+        "dd": r.dedicated,
+        "pl": r.planner.value,
+        "xc": r.exclude_cluster_after,
     }
 
 
@@ -151,6 +165,12 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         tolerations=tuple(Toleration(k, op, val, e) for k, op, val, e in v["t"]),
         group=group,
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
+        networks=frozenset(v.get("n", ())),  # absent from entries written before networks
+        project_pods=dict(v.get("u", {})),  # absent from entries written before user_concentrated
+        project=str(v.get("pj", "")),  # these two absent from entries written before dedicated hosts
+        dedicated=bool(v.get("dd", False)),
+        planner=Planner(v.get("pl", Planner.FLAT.value)),  # these two absent before the hierarchy
+        exclude_cluster_after=int(v.get("xc", 0)),
     )
 
 

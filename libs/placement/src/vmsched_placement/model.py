@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vmsched_contract.messages import SelectorOperator, add_counts
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
@@ -106,6 +107,8 @@ class HostState:
     usage: MeasuredUsage | None = None  # measured by its agent; None when it reports none
     taints: tuple[Taint, ...] = ()
     can_migrate: bool = False  # its agent declares the "migrate" capability
+    networks: frozenset[str] = frozenset()  # the networks it reaches (its agent's heartbeat)
+    dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's)
 
     @property
     def ratios(self) -> Ratios:
@@ -179,6 +182,16 @@ class PlacementRequest:
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None  # its server group, if it joins one
     migration: Migration | None = None  # set when choosing the target of a migration
+    networks: frozenset[str] = frozenset()  # every one must be reached by its host
+    # Its project's VMs per pod (the hosts' ``pod`` label) at this decision: what ``user_concentrated``
+    # ranks by; empty for the other strategies (the scheduler counts them only for that one).
+    project_pods: Mapping[str, int] = field(default_factory=dict)
+    project: str = ""  # the project that owns it: a dedicated host takes only its project's VMs
+    dedicated: bool = False  # it goes only to a host dedicated to its project
+    planner: Planner = Planner.FLAT  # which eligible hosts the strategy ranks (planners.py)
+    # VMSCHED_EXCLUDE_CLUSTER_AFTER: a cluster holding this many of ``exclude_hosts`` is left out
+    # whole (0: never); the hosts left out are those that failed the VM (and a migration's source).
+    exclude_cluster_after: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +246,11 @@ class RequestVector:
     group: PlacementGroup | None = None
     extra: Extras = ()  # named extra resources asked for
     migration: Migration | None = None
+    networks: frozenset[str] = frozenset()
+    project_pods: Mapping[str, int] = field(default_factory=dict)
+    project: str = ""
+    dedicated: bool = False
+    exclude_cluster_after: int = 0
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -251,6 +269,11 @@ class RequestVector:
             group=request.group,
             extra=demand.extra,
             migration=request.migration,
+            networks=request.networks,
+            project_pods=request.project_pods,
+            project=request.project,
+            dedicated=request.dedicated,
+            exclude_cluster_after=request.exclude_cluster_after,
         )
 
     def demanded(self, resource: int) -> int:

@@ -13,14 +13,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from vmsched_contract.hierarchy import POD_LABEL, ZONE_LABEL
 from vmsched_contract.strategy import Strategy
 from vmsched_placement.engine import NO_AVAILABLE_AGENTS, Decision, decide, rejected_examples
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet
 from vmsched_placement.model import DecisionContext, Demand, PlacementRequest, RequestVector
-
-# The host label capacity is summed by, besides per host.
-ZONE_LABEL = "zone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +30,31 @@ class Simulated:
     examples: Mapping[str, list[tuple[str, str]]]
 
 
-def simulate(fleet: Fleet, requests: Sequence[PlacementRequest], context: DecisionContext) -> list[Simulated]:
+def simulate(
+    fleet: Fleet,
+    requests: Sequence[PlacementRequest],
+    context: DecisionContext,
+    *,
+    project_pods: Mapping[str, int] | None = None,
+) -> list[Simulated]:
     """Decide each request in order on ``fleet``, booking each placed VM on it before the next is
     decided. Round-robin requests take consecutive cursors from ``context.round_robin_cursor``, as the
-    VMs of one scheduling round do."""
+    VMs of one scheduling round do. ``project_pods`` (the requests' project's VMs per pod, as a
+    scheduler counts them) are handed to ``user_concentrated`` requests, each placed VM counted in its
+    host's pod for the requests after it."""
     cursor = context.round_robin_cursor
+    pods = dict(project_pods or {})
     outcomes: list[Simulated] = []
-    for request in requests:
+    for asked in requests:
         own = context
-        if request.strategy is Strategy.ROUND_ROBIN:
+        if asked.strategy is Strategy.ROUND_ROBIN:
             own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
+        request = replace(asked, project_pods=dict(pods)) if asked.strategy is Strategy.USER_CONCENTRATED else asked
         decision = decide(fleet, request, own)
         if decision.host_id is not None:
+            host = fleet.host(decision.host_id)
+            if host is not None and (pod := host.labels.get(POD_LABEL)) is not None:
+                pods[pod] = pods.get(pod, 0) + 1
             fleet.allocate(decision.host_id, request.demand)
             outcomes.append(Simulated(decision, {}))
         else:
@@ -70,9 +81,12 @@ class HostRoom:
     refused_by: str | None
 
 
-def capacity(fleet: Fleet, shape: Demand, context: DecisionContext) -> list[HostRoom]:
-    """Per host (in id order), how many more VMs of ``shape`` (no labels, selector or tolerations)
-    it takes: 0 where a filter refuses it, else the whole copies that fit in every resource asked for.
+def capacity(
+    fleet: Fleet, shape: Demand, context: DecisionContext, *, networks: frozenset[str] = frozenset()
+) -> list[HostRoom]:
+    """Per host (in id order), how many more VMs of ``shape`` needing ``networks`` (no labels,
+    selector or tolerations) it takes: 0 where a filter refuses it, else the whole copies that fit
+    in every resource asked for.
 
     The same as placing copies one by one until none fits (a test proves it): the filters other
     than the resources' do not change as copies land, and each copy takes ``shape`` of every
@@ -81,7 +95,9 @@ def capacity(fleet: Fleet, shape: Demand, context: DecisionContext) -> list[Host
     """
     if not any(shape.as_tuple()):
         raise ValueError("a shape must ask for some cpu, memory, disk or gpu")
-    request = PlacementRequest(vm_id="capacity", name="capacity", demand=shape, labels={}, strategy=Strategy.BEST_FIT)
+    request = PlacementRequest(
+        vm_id="capacity", name="capacity", demand=shape, labels={}, strategy=Strategy.BEST_FIT, networks=networks
+    )
     vector = RequestVector.of(request, context)
     columns = fleet.columns
     count = len(columns)

@@ -31,4 +31,6 @@ def to_host_state(record: SnapshotHost) -> HostState:
         usage=record.usage,
         taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
         can_migrate=Capability.MIGRATE.value in record.capabilities,
+        networks=frozenset(record.networks),
+        dedicated_to=record.dedicated_to,
     )

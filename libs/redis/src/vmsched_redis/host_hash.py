@@ -15,6 +15,10 @@ from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
 from vmsched_domain.usage import MeasuredUsage
 
+# The hash field of the networks a host reaches (a sorted JSON list; vmsched_contract.networks).
+NETWORKS_FIELD = "networks"
+# The hash field of the project a host is dedicated to ("": none).
+DEDICATED_FIELD = "dedicated"
 # The hash field of a host's named extra resources (a JSON map); ``a_extra`` what is allocated of them.
 EXTRA_FIELD = "extra"
 
@@ -57,6 +61,8 @@ class SnapshotHost:
     usage: MeasuredUsage | None = None
     taints: tuple[Taint, ...] = ()
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    networks: tuple[str, ...] = ()  # the networks it reaches, sorted
+    dedicated_to: str | None = None  # the project whose VMs alone it takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,8 @@ class HostWrite:
     usage: Usage | None = None  # the agent's measurement, if it sent one
     taints: Sequence[Taint] = ()
     capabilities: Sequence[str] = ()
+    networks: Sequence[str] = ()
+    dedicated_to: str | None = None  # PostgreSQL's (the operator's)
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
@@ -85,7 +93,12 @@ class HostWrite:
         values[EXTRA_FIELD] = extra_json(self.capacity.extra)
         values["status"] = self.status
         values["capabilities"] = capabilities_json(self.capabilities)
-        values.update(inventory_fields(self.labels, self.taints, self.overcommit, self.reserved, self.paused))
+        values[NETWORKS_FIELD] = networks_json(self.networks)
+        values.update(
+            inventory_fields(
+                self.labels, self.taints, self.overcommit, self.reserved, self.paused, dedicated_to=self.dedicated_to
+            )
+        )
         return [values[name] for name in STATE_FIELDS]
 
     def allocations(self) -> list[str]:
@@ -105,15 +118,36 @@ def _state_fields() -> list[str]:
         names += [rule.field, reserved_field(rule.field)]
         if rule.ratio_field is not None:
             names.append(rule.ratio_field)
-    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused", "capabilities"]
+    return [
+        *names,
+        EXTRA_FIELD,
+        "labels",
+        "taints",
+        "status",
+        "paused",
+        "capabilities",
+        NETWORKS_FIELD,
+        DEDICATED_FIELD,
+    ]
 
 
 def capabilities_json(capabilities: Sequence[str]) -> str:
     return json.dumps(sorted(set(capabilities)))
 
 
+def networks_json(networks: Sequence[str]) -> str:
+    """A host's networks as its hash field and its PostgreSQL column hold them: a sorted JSON list."""
+    return json.dumps(sorted(set(networks)))
+
+
 def inventory_fields(
-    labels: Mapping[str, str], taints: Sequence[Taint], overcommit: Overcommit, reserved: Resources, paused: bool
+    labels: Mapping[str, str],
+    taints: Sequence[Taint],
+    overcommit: Overcommit,
+    reserved: Resources,
+    paused: bool,
+    *,
+    dedicated_to: str | None,
 ) -> dict[str, str]:
     """The hash fields of what the operator may set (the effective values): written by every
     heartbeat, and by ``PATCH /v1/hosts/{id}`` at once."""
@@ -124,6 +158,7 @@ def inventory_fields(
     fields["labels"] = labels_json(labels)
     fields["taints"] = taints_json(taints) or "[]"
     fields["paused"] = "1" if paused else "0"
+    fields[DEDICATED_FIELD] = dedicated_to or ""
     return fields
 
 
@@ -168,6 +203,17 @@ def parse_usage(raw: Mapping[str, str | None]) -> MeasuredUsage | None:
     )
 
 
+# The hash fields of the allocation ratios, in RESOURCES order.
+RATIO_FIELDS: tuple[str, ...] = tuple(rule.ratio_field for rule in RESOURCES if rule.ratio_field)
+
+
+def parse_ratios(raw: Mapping[str, str | None]) -> Overcommit:
+    """The host's allocation ratios from its hash's ratio fields (a missing one: 1)."""
+    return Overcommit.model_construct(
+        None, **{rule.name: float(raw.get(rule.ratio_field) or 1.0) for rule in RESOURCES if rule.ratio_field}
+    )
+
+
 def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
     """A host record from its hash, or None for a hash without capacity (half-written, flushed)."""
     if "cpu" not in raw:
@@ -178,9 +224,7 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         labels=json.loads(raw.get("labels") or "{}"),
         capacity=_resources(raw, str),
         reserved=_resources(raw, reserved_field),
-        overcommit=Overcommit.model_construct(
-            None, **{rule.name: float(raw.get(rule.ratio_field) or 1.0) for rule in RESOURCES if rule.ratio_field}
-        ),
+        overcommit=parse_ratios(raw),
         allocated=_resources(raw, allocated_field),
         vm_count=_int(raw, "vm_count"),
         scheduling_paused=raw.get("paused") == "1",
@@ -189,4 +233,6 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         usage=parse_usage(raw),
         taints=taints_of(json.loads(raw.get("taints") or "[]")) or (),
         capabilities=tuple(json.loads(raw.get("capabilities") or "[]")),
+        networks=tuple(json.loads(raw.get(NETWORKS_FIELD) or "[]")),
+        dedicated_to=raw.get(DEDICATED_FIELD) or None,
     )

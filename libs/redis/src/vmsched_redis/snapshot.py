@@ -39,19 +39,21 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from vmsched_contract.messages import Resources
+from vmsched_contract.messages import Overcommit, Resources
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.extra import extra_json
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_redis.claims import Claim, Claimed, ClaimResult, CommittedVm, claimed_from_reply, script_args
 from vmsched_redis.host_hash import (
     ALLOCATION_FIELDS,
+    RATIO_FIELDS,
     STATE_FIELDS,
     USAGE_FIELDS,
     HostWrite,
     SnapshotHost,
     amounts,
     parse_host,
+    parse_ratios,
     parse_usage,
 )
 from vmsched_redis.scripts import render_script
@@ -127,6 +129,21 @@ class Snapshot:
                 pipe.hgetall(self.host_key(host_id))
             raws: list[dict[str, str]] = await pipe.execute()
         return {host_id: parse_host(host_id, raw) for host_id, raw in zip(host_ids, raws, strict=True)}
+
+    async def read_ratios(self, host_ids: Sequence[str]) -> dict[str, Overcommit]:
+        """The named hosts' allocation ratios (the operator's over the agent's), in one round trip of
+        three fields each; a host with no hash is left out."""
+        if not host_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for host_id in host_ids:
+                pipe.hmget(self.host_key(host_id), list(RATIO_FIELDS))
+            replies: list[list[str | None]] = await pipe.execute()
+        return {
+            host_id: parse_ratios(dict(zip(RATIO_FIELDS, values, strict=True)))
+            for host_id, values in zip(host_ids, replies, strict=True)
+            if any(value is not None for value in values)
+        }
 
     async def read_all(self, *, slice_size: int = 1000) -> tuple[int, dict[str, SnapshotHost]]:
         """Every host, and the change number the read is at least as new as. Read ``slice_size`` hosts

@@ -7,6 +7,7 @@ with one line naming the variable and the reason (see :func:`load_settings`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
@@ -31,6 +32,7 @@ from pydantic import (
 from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy, valid_strategies
 
 
@@ -115,6 +117,12 @@ class Settings(BaseSettings):
     weight_cpu: Weight = 0.4
     weight_memory: Weight = 0.4
     weight_disk: Weight = 0.2
+    # Which eligible hosts a VM's strategy ranks when its request names no planner: flat (all) or
+    # cluster_first (CloudStack's FirstFitPlanner). The API stores it with each VM it accepts.
+    planner: Planner = Planner.FLAT
+    # A VM whose creates failed on this many hosts of one cluster (the hosts' cluster label) leaves
+    # that whole cluster out while those hosts' exclusions last (EXCLUDE_FOR); 0: never.
+    exclude_cluster_after: Annotated[int, Field(ge=0, le=100)] = 2
 
     # What a VM request that omits cpu or memory_mb gets (Orchard's defaults, seed 002); the stored
     # VM shows the amounts it got.
@@ -301,6 +309,9 @@ class Settings(BaseSettings):
                 values[aliases[upper]] = value
             elif upper.startswith(ENV_PREFIX) and upper.removeprefix(ENV_PREFIX).lower() in cls.model_fields:
                 values[upper.removeprefix(ENV_PREFIX).lower()] = value
+        legacy = seed_strategy(env)
+        if legacy is not None:
+            values["scheduling_strategy"] = legacy
         return cls.model_validate(values)
 
     @property
@@ -333,13 +344,46 @@ def describe_error(error: ValidationError) -> str:
     return "invalid configuration: " + "; ".join(parts)
 
 
-def load_settings(service: str) -> Settings:
-    """Read the settings or stop the process with one clear line on stderr (exit status 2)."""
+# Seed 001 names the cluster's default strategy SCHEDULING_STRATEGY, without our prefix. It is read
+# only when the prefixed name is unset, so that a deployment written for the seed keeps its choice.
+SEED_STRATEGY_VARIABLE = "SCHEDULING_STRATEGY"
+STRATEGY_VARIABLE = f"{ENV_PREFIX}{SEED_STRATEGY_VARIABLE}"
+
+
+def seed_strategy(env: Mapping[str, str]) -> str | None:
+    """The value of seed 001's ``SCHEDULING_STRATEGY`` when it is set and ``VMSCHED_SCHEDULING_STRATEGY``
+    is not (environment names are matched case-insensitively, as the settings match theirs)."""
+    upper = {key.upper(): value for key, value in env.items()}
+    if STRATEGY_VARIABLE in upper:
+        return None
+    return upper.get(SEED_STRATEGY_VARIABLE)
+
+
+def seed_strategy_warning(service: str) -> str:
+    return (
+        f"{service}: warning: {SEED_STRATEGY_VARIABLE} (seed 001's name) is read because {STRATEGY_VARIABLE} "
+        f"is unset; rename it to {STRATEGY_VARIABLE}"
+    )
+
+
+def load_settings(service: str, env: Mapping[str, str] | None = None) -> Settings:
+    """Read the settings or stop the process with one clear line on stderr (exit status 2).
+
+    Seed 001's ``SCHEDULING_STRATEGY`` stands in for an unset ``VMSCHED_SCHEDULING_STRATEGY``, with
+    one warning line on stderr; a bad value of it is named by its own name."""
+    legacy = seed_strategy(os.environ if env is None else env)
     try:
-        return Settings()
+        if legacy is None:
+            return Settings()
+        settings = Settings(scheduling_strategy=legacy)  # validated from text, as the environment gives it
     except ValidationError as error:
-        print(f"{service}: {describe_error(error)}", file=sys.stderr)
+        line = describe_error(error)
+        if legacy is not None:
+            line = line.replace(STRATEGY_VARIABLE, SEED_STRATEGY_VARIABLE)
+        print(f"{service}: {line}", file=sys.stderr)
         raise SystemExit(2) from None
+    print(seed_strategy_warning(service), file=sys.stderr)
+    return settings
 
 
 @lru_cache(maxsize=1)

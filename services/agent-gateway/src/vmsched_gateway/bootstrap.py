@@ -15,6 +15,7 @@ from vmsched_amqp.lean_consumer import LeanConsumer
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentHeartbeat, VmAssigned, VmMigrating, VmStatusReport
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
@@ -67,7 +68,7 @@ def build_app(settings: Settings) -> FastStream:
         tasks,
         preemptors,
     )
-    relay = AssignmentRelay(publisher, queues, preemptors)
+    relay = AssignmentRelay(publisher, queues, CommandRatios(snapshot), preemptors)
     health = HealthCheck(
         hosts,
         SweepStore(engine),

@@ -31,6 +31,7 @@ from vmsched_contract.messages import CommandAction, HostStatus, VmDeleted
 from vmsched_contract.status import VmStatus
 from vmsched_domain.vm_changes import Change
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.metrics import HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
@@ -105,7 +106,8 @@ class HealthCheck:
                 continue
             log.warning("create command unanswered; sending it again", vm_id=str(vm.id), host=vm.hypervisor_id)
             await self.queues.ensure(vm.hypervisor_id)
-            await self.publisher.command(vm.hypervisor_id, vm.command(CommandAction.CREATE))
+            command = await CommandRatios(self.snapshot).stamp(vm.hypervisor_id, vm.command(CommandAction.CREATE))
+            await self.publisher.command(vm.hypervisor_id, command)
 
     async def _settle(self, changes: list[Change], what: str) -> None:
         if not changes:

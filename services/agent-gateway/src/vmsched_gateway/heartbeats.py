@@ -124,4 +124,6 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         vm_count=host.vm_count,
         usage=beat.usage,
         capabilities=beat.capabilities,
+        networks=beat.networks,
+        dedicated_to=host.dedicated_to,
     )

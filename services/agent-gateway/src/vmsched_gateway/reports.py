@@ -21,6 +21,7 @@ from vmsched_contract.messages import (
 from vmsched_contract.status import VmStatus
 from vmsched_domain.lifecycle import HOLDS_CAPACITY
 from vmsched_domain.records import VmRecord
+from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.identity import MessageKind, Refusal, placed_on, refuse
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
@@ -87,7 +88,10 @@ class StatusReports:
         preemptor = None if self.preemptors is None else await self.preemptors.ready(preemptor_id)
         if preemptor is None or preemptor.hypervisor_id is None:
             return
-        await self.publisher.command(preemptor.hypervisor_id, preemptor.command(CommandAction.CREATE))
+        command = await CommandRatios(self.snapshot).stamp(
+            preemptor.hypervisor_id, preemptor.command(CommandAction.CREATE)
+        )
+        await self.publisher.command(preemptor.hypervisor_id, command)
         log.info("create sent: the VMs it preempted are deleted", preemptor=str(preemptor_id))
 
     async def _running(self, report: VmStatusReport) -> None:

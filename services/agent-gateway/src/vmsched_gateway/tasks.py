@@ -25,6 +25,7 @@ from vmsched_domain.lifecycle import Capacity
 from vmsched_domain.live_migration import Order, Step
 from vmsched_domain.vm_changes import power_command
 from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.task_store import TaskStore
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import bound, get_logger
@@ -50,7 +51,7 @@ class Tasks:
         await self.queues.ensure(event.target)
         order = MigrationOrder(number=event.migration, source=event.source, target=event.target)
         command = live_migration.prepare_command(event.vm_id, event.name, event.resources, order)
-        await self.publisher.command(event.target, command)
+        await self.publisher.command(event.target, await CommandRatios(self.snapshot).stamp(event.target, command))
         log.info("migration: target told to prepare", vm_id=str(event.vm_id), source=event.source, target=event.target)
 
     async def on_migration_report(self, report: VmStatusReport) -> None:
@@ -118,6 +119,7 @@ class Tasks:
             uri = (await self.store.migration_uris([towards.target])).get(towards.target)
             if uri is not None:
                 command = command.model_copy(update={"migration": towards.model_copy(update={"target_uri": uri})})
+        command = await CommandRatios(self.snapshot).stamp(order.host, command)
         await self.queues.ensure(order.host)
         await self.publisher.command(order.host, command)
 

@@ -23,6 +23,7 @@ class OperatorFields:
     overcommit: RatioOverrides
     reserved: Resources
     paused: bool
+    dedicated_to: str | None = None
 
     @classmethod
     def of(cls, host: HostRecord) -> OperatorFields:
@@ -32,6 +33,7 @@ class OperatorFields:
             overcommit=host.operator_overcommit,
             reserved=host.reserved,
             paused=host.scheduling_paused,
+            dedicated_to=host.dedicated_to,
         )
 
     def params(self) -> dict[str, Any]:
@@ -42,13 +44,14 @@ class OperatorFields:
             **self.overcommit.columns(),
             **{f"reserved_{rule.field}": getattr(self.reserved, rule.field) for rule in RESOURCES},
             "scheduling_paused": self.paused,
+            "dedicated_to": self.dedicated_to,
         }
 
 
 def patched(fields: OperatorFields, patch: HostPatch) -> OperatorFields:
     """``fields`` with what ``patch`` gives changed: labels merged (a null removes one), taints
     replaced (a null withdraws them), each ratio given set (a null withdraws it), each reserved
-    amount given set."""
+    amount given set, the dedication set (a null ends it)."""
     given = patch.model_fields_set
     if patch.scheduling_paused is not None:
         fields = replace(fields, paused=patch.scheduling_paused)
@@ -65,6 +68,8 @@ def patched(fields: OperatorFields, patch: HostPatch) -> OperatorFields:
     if patch.overcommit is not None:
         ratios = {name: getattr(patch.overcommit, name) for name in patch.overcommit.model_fields_set}
         fields = replace(fields, overcommit=replace(fields.overcommit, **ratios))
+    if "dedicated_to" in given:
+        fields = replace(fields, dedicated_to=patch.dedicated_to)
     if patch.reserved is not None:
         amounts = {name: getattr(patch.reserved, name) for name in patch.reserved.model_fields_set}
         fields = replace(fields, reserved=Resources(**{**fields.reserved.model_dump(), **amounts}))

@@ -32,6 +32,7 @@ from vmsched_pg.vm_actions import PowerAction
 _VM_SELECT = f"SELECT {VM_COLUMNS}, idempotency_key, request_hash FROM vms"
 
 _LOCK_HOST = text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id FOR UPDATE")
+_COUNT_RUNNING_ON = text("SELECT count(*) FROM vms WHERE hypervisor_id = :host AND status IN ('running', 'migrating')")
 # What a PATCH writes (the operator's fields), with each one's SQL type.
 _PATCH_COLUMNS: dict[str, str] = {
     "operator_labels": "jsonb",
@@ -39,6 +40,7 @@ _PATCH_COLUMNS: dict[str, str] = {
     **{f"operator_{column}": "float8" for column, _ in RATIOS},
     **{f"reserved_{rule.field}": "bigint" for rule in RESOURCES},
     "scheduling_paused": "boolean",
+    "dedicated_to": "text",
 }
 # The operator's fields, and the effective columns overlaid from them and the agent's.
 _PATCH_HOST = text(
@@ -76,6 +78,9 @@ def to_vm(vm: VmRecord) -> Vm:
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),
+        networks=list(vm.networks),
+        dedicated=vm.dedicated,
+        planner=vm.planner,
         strategy=vm.strategy,
         restart_policy=vm.restart_policy,
         restart_count=vm.restart_count,
@@ -117,6 +122,8 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
         capabilities=list(host.capabilities),
+        networks=list(host.networks),
+        dedicated_to=host.dedicated_to,
         usage=None
         if usage is None
         else HostUsage(
@@ -226,6 +233,13 @@ class Repository:
                     text("SELECT count(*) FROM vms WHERE status = :waiting"), {"waiting": "waiting"}
                 )
             ).scalar_one()
+        return int(count)
+
+    @retry_on_dead_connection
+    async def count_running_on(self, host_id: str) -> int:
+        """The VMs running on the host: ``running``, or ``migrating`` away from it (still running there)."""
+        async with self.engine.connect() as connection:
+            count = (await connection.execute(_COUNT_RUNNING_ON, {"host": host_id})).scalar_one()
         return int(count)
 
     @retry_on_dead_connection

@@ -6,7 +6,7 @@ the scheduler compares against.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vmsched_contract.messages import HostStatus, Resources
@@ -52,7 +52,8 @@ class SchedulingInfo:
     gpu_used: int
     gpu_total: int
     gpu_percent: float
-    running_vms: int
+    running_vms: int  # running there (or migrating away from it, running until the target runs it)
+    vms_holding_room: int  # every share of the host held: its VMs stopped or on their way too, reservation slots
     labels: Mapping[str, str]
     scheduling_paused: bool
     cpu_ratio: float
@@ -70,14 +71,16 @@ class SchedulingInfo:
     # Named extra resources: what the agent reports of each (never overcommitted) and what is allocated.
     extra_total: Mapping[str, int] = field(default_factory=dict)
     extra_used: Mapping[str, int] = field(default_factory=dict)
+    networks: Sequence[str] = ()  # the networks it reaches, sorted
+    dedicated_to: str | None = None  # the project whose VMs alone it takes
 
 
 def percent(used: int, total: int) -> float:
     return 100.0 * used / total if total > 0 else 0.0
 
 
-def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> SchedulingInfo:
-    """The facts about ``host`` at time ``now`` (epoch seconds)."""
+def scheduling_info(host: HostRecord, now: float, offline_timeout: float, running_vms: int) -> SchedulingInfo:
+    """The facts about ``host`` at time ``now`` (epoch seconds), ``running_vms`` of its VMs running."""
     effective = allocatable_resources(host)
     used = host.allocated
     age = now - (host.last_heartbeat.timestamp() if host.last_heartbeat else 0.0)
@@ -97,7 +100,8 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> Sch
         gpu_used=used.gpu,
         gpu_total=effective.gpu,
         gpu_percent=percent(used.gpu, effective.gpu),
-        running_vms=host.vm_count,
+        running_vms=running_vms,
+        vms_holding_room=host.vm_count,
         labels=dict(host.labels),
         scheduling_paused=host.scheduling_paused,
         cpu_ratio=host.overcommit.cpu,
@@ -114,6 +118,8 @@ def scheduling_info(host: HostRecord, now: float, offline_timeout: float) -> Sch
         offline_timeout=offline_timeout,
         extra_total=dict(host.capacity.extra),
         extra_used=dict(used.extra),
+        networks=sorted(host.networks),
+        dedicated_to=host.dedicated_to,
     )
 
 
@@ -122,8 +128,8 @@ def gigabytes(memory_mb: int) -> str:
 
 
 def render_scheduling_info(info: SchedulingInfo) -> str:
-    """The seed's block, then a line per extra fact that applies (GPU, extra resources, labels, pause,
-    overcommit).
+    """The seed's block, then a line per extra fact that applies (GPU, extra resources, networks, labels,
+    pause, overcommit).
 
     Agent: hypervisor-01
     Status: online
@@ -140,6 +146,8 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
         f"Disk: {float(info.disk_used_gb):.1f} GB/{float(info.disk_total_gb):.1f} GB ({info.disk_percent:.1f}% used)",
         f"Running VMs: {info.running_vms}",
     ]
+    if info.vms_holding_room != info.running_vms:
+        lines.append(f"Holding room: {info.vms_holding_room} (VMs stopped or on their way too, reservation slots)")
     if info.gpu_total > 0 or info.gpu_used > 0:
         lines.append(f"GPU: {info.gpu_used}/{info.gpu_total} ({info.gpu_percent:.1f}% used)")
     if info.extra_total or info.extra_used:
@@ -148,10 +156,14 @@ def render_scheduling_info(info: SchedulingInfo) -> str:
             "Extra: "
             + ", ".join(f"{name} {info.extra_used.get(name, 0)}/{info.extra_total.get(name, 0)}" for name in names)
         )
+    if info.networks:
+        lines.append("Networks: " + ", ".join(info.networks))
     if info.labels:
         lines.append("Labels: " + ", ".join(f"{key}={value}" for key, value in sorted(info.labels.items())))
     if info.scheduling_paused:
         lines.append("Scheduling: paused")
+    if info.dedicated_to is not None:
+        lines.append(f"Dedicated to: {info.dedicated_to}")
     overcommit = []
     if info.cpu_ratio != 1.0:
         overcommit.append(f"cpu {float(info.cpu_ratio)}x of {info.cpu_physical}")

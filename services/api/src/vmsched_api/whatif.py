@@ -29,6 +29,7 @@ from vmsched_contract.whatif import (
     SimulationRequest,
     ZoneCapacity,
 )
+from vmsched_pg.project_pods import project_pods
 from vmsched_placement import DecisionContext, Demand, Fleet, PlacementRequest, Weights
 from vmsched_placement.inputs import placement_request
 from vmsched_placement.whatif import capacity, simulate, unplaced_detail
@@ -71,7 +72,7 @@ async def default_strategy(services: Services) -> Strategy:
     return await services.repository.default_strategy() or services.settings.scheduling_strategy
 
 
-def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults) -> PlacementRequest:
+def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults, project: str) -> PlacementRequest:
     """What a scheduler would be asked for ``vm``: the VM as its vm.create would carry it, through the
     scheduler's own mapping."""
     to_place = VmToPlace(
@@ -81,13 +82,18 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
         labels=vm.labels,
         host_selector=vm.host_selector,
         tolerations=vm.tolerations,
+        networks=vm.networks,
+        dedicated=vm.dedicated,
+        planner=vm.planner or defaults.planner,
         strategy=vm.strategy,
+        project=project,
     )
     return placement_request(to_place, vm.strategy or strategy)
 
 
-async def simulate_placements(services: Services, body: SimulationRequest) -> Simulation:
-    """Each VM of ``body`` decided in order on a copy of the live fleet, each booked before the next."""
+async def simulate_placements(services: Services, body: SimulationRequest, project: str) -> Simulation:
+    """Each VM of ``body`` (of ``project``) decided in order on a copy of the live fleet, each booked
+    before the next."""
     fleet = await live_fleet(services)
     unknown = sorted({host_id for host_id in body.without_hosts if host_id not in fleet})
     if unknown:
@@ -96,12 +102,17 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
         fleet.remove(host_id)
     strategy = body.strategy or await default_strategy(services)
     defaults = VmDefaults.of(services.settings)
-    requests = [_request(index, vm, strategy, defaults) for index, vm in enumerate(body.vms)]
+    requests = [_request(index, vm, strategy, defaults, project) for index, vm in enumerate(body.vms)]
     try:
         cursor = await services.snapshot.peek_round_robin()
     except (RedisError, OSError) as error:
         raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
-    outcomes = simulate(fleet, requests, decision_context(services, cursor=cursor, seed=body.seed))
+    pods: dict[str, int] = {}
+    if any(request.strategy is Strategy.USER_CONCENTRATED for request in requests):
+        async with services.engine.connect() as connection:
+            pods = (await project_pods(connection, [project]))[project]
+    context = decision_context(services, cursor=cursor, seed=body.seed)
+    outcomes = simulate(fleet, requests, context, project_pods=pods)
     placements = [
         SimulatedVm(
             index=index,
@@ -133,7 +144,8 @@ async def simulate_placements(services: Services, body: SimulationRequest) -> Si
 async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
     """How many more VMs of ``shape`` the live fleet takes: in total, per zone and per host."""
     fleet = await live_fleet(services)
-    rooms = capacity(fleet, Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu), decision_context(services))
+    demand = Demand(shape.cpu, shape.memory_mb, shape.disk_gb, shape.gpu)
+    rooms = capacity(fleet, demand, decision_context(services), networks=frozenset(shape.networks))
     zones: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
     for room in rooms:
         zone = zones[room.zone]

@@ -92,7 +92,12 @@ def build_app(settings: Settings) -> SchedulerApp:
         fleet,
         snapshot,
         PostgresLedger(engine, default_strategy=settings.scheduling_strategy),
-        RoundSettings(weights=weights, offline_timeout=settings.agent_offline_timeout, preemption=settings.preemption),
+        RoundSettings(
+            weights=weights,
+            offline_timeout=settings.agent_offline_timeout,
+            preemption=settings.preemption,
+            exclude_cluster_after=settings.exclude_cluster_after,
+        ),
         rng=random.Random(),
         groups=groups,
         journal=DecisionJournal(

@@ -7,18 +7,17 @@ A round works through passes, and every kind of pass runs one skeleton (:meth:`S
    on that copy at once, so the next VM is decided against what is left;
 2. **claim** the chosen hosts in one atomic Redis script (the fit rule checked again, keyed by VM id:
    a VM that already holds a claim from an earlier delivery keeps it);
-3. **guard** the VMs that fit nowhere before anything says so (:meth:`SchedulingRound.premature_nowhere`):
+3. **guard** the VMs that fit nowhere before anything says so (:mod:`~vmsched_scheduler.nowhere_guard`):
    after a Redis flush the snapshot may know fewer hosts than PostgreSQL (the VMs come back
    :class:`Later`), and the copy may be behind the snapshot (an operator's PATCH a moment ago): it is
-   read again at once, and a VM that fits now is decided again;
+   read again at once, and a VM decided again if what rejected it is gone (a batch: if it fits whole now);
 4. **settle** in PostgreSQL, in one transaction: the placements (each host guarded by the fit rule
    again) and the VMs that fit nowhere.
 
-The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take
-reservations' slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt
-(:mod:`~vmsched_scheduler.preemption`); an all-or-nothing batch claims and settles whole
-(:mod:`~vmsched_scheduler.gangs`); a migration claims its target beside its source
-(:mod:`~vmsched_scheduler.migration_round`).
+The kinds of pass differ only where they must (:class:`PassKind`): placements (here) also take reservations'
+slots (:mod:`~vmsched_scheduler.reservation_slots`) and preempt (:mod:`~vmsched_scheduler.preemption`); an
+all-or-nothing batch claims and settles whole (:mod:`~vmsched_scheduler.gangs`); a migration claims its target
+beside its source (:mod:`~vmsched_scheduler.migration_round`).
 
 A claim refused by Redis or by PostgreSQL's guard is a normal answer, not an error: the host is left
 out for that VM, which goes into the next pass; still open after the last, it comes back :class:`Later`.
@@ -32,7 +31,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol, TypeVar
 
 from vmsched_contract.decision import RefusedClaim, RejectedHost
@@ -52,10 +51,11 @@ from vmsched_placement.journal import seeded
 from vmsched_placement.whatif import unplaced_detail
 from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
-from vmsched_scheduler import gangs, migration_round, preemption, reservation_slots
-from vmsched_scheduler.groups import GroupSource, RoundGroups
+from vmsched_scheduler import gangs, migration_round, nowhere_guard, preemption, reservation_slots
+from vmsched_scheduler.groups import GroupSource, RoundGroups, concentrated
 from vmsched_scheduler.journal import DecisionJournal
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, DECISION_SECONDS, PLACEMENTS, REQUEST_TO_ASSIGNMENT_SECONDS
+from vmsched_scheduler.nowhere_guard import Premature
 from vmsched_scheduler.ports import ClaimStore, Committed, FleetView, Ledger, NoHost, Placement
 from vmsched_scheduler.round_items import (
     Assigned,
@@ -70,6 +70,7 @@ from vmsched_scheduler.round_items import (
     announced,
     assignment_of,
     decision_record,
+    opened,
     unplaced_of,
     waiting_of,
 )
@@ -81,15 +82,6 @@ EXCLUDED = "excluded"
 ALL_OR_NOTHING = "all_or_nothing"  # the reason of a VM that fits, of a batch another VM of which does not
 
 O = TypeVar("O")  # noqa: E741 - the outcome a kind of pass gives each VM
-
-
-@dataclass(frozen=True, slots=True)
-class Premature:
-    """Saying "no host fits" now would be premature: try the VMs again, ``later`` (another round,
-    after a full read of the snapshot) or in this round's next pass (the copy just caught up)."""
-
-    later: bool
-    why: str
 
 
 class PassKind(Protocol[O]):
@@ -170,8 +162,7 @@ class SchedulingRound:
         return await self.run_passes(open_vms, migration_round.Migrations(self))
 
     async def open(self, items: Sequence[RoundItem]) -> list[OpenVm]:
-        default = await self.ledger.default_strategy()
-        return [OpenVm(i, item, item.vm.strategy or default) for i, item in enumerate(items)]
+        return opened(items, await self.ledger.default_strategy(), self.settings.exclude_cluster_after)
 
     async def run_passes(self, open_vms: list[OpenVm], kind: PassKind[O]) -> list[O]:
         """Pass after pass of ``kind`` until every VM is settled, or :attr:`RoundSettings.max_passes`."""
@@ -190,12 +181,13 @@ class SchedulingRound:
         open_vms = await kind.prepare(open_vms, outcomes)
         if not open_vms:
             return []
-        groups = await RoundGroups.load(self.groups, (work.item.vm for work in open_vms))
+        vms = [work.item.vm for work in open_vms]
+        groups = await RoundGroups.load(self.groups, vms, projects=concentrated(open_vms))
         choices, fleet = await self.decide_all(open_vms, groups)
         choices = await kind.revisit(choices, fleet, groups)
         again, claimed = await kind.claim(choices, fleet)
         nowhere = [c for c in choices if c.decision.host_id is None]
-        premature = await self.premature_nowhere(nowhere, whole=kind.whole)
+        premature = await self.premature_nowhere(nowhere, members=choices if kind.whole else None)
         if premature is not None:
             deferred = choices if kind.whole else nowhere
             if premature.later:
@@ -209,39 +201,11 @@ class SchedulingRound:
         return again + await kind.settle(claimed, nowhere, groups, outcomes)
 
     # -- the guard -------------------------------------------------------------------------------
-    async def premature_nowhere(self, nowhere: list[Choice], *, whole: bool = False) -> Premature | None:
-        """Before any VM is said to fit nowhere (unschedulable, waiting, no migration target, a batch
-        that cannot be placed whole): whether that would be premature. Every kind of pass asks here.
-
-        - PostgreSQL knows more online hosts than the snapshot, or the snapshot has none online: a Redis
-          flush (this copy may hold hosts it took), or every known host silent at once: the heartbeats'
-          path cut (gateway, its servers), as the gateway's FailureGrace reasons. Later, after a full read.
-        - The copy was behind the snapshot: a host changed a moment ago (an operator unpaused it,
-          a heartbeat brought it back) after this copy was last read, which a refresh may skip for
-          a few milliseconds. The copy reads the changes at once; a VM that now fits is decided
-          again (a batch whole, if anything changed)."""
-        if not nowhere:
-            return None
-        online = await self.ledger.online_hosts()
-        none_online = any(c.decision.reason == NO_AVAILABLE_AGENTS for c in nowhere)
-        if len(self.fleet.fleet) < online or (none_online and (online > 0 or len(self.fleet.fleet) > 0)):
-            await self.fleet.refresh(force_full=True)
-            return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL, or hears none")
-        changed = await self.fleet.catch_up()
-        if changed and (whole or any(self._fits_now(c) for c in nowhere)):
-            return Premature(later=False, why="the snapshot changed since the decision")
-        return None
-
-    def _fits_now(self, choice: Choice) -> bool:
-        """Whether a host of the copy as it is now takes the VM (no journal entry: only a check)."""
-        request = choice.work.request(choice.placement_group)
-        context = seeded(self.context(), 0)
-        if traced_decide(self.fleet.fleet, request, context, None, fallbacks=0).host_id is not None:
-            return True
-        if not choice.vm.exclude_hosts:
-            return False
-        alone = replace(request, exclude_hosts=choice.work.always_out())
-        return traced_decide(self.fleet.fleet, alone, context, None, fallbacks=0).host_id is not None
+    async def premature_nowhere(
+        self, nowhere: list[Choice], *, members: list[Choice] | None = None
+    ) -> Premature | None:
+        """Whether saying that ``nowhere`` fit nowhere would be premature (:mod:`~vmsched_scheduler.nowhere_guard`)."""
+        return await nowhere_guard.premature_nowhere(self, nowhere, members=members)
 
     def context(self) -> DecisionContext:
         """What a decision needs from outside the engine, at this instant: the one place it is built."""
@@ -274,7 +238,7 @@ class SchedulingRound:
     def _decide(self, work: OpenVm, context: DecisionContext, groups: RoundGroups) -> Choice:
         vm = work.item.vm
         placement_group = groups.placement_group(vm)
-        request = work.request(placement_group)
+        request = work.request(placement_group, groups.project_pods(work))
         # Strategy random draws from a seed of its own, kept in the journal: a replay draws the same.
         seed = self.rng.getrandbits(63) if work.strategy is Strategy.RANDOM else None
         context = seeded(context, seed)

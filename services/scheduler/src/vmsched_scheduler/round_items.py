@@ -7,6 +7,7 @@ Shared by every kind of pass (:mod:`vmsched_scheduler.round`): placements, all-o
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -33,6 +34,7 @@ class RoundSettings:
     max_passes: int = 4
     fallbacks: int = 4  # hosts ranked after the chosen one, recorded as candidates
     preemption: bool = True  # VMSCHED_PREEMPTION: a VM that fits nowhere may take lower-priority VMs' room
+    exclude_cluster_after: int = 0  # VMSCHED_EXCLUDE_CLUSTER_AFTER: failed hosts that leave their cluster out
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +96,17 @@ class OpenVm:
     avoid: set[str] = field(default_factory=set)  # hosts that refused its claim in this round
     refused: list[RefusedClaim] = field(default_factory=list)
     move: VmMigrate | None = None  # set when choosing a migration's target (vmsched_scheduler.migration_round)
+    exclude_cluster_after: int = 0  # RoundSettings.exclude_cluster_after
 
     def always_out(self) -> frozenset[str]:
         """Hosts never tried for it, even when its exclusions are set aside: those that refused its
         claim in this round and, for a migration, its source."""
         return frozenset(self.avoid | ({self.move.source} if self.move is not None else set()))
 
-    def request(self, group: PlacementGroup | None) -> PlacementRequest:
+    def request(self, group: PlacementGroup | None, project_pods: Mapping[str, int] | None = None) -> PlacementRequest:
         """What the engine is asked for it: the VM as its message carries it, less the hosts this
-        round or its earlier deliveries left out for it (and, for a migration, its source)."""
+        round or its earlier deliveries left out for it (and, for a migration, its source); its
+        project's VMs per pod for ``user_concentrated``."""
         move = self.move
         return placement_request(
             self.item.vm,
@@ -110,7 +114,17 @@ class OpenVm:
             exclude_hosts=self.always_out(),
             group=group,
             migration=None if move is None else Migration(move.source, move.target_host),
+            project_pods=project_pods,
+            exclude_cluster_after=self.exclude_cluster_after,
         )
+
+
+def opened(items: Sequence[RoundItem], default: Strategy, exclude_cluster_after: int) -> list[OpenVm]:
+    """The round's VMs, open: each with its strategy (its own, else the cluster's ``default``)."""
+    return [
+        OpenVm(i, item, item.vm.strategy or default, exclude_cluster_after=exclude_cluster_after)
+        for i, item in enumerate(items)
+    ]
 
 
 @dataclass(slots=True)
@@ -162,6 +176,7 @@ def decision_record(
         preferences=dict(decision.preferences),
         preferred=decision.preferred if decision.preferences else None,
         reason=reason,
+        cluster=decision.cluster,
         detail=detail,
         examples=examples or {},
         refused_claims=list(choice.work.refused),

@@ -189,6 +189,7 @@ class LibvirtAgent:
                 stopped=found.domains.stopped,
                 capabilities=capabilities,
                 migration_uri=settings.migration_uri,
+                networks=found.networks,  # as read at start-up: a network defined later needs a restart
                 heartbeat_interval=self._heartbeat_interval,
                 max_concurrent_commands=self._max_concurrent_commands,
                 queue_wait_timeout=self._queue_wait_timeout,

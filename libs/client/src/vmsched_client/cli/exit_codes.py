@@ -1,4 +1,4 @@
-"""The ``vmsched`` CLI's exit codes, stated once (README "For operators" shows the same table)."""
+"""The ``vmsched`` CLI's exit codes, stated once (docs/cli.md shows the same table)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,9 @@ MemoryOption = Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DE
 DiskOption = Annotated[int, typer.Option(help="GB of disk")]
 GpuOption = Annotated[int, typer.Option(help="GPUs")]
 HostLabelOption = Annotated[list[str], typer.Option("--label", "-l", help="key=value the host must have")]
+NetworkOption = Annotated[
+    list[str], typer.Option("--network", help="a network the host must reach (repeat for several)")
+]
 
 
 def pairs(values: list[str], what: str) -> dict[str, str]:
@@ -39,9 +42,19 @@ def pairs(values: list[str], what: str) -> dict[str, str]:
     return found
 
 
-def vm_shape(cpu: int | None, memory_mb: int | None, disk_gb: int, gpu: int, label: list[str]) -> dict[str, Any]:
-    """A VmRequest's size and labels; cpu and memory_mb left out when not given (the API's defaults)."""
+def vm_shape(
+    cpu: int | None,
+    memory_mb: int | None,
+    disk_gb: int,
+    gpu: int,
+    label: list[str],
+    network: list[str] = [],  # noqa: B006
+) -> dict[str, Any]:
+    """A VmRequest's size, labels and networks; cpu and memory_mb left out when not given (the API's
+    defaults), networks when none is given."""
     shape: dict[str, Any] = {"disk_gb": disk_gb, "gpu": gpu, "labels": pairs(label, "--label")}
+    if network:
+        shape["networks"] = list(network)
     return shape | {key: value for key, value in {"cpu": cpu, "memory_mb": memory_mb}.items() if value is not None}
 
 

@@ -29,7 +29,9 @@ def stdout() -> Console:
 
 
 def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    # Soft wrap: a message is one line however long (a log or a script reads it whole), not folded at
+    # 80 columns when stderr is no terminal.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def progress() -> Progress:
@@ -85,6 +87,8 @@ HOST_COLUMNS: list[Column] = [
     ("GPU", lambda host: _used(host.allocated.gpu, host.capacity.gpu)),
     ("VMS", lambda host: host.vm_count),
     ("LABELS", lambda host: _labels(host.labels)),
+    ("NETWORKS", lambda host: ",".join(host.networks)),
+    ("DEDICATED TO", lambda host: host.dedicated_to or ""),
 ]
 GROUP_COLUMNS: list[Column] = [
     ("ID", lambda group: group.id),

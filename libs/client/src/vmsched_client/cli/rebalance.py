@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from contextlib import nullcontext
 from typing import Annotated
 
 import typer
@@ -11,7 +12,7 @@ import typer
 from vmsched_client.cli.command import command, fail, state, sub_app
 from vmsched_client.cli.exit_codes import ExitCode
 from vmsched_client.cli.options import IdArgument, TimeoutOption, host_selector
-from vmsched_client.cli.output import Format, progress, show_list, show_one, stdout
+from vmsched_client.cli.output import Format, progress, show_list, show_one, stderr, stdout
 from vmsched_contract.rebalance import MAX_PLANS_PER_PAGE, Goal, MoveState, PlannedMove, PlanState, RebalancePlan
 
 commands = sub_app("Rebalance the fleet: plan moves of running VMs (spread or pack), then apply them (hosts:admin).")
@@ -34,13 +35,36 @@ def _show_plan(plan: RebalancePlan) -> None:
         show_list(output, PlannedMove, plan.moves)
 
 
+def progress_line(plan: RebalancePlan) -> str:
+    """``plan 7d2e… applying: 2 of 5 moves ended (moved 2, skipped 0, in flight 1, queued 2)``."""
+    counts = {each: sum(1 for move in plan.moves if move.state is each) for each in MoveState}
+    ended = counts[MoveState.MOVED] + counts[MoveState.SKIPPED]
+    return (
+        f"plan {plan.id} {plan.state.value}: {ended} of {len(plan.moves)} moves ended (moved "
+        f"{counts[MoveState.MOVED]}, skipped {counts[MoveState.SKIPPED]}, in flight {counts[MoveState.IN_FLIGHT]}, "
+        f"queued {counts[MoveState.QUEUED]})"
+    )
+
+
 def _follow(plan: RebalancePlan, timeout: float) -> RebalancePlan:
-    """Poll the plan (a progress bar on stderr) until every move is moved or skipped."""
+    """Poll the plan until every move is moved or skipped: a progress bar on a terminal's stderr,
+    elsewhere (a log, a CI job) a line each time it changes."""
     client = state().client()
     deadline = time.monotonic() + timeout
-    with progress() as bar:
-        task = bar.add_task(f"rebalancing ({plan.goal.value})", total=len(plan.moves))
-        while plan.state is not PlanState.DONE:
+    on_terminal = stderr().is_terminal
+    with progress() if on_terminal else nullcontext() as bar:
+        task = bar.add_task(f"rebalancing ({plan.goal.value})", total=len(plan.moves)) if bar else None
+        shown = ""
+        while True:
+            line = progress_line(plan)
+            if bar is not None and task is not None:
+                ended = sum(1 for move in plan.moves if move.state in (MoveState.MOVED, MoveState.SKIPPED))
+                bar.update(task, completed=ended)
+            elif line != shown:
+                stderr().print(line, markup=False)
+            shown = line
+            if plan.state is PlanState.DONE:
+                return plan
             if time.monotonic() >= deadline:
                 _show_plan(plan)
                 raise fail(
@@ -48,9 +72,6 @@ def _follow(plan: RebalancePlan, timeout: float) -> RebalancePlan:
                 )
             time.sleep(1.0)
             plan = client.get_rebalance_plan(plan.id)
-            ended = sum(1 for move in plan.moves if move.state in (MoveState.MOVED, MoveState.SKIPPED))
-            bar.update(task, completed=ended)
-    return plan
 
 
 @command(commands, "plan")
@@ -60,7 +81,10 @@ def plan_rebalance(
     label: Annotated[list[str], typer.Option("--label", "-l", help="key=value: only the hosts with it")] = [],  # noqa: B006
     apply: Annotated[bool, typer.Option(help="apply the plan at once")] = False,
     max_parallel: Annotated[int, typer.Option(help="with --apply: migrations in flight at once")] = 4,
-    wait: Annotated[bool, typer.Option(help="with --apply: follow it (a progress bar) until done")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(help="with --apply: follow it until done (a progress bar; off a terminal, a line per change)"),
+    ] = False,
     timeout: TimeoutOption = 600.0,
 ) -> None:
     """Compute moves of running VMs on the live fleet (nothing moves); --apply carries them out.
@@ -96,7 +120,12 @@ def show_rebalance(plan_id: IdArgument) -> None:
 def apply_rebalance(
     plan_id: IdArgument,
     max_parallel: Annotated[int, typer.Option(help="migrations in flight at once")] = 4,
-    wait: Annotated[bool, typer.Option(help="follow it (a progress bar) until every move is made or skipped")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            help="follow it until every move is made or skipped (a progress bar; off a terminal, a line per change)"
+        ),
+    ] = False,
     timeout: TimeoutOption = 600.0,
 ) -> None:
     """Carry a plan out by live migrations, in its order; a move the fleet made invalid since is

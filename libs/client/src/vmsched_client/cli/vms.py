@@ -19,12 +19,14 @@ from vmsched_client.cli.options import (
     HostLabelOption,
     IdArgument,
     MemoryOption,
+    NetworkOption,
     TimeoutOption,
     vm_shape,
 )
 from vmsched_client.cli.output import Format, progress, show_list, show_one, stdout, to_json
 from vmsched_client.cli.why import explain
 from vmsched_contract.api import Vm, VmBatchRequest, VmRequest
+from vmsched_contract.planner import Planner
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 
@@ -39,6 +41,9 @@ def create_vm(
     disk_gb: DiskOption = 0,
     gpu: GpuOption = 0,
     label: HostLabelOption = [],  # noqa: B006
+    network: NetworkOption = [],  # noqa: B006
+    dedicated: Annotated[bool, typer.Option(help="only on a host dedicated to its project")] = False,
+    planner: Annotated[Planner | None, typer.Option(help="flat, or cluster_first (default: VMSCHED_PLANNER)")] = None,
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
@@ -51,8 +56,16 @@ def create_vm(
 ) -> None:
     """Ask for a VM (or --count of them); with --wait, exit 7 unless every one is placed."""
     chosen = state()
-    asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label) | {"priority": priority}
-    optional = {"strategy": strategy_name, "wait_s": wait_s, "server_group": server_group, "reservation": reservation}
+    asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label, network) | {"priority": priority}
+    optional = {
+        "strategy": strategy_name,
+        "planner": planner,
+        "wait_s": wait_s,
+        "server_group": server_group,
+        "reservation": reservation,
+    }
+    if dedicated:
+        asked["dedicated"] = True
     asked |= {key: value for key, value in optional.items() if value is not None}
     client = chosen.client()
     if count == 1:

@@ -9,7 +9,15 @@ import typer
 
 from vmsched_client.cli.command import command, fail, state
 from vmsched_client.cli.exit_codes import ExitCode
-from vmsched_client.cli.options import CpuOption, DiskOption, GpuOption, HostLabelOption, MemoryOption, vm_shape
+from vmsched_client.cli.options import (
+    CpuOption,
+    DiskOption,
+    GpuOption,
+    HostLabelOption,
+    MemoryOption,
+    NetworkOption,
+    vm_shape,
+)
 from vmsched_client.cli.output import Format, show_list, stdout, to_json
 from vmsched_contract.api import VmRequest
 from vmsched_contract.strategy import Strategy
@@ -26,13 +34,14 @@ def simulate(
     disk_gb: DiskOption = 0,
     gpu: GpuOption = 0,
     label: HostLabelOption = [],  # noqa: B006
+    network: NetworkOption = [],  # noqa: B006
     count: Annotated[int, typer.Option(min=1, max=1000, help="this many (NAME-1..NAME-N), placed in order")] = 1,
     without: Annotated[list[str], typer.Option("--without", help="leave this host out, as if gone")] = [],  # noqa: B006
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="instead of the default")] = None,
 ) -> None:
     """Where VMs would land on the fleet as it is now, and why not (POST /v1/placement/simulate);
     nothing is placed. Exit 7 when one would not fit."""
-    asked = vm_shape(cpu, memory_mb, disk_gb, gpu, label)
+    asked = vm_shape(cpu, memory_mb, disk_gb, gpu, label, network)
     names = [name] if count == 1 else [f"{name}-{n}" for n in range(1, count + 1)]
     request = SimulationRequest(
         vms=[VmRequest(name=each, **asked) for each in names], without_hosts=without, strategy=strategy_name
@@ -52,9 +61,10 @@ def capacity(
     memory_mb: MemoryOption = None,
     disk_gb: DiskOption = 0,
     gpu: GpuOption = 0,
+    network: NetworkOption = [],  # noqa: B006
 ) -> None:
     """How many more VMs of this shape the fleet takes now: per host, then per zone and in total."""
-    answer = state().client().capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu)
+    answer = state().client().capacity(cpu=cpu, memory_mb=memory_mb, disk_gb=disk_gb, gpu=gpu, networks=network)
     if state().output is not Format.TABLE:
         print(to_json(answer))
         return

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 from vmsched_placement.filters.base import HostFilter
 from vmsched_placement.filters.cpu import CpuFilter
+from vmsched_placement.filters.dedicated import DedicatedFilter
 from vmsched_placement.filters.disk import DiskFilter
 from vmsched_placement.filters.excluded import ExcludedFilter
 from vmsched_placement.filters.extra import ExtraFilter
@@ -15,13 +16,15 @@ from vmsched_placement.filters.host_selector import HostSelectorFilter
 from vmsched_placement.filters.labels import LabelsFilter
 from vmsched_placement.filters.memory import MemoryFilter
 from vmsched_placement.filters.migration import MigrationFilter
+from vmsched_placement.filters.network import NetworkFilter
 from vmsched_placement.filters.offline import OfflineFilter
 from vmsched_placement.filters.paused import PausedFilter
 from vmsched_placement.filters.server_group import ServerGroupFilter
 from vmsched_placement.filters.spread import SpreadFilter
 from vmsched_placement.filters.taints import TaintsFilter
 
-# The host's gates first (excluded, migration, offline, paused), then what the VM asks of a host, its labels,
+# The host's gates first (excluded, migration, offline, paused, dedicated: a host given to another
+# project, whatever the VM tolerates), then what the VM asks of a host, its labels,
 # host selector and the host's taints before the amounts of resources (as Kubernetes runs
 # NodeAffinity and TaintToleration before NodeResourcesFit): a host that could never take this VM
 # is counted as such, not as "full". The order is also the
@@ -33,9 +36,11 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     MigrationFilter(),
     OfflineFilter(),
     PausedFilter(),
+    DedicatedFilter(),
     LabelsFilter(),
     HostSelectorFilter(),
     TaintsFilter(),
+    NetworkFilter(),
     ServerGroupFilter(),
     CpuFilter(),
     MemoryFilter(),
@@ -56,6 +61,7 @@ __all__ = [
     "FILTER_NAMES",
     "SPREAD_FILTER",
     "CpuFilter",
+    "DedicatedFilter",
     "DiskFilter",
     "ExcludedFilter",
     "ExtraFilter",
@@ -65,6 +71,7 @@ __all__ = [
     "LabelsFilter",
     "MemoryFilter",
     "MigrationFilter",
+    "NetworkFilter",
     "OfflineFilter",
     "PausedFilter",
     "ServerGroupFilter",

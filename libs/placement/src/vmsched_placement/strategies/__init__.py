@@ -8,13 +8,29 @@ from types import MappingProxyType
 from vmsched_contract.strategy import Strategy
 from vmsched_placement.strategies.base import PlacementStrategy, Ranking
 from vmsched_placement.strategies.best_fit import BestFit
+from vmsched_placement.strategies.first_fit import FirstFit
 from vmsched_placement.strategies.least_loaded import LeastLoaded
 from vmsched_placement.strategies.least_utilized import LeastUtilized
 from vmsched_placement.strategies.random_choice import RandomChoice
 from vmsched_placement.strategies.round_robin import RoundRobin
+from vmsched_placement.strategies.user_concentrated import UserConcentrated
+from vmsched_placement.strategies.vm_count import FewestVms, MostVms
 
 STRATEGIES: Mapping[Strategy, PlacementStrategy] = MappingProxyType(
-    {s.NAME: s for s in (LeastLoaded(), BestFit(), RoundRobin(), RandomChoice(), LeastUtilized())}
+    {
+        s.NAME: s
+        for s in (
+            LeastLoaded(),
+            BestFit(),
+            RoundRobin(),
+            RandomChoice(),
+            LeastUtilized(),
+            FirstFit(),
+            FewestVms(),
+            MostVms(),
+            UserConcentrated(),
+        )
+    }
 )
 VALID_STRATEGIES: frozenset[str] = frozenset(strategy.value for strategy in STRATEGIES)
 DEFAULT_STRATEGY = Strategy.LEAST_LOADED
@@ -42,13 +58,17 @@ __all__ = [
     "STRATEGIES",
     "VALID_STRATEGIES",
     "BestFit",
+    "FewestVms",
+    "FirstFit",
     "LeastLoaded",
     "LeastUtilized",
+    "MostVms",
     "PlacementStrategy",
     "RandomChoice",
     "Ranking",
     "RoundRobin",
     "UnknownStrategyError",
+    "UserConcentrated",
     "reads_measured_usage",
     "strategy_for",
 ]

@@ -42,7 +42,15 @@ def to_drain(stored: StoredDrain) -> Drain:
 async def _pause_in_snapshot(services: Services, host: HostRecord) -> None:
     # PostgreSQL changed first (a scheduler's commit checks the pause there), as PATCH /v1/hosts does.
     await services.snapshot.set_host_fields(
-        host.id, inventory_fields(host.labels, host.taints, host.overcommit, host.reserved, host.scheduling_paused)
+        host.id,
+        inventory_fields(
+            host.labels,
+            host.taints,
+            host.overcommit,
+            host.reserved,
+            host.scheduling_paused,
+            dedicated_to=host.dedicated_to,
+        ),
     )
 
 

@@ -65,7 +65,15 @@ async def patch_host(host_id: str, body: HostPatch, services: ServicesDep, _: Ho
     # PostgreSQL changed first: the scheduler's commit checks the fit rule and the pause flag there,
     # so a placement racing with this request cannot break them even before the snapshot learns of it.
     await services.snapshot.set_host_fields(
-        host_id, inventory_fields(host.labels, host.taints, host.overcommit, host.reserved, host.scheduling_paused)
+        host_id,
+        inventory_fields(
+            host.labels,
+            host.taints,
+            host.overcommit,
+            host.reserved,
+            host.scheduling_paused,
+            dedicated_to=host.dedicated_to,
+        ),
     )
     return to_host(host, (await _usage(services, [host_id])).get(host_id))
 
@@ -111,7 +119,8 @@ async def get_scheduling_info(host_id: str, services: ServicesDep, request: Requ
     host = await services.repository.get_host(host_id)
     if host is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {host_id}")
-    info = scheduling_info(host, time.time(), services.settings.agent_offline_timeout)
+    running = await services.repository.count_running_on(host_id)
+    info = scheduling_info(host, time.time(), services.settings.agent_offline_timeout, running)
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse(dataclasses.asdict(info))
     return PlainTextResponse(render_scheduling_info(info) + "\n")

@@ -11,13 +11,14 @@ from vmsched_api.deps import ServicesDep
 from vmsched_api.identity.auth import HostsReader, VmsReader
 from vmsched_api.refusals import refusals
 from vmsched_api.whatif import SnapshotUnavailable, UnknownHosts, fleet_capacity, simulate_placements
+from vmsched_contract.networks import NetworkName
 from vmsched_contract.whatif import Capacity, Shape, Simulation, SimulationRequest
 
 router = APIRouter(tags=["what-if"], responses=refusals(503))
 
 
 @router.post("/placement/simulate", response_model=Simulation)
-async def simulate(body: SimulationRequest, services: ServicesDep, _: VmsReader) -> Simulation:
+async def simulate(body: SimulationRequest, services: ServicesDep, principal: VmsReader) -> Simulation:
     """Where each VM would land, in order (each sees the ones before it placed), and why those that
     would not fit would not; nothing is claimed, published or written (Nomad's ``job plan``)."""
     grouped = [index for index, vm in enumerate(body.vms) if vm.server_group is not None]
@@ -34,7 +35,7 @@ async def simulate(body: SimulationRequest, services: ServicesDep, _: VmsReader)
             ],
         )
     try:
-        return await simulate_placements(services, body)
+        return await simulate_placements(services, body, principal.project)
     except UnknownHosts as error:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -54,15 +55,20 @@ async def get_capacity(
     ] = None,
     disk_gb: Annotated[int, Query(ge=0, le=1024 * 1024)] = 0,
     gpu: Annotated[int, Query(ge=0, le=64)] = 0,
+    network: Annotated[
+        list[NetworkName],
+        Query(description="a network each VM needs (repeat for several)"),
+    ] = [],  # noqa: B006  # FastAPI copies a query list's default per request
 ) -> Capacity:
-    """How many more VMs of this shape (no labels, selector or tolerations) the fleet takes now: in
-    total, per zone (the hosts' ``zone`` label) and per host."""
+    """How many more VMs of this shape (no labels, selector or tolerations; the networks given) the
+    fleet takes now: in total, per zone (the hosts' ``zone`` label) and per host."""
     settings = services.settings
     shape = Shape(
         cpu=settings.default_vm_cpu if cpu is None else cpu,
         memory_mb=settings.default_vm_memory_mb if memory_mb is None else memory_mb,
         disk_gb=disk_gb,
         gpu=gpu,
+        networks=sorted(set(network)),
     )
     try:
         return await fleet_capacity(services, shape)

@@ -38,7 +38,7 @@ from vmsched_scheduler.groups import RoundGroups
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What makes waiting VMs interchangeable to the filters: their demand and every hard constraint
-    (exact labels, host selector, tolerations, server group). A new hard constraint on VMs belongs
+    (exact labels, host selector, tolerations, networks, dedication, server group). A new hard constraint on VMs belongs
     here too, or the waker wakes VMs no changed host may take and misses those it may."""
 
     demand: Demand
@@ -46,6 +46,9 @@ class Shape:
     host_selector: tuple[SelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     server_group: UUID | None = None
+    networks: frozenset[str] = frozenset()
+    project: str = ""  # a dedicated host takes only its project's VMs
+    dedicated: bool = False
 
     @property
     def needs_whole_fleet(self) -> bool:
@@ -64,6 +67,9 @@ class Shape:
             host_selector=self.host_selector,
             tolerations=self.tolerations,
             group=groups.placement_group(entry.vm) if groups is not None else None,
+            networks=self.networks,
+            project=self.project,
+            dedicated=self.dedicated,
         )
 
 
@@ -74,6 +80,9 @@ def shape_of(vm: VmToPlace) -> Shape:
         host_selector_of(vm.host_selector),
         tolerations_of(vm.tolerations),
         vm.server_group,
+        frozenset(vm.networks),
+        vm.project,
+        vm.dedicated,
     )
 
 

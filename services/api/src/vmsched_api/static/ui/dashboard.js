@@ -50,7 +50,12 @@ function describeHost(host) {
     ([name, label]) => `${label} ${host.allocated[name]}/${host.capacity[name]}`,
   );
   const states = hostStates(host);
-  return `${host.id} (${[host.status, ...states.filter((s) => s !== host.status)].join(", ")}): ${count(host.vm_count, "VM")}; ${used.join(", ")}`;
+  // What limits which VMs it takes besides room: its project, its networks (the host page has the rest).
+  const facts = [];
+  if (host.dedicated_to) facts.push(`dedicated to ${host.dedicated_to}`);
+  if (host.networks?.length) facts.push(`networks ${host.networks.join(", ")}`);
+  const shown = [host.status, ...states.filter((s) => s !== host.status)].join(", ");
+  return `${host.id} (${shown}): ${count(host.vm_count, "VM")}; ${[used.join(", "), ...facts].join("; ")}`;
 }
 
 function renderHeatmap(hosts) {

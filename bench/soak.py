@@ -87,6 +87,7 @@ class Sample:
     tables_mb: dict[str, float]
     redis_mb: float
     redis_keys: int
+    redis_kinds: dict[str, int]  # keys by what follows the prefix (claim, host, ...)
 
 
 @dataclass
@@ -238,18 +239,20 @@ async def table_sizes(dsn: str) -> dict[str, float]:
     return {row["relname"]: row["bytes"] / 2**20 for row in rows}
 
 
-async def redis_usage(redis_url: str, prefix: str) -> tuple[float, int]:
-    """The installation's keys: how many, and their memory (MEMORY USAGE of each, in MiB)."""
+async def redis_usage(redis_url: str, prefix: str) -> tuple[float, int, dict[str, int]]:
+    """The installation's keys: their memory (MEMORY USAGE of each, in MiB), how many, and how many
+    of each kind (the word after the prefix)."""
     client = aioredis.Redis.from_url(redis_url)
     try:
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=5000)]
+        kinds = collections.Counter(key.decode(errors="replace")[len(prefix) + 1 :].split(":")[0] for key in keys)
         total = 0
         for start in range(0, len(keys), 500):
             pipe = client.pipeline(transaction=False)
             for key in keys[start : start + 500]:
                 pipe.memory_usage(key)
             total += sum(int(n or 0) for n in await pipe.execute())
-        return total / 2**20, len(keys)
+        return total / 2**20, len(keys), dict(kinds)
     finally:
         await client.aclose()
 
@@ -258,7 +261,9 @@ async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, 
     while time.monotonic() < deadline:
         pids = {name: service.pid for name, service in stack.services.items() if service.process is not None}
         try:
-            redis_mb, redis_keys = await redis_usage(env["VMSCHED_REDIS_URL"], env["VMSCHED_REDIS_KEY_PREFIX"])
+            redis_mb, redis_keys, redis_kinds = await redis_usage(
+                env["VMSCHED_REDIS_URL"], env["VMSCHED_REDIS_KEY_PREFIX"]
+            )
             run.samples.append(
                 Sample(
                     at=run.now(),
@@ -268,6 +273,7 @@ async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, 
                     tables_mb=await table_sizes(dsn),
                     redis_mb=redis_mb,
                     redis_keys=redis_keys,
+                    redis_kinds=redis_kinds,
                 )
             )
         except (OSError, httpx.HTTPError, asyncpg.PostgresError) as error:  # a restart in progress
@@ -432,6 +438,10 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
         "post_p99_ms": round(percentile([t * 1000 for _, t in run.latencies], 99), 1),
         "memory_growth": {k: round(v, 3) for k, v in memory.items()},
         "second_half_growth": {k: round(v, 3) for k, v in growth.items()},
+        "redis_keys_by_kind": {
+            "halfway": next((s.redis_kinds for s in run.samples if s.at >= DURATION / 2), {}),
+            "end": run.samples[-1].redis_kinds if run.samples else {},
+        },
         "events": run.events,
         "samples": [asdict(s) for s in run.samples],
         "failures": failures,

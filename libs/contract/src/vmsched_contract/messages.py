@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from vmsched_contract.storage import HostPools, Volumes
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -317,6 +318,12 @@ class VmToPlace(BaseModel):
     reservation: UUID | None = Field(
         default=None, description="the reservation whose held room it takes (one of its slots); null for none"
     )
+    # Left out when empty, as Resources.extra: a VM without volumes is the message it was.
+    volumes: Volumes = Field(
+        default_factory=list,
+        exclude_if=lambda volumes: not volumes,
+        description="volumes, each placed on one storage pool its host reaches with the tags and room",
+    )
 
 
 class VmCreate(Message):
@@ -483,6 +490,13 @@ class AgentHeartbeat(Message):
         description="where other hosts' hypervisors reach this one's for a live migration (the libvirt agent's "
         "libvirt URI, e.g. qemu+tls://hv-0001/system); the gateway hands it to a migration's source as "
         "the command's migration.target_uri; absent: the host names none",
+    )
+
+    storage_pools: HostPools = Field(
+        default_factory=list,
+        exclude_if=lambda pools: not pools,
+        description="the storage pools the host reaches: local ones with capacity_gb and tags, shared ones by "
+        "name (their capacity and tags are the operator's)",
     )
 
     def can(self, capability: Capability) -> bool:

@@ -54,6 +54,7 @@ class Decision:
     # Weigher name -> eligible hosts it penalised (non-zero only); empty when no weigher had a say.
     preferences: Mapping[str, int] = field(default_factory=lambda: _NO_REJECTIONS)
     preferred: int = 0  # eligible hosts of the lowest penalty: those the strategy ranked
+    volumes: tuple[str, ...] = ()  # the pool of each volume the VM asks for, on the chosen host
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     ranking = strategy.rank(columns, vector, preferred, preferred_count, context, 1 + max(0, fallbacks))
     ids = columns.ids
     ranked = tuple(ids[index] for index in ranking.indices)
+    volumes = (columns.storage.assignment(ranking.indices[0], request.volumes) or ()) if request.volumes else ()
     return Decision(
         strategy=request.strategy,
         host_id=ranked[0],
@@ -132,6 +134,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
         eligible=remaining,
         preferences=MappingProxyType(preferences) if preferences else _NO_REJECTIONS,
         preferred=preferred_count,
+        volumes=volumes,
     )
 
 

@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 
 from vmsched_contract import messages
 from vmsched_contract.messages import Resources, VmToPlace
+from vmsched_contract.storage import Volume
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import VolumeAsk
 from vmsched_placement.model import (
     Demand,
     Migration,
@@ -31,6 +33,11 @@ def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Tolerati
     return tuple(
         Toleration(t.key, t.operator.value, t.value, None if t.effect is None else t.effect.value) for t in tolerations
     )
+
+
+def volumes_of(volumes: Sequence[Volume]) -> tuple[VolumeAsk, ...]:
+    """A VM's volumes as the engine reads them."""
+    return tuple(VolumeAsk(volume.size_gb, frozenset(volume.tags)) for volume in volumes)
 
 
 def demand_of(resources: Resources) -> Demand:
@@ -65,4 +72,5 @@ def placement_request(
         tolerations=tolerations_of(vm.tolerations),
         group=group,
         migration=migration,
+        volumes=volumes_of(vm.volumes),
     )

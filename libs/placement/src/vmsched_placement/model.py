@@ -14,6 +14,7 @@ from vmsched_contract.messages import SelectorOperator, add_counts
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.storage import PoolRoom, VolumeAsk
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
@@ -106,6 +107,9 @@ class HostState:
     usage: MeasuredUsage | None = None  # measured by its agent; None when it reports none
     taints: tuple[Taint, ...] = ()
     can_migrate: bool = False  # its agent declares the "migrate" capability
+    # The storage pools it reaches: local ones with their numbers; shared ones by name (the fleet
+    # holds their capacity, tags and allocation, counted once for every host).
+    storage_pools: tuple[PoolRoom, ...] = ()
 
     @property
     def ratios(self) -> Ratios:
@@ -179,6 +183,7 @@ class PlacementRequest:
     tolerations: tuple[Toleration, ...] = ()
     group: PlacementGroup | None = None  # its server group, if it joins one
     migration: Migration | None = None  # set when choosing the target of a migration
+    volumes: tuple[VolumeAsk, ...] = ()  # each to one pool the host reaches (vmsched_domain.storage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +238,7 @@ class RequestVector:
     group: PlacementGroup | None = None
     extra: Extras = ()  # named extra resources asked for
     migration: Migration | None = None
+    volumes: tuple[VolumeAsk, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -251,6 +257,7 @@ class RequestVector:
             group=request.group,
             extra=demand.extra,
             migration=request.migration,
+            volumes=request.volumes,
         )
 
     def demanded(self, resource: int) -> int:

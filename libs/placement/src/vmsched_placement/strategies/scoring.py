@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vmsched_placement.fleet import BoolArray, FleetColumns, FloatArray, Scratch
+from vmsched_placement.fleet import BoolArray, FleetColumns, FloatArray
 from vmsched_placement.model import CPU, DISK, MEMORY, DecisionContext, RequestVector, Weights
+from vmsched_placement.scratch import Scratch
 from vmsched_placement.strategies.base import Ranking
 
 # Added to the scores of hosts that failed a filter: above any real score (shares are finite and

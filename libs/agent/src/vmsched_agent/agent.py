@@ -41,6 +41,7 @@ from vmsched_contract.messages import (
     Usage,
     VmStatusReport,
 )
+from vmsched_contract.storage import StoragePool
 from vmsched_runtime.logs import bound, get_logger
 from vmsched_runtime.settings import default_settings
 
@@ -102,6 +103,7 @@ class Agent:
         stopped: Iterable[UUID] = (),
         capabilities: Iterable[Capability | str] | None = None,
         migration_uri: str | None = None,
+        storage_pools: Sequence[StoragePool] = (),
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -132,6 +134,7 @@ class Agent:
         # and still has leftovers of until told to clean up or roll back (source).
         self._incoming: set[UUID] = set()
         self._outgoing: set[UUID] = set()
+        self.storage_pools: tuple[StoragePool, ...] = tuple(storage_pools)  # what its heartbeats list
         self.capabilities: tuple[str, ...] = tuple(
             sorted({str(c) for c in (implemented(hypervisor) if capabilities is None else capabilities)})
         )
@@ -233,6 +236,7 @@ class Agent:
             leaving=leaving,
             capabilities=list(self.capabilities),
             migration_uri=self.migration_uri,
+            storage_pools=list(self.storage_pools),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -336,6 +336,7 @@ class SimulatedFleet:
                 taints=host.taints,
                 overcommit=host.overcommit,
                 capabilities=host.capabilities,
+                storage_pools=host.storage_pools,
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,
                 observer=self._observe if record_commands else None,

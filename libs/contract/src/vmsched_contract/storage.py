@@ -86,6 +86,6 @@ class SharedPoolView(BaseModel):
     capacity_gb: int
     tags: list[str]
     allocated_gb: int = Field(description="the volumes placed on it of VMs that hold capacity")
-    volumes: int = Field(description="how many volumes that is")
+    vms: int = Field(description="the VMs those volumes belong to")
     hosts: int = Field(description="hosts whose heartbeat says they reach it")
     updated_at: datetime

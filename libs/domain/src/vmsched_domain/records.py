@@ -25,6 +25,7 @@ from vmsched_contract.messages import (
     VmToPlace,
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
+from vmsched_contract.storage import PlacedVolume, Volume
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.groups import GroupRule
@@ -67,6 +68,7 @@ class VmRecord:
     target_host: str | None = None  # while migrating: the host the request named (None: the engine chooses)
     migration_target: str | None = None  # while migrating: the target claimed for it (None: not yet)
     reservation: UUID | None = None  # the reservation whose held room it takes
+    volumes: tuple[PlacedVolume, ...] = ()  # each with its storage pool once placed
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -89,6 +91,7 @@ class VmRecord:
             priority=self.priority,
             project=self.project,
             reservation=self.reservation,
+            volumes=[Volume(size_gb=v.size_gb, tags=v.tags) for v in self.volumes],
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

@@ -79,6 +79,34 @@ def per_pool(volumes: Sequence[VolumeAsk], assignment: Sequence[str]) -> dict[st
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class PoolTake:
+    """What a claim takes of one pool: the GB of its volumes there, and every tag they ask."""
+
+    name: str
+    gb: int
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class VolumePlacement:
+    """Where a placed VM's volumes went: each volume's pool, and what that takes of each pool."""
+
+    pools: tuple[str, ...] = ()  # per volume, in the VM's order
+    takes: tuple[PoolTake, ...] = ()  # per pool, by name
+
+
+NO_VOLUMES = VolumePlacement()
+
+
+def pool_takes(volumes: Sequence[VolumeAsk], assignment: Sequence[str]) -> tuple[PoolTake, ...]:
+    """An assignment as a claim carries it: one :class:`PoolTake` per pool, in name order."""
+    tags: dict[str, frozenset[str]] = {}
+    for volume, pool in zip(volumes, assignment, strict=True):
+        tags[pool] = tags.get(pool, frozenset()) | volume.tags
+    return tuple(PoolTake(name, gb, tags[name]) for name, gb in sorted(per_pool(volumes, assignment).items()))
+
+
 def refusal(
     assignment: Mapping[str, int], pools: Mapping[str, PoolRoom], tags: Mapping[str, frozenset[str]]
 ) -> str | None:

@@ -20,6 +20,7 @@ from vmsched_contract.messages import (
     SelectorOperator,
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
+from vmsched_contract.storage import PlacedVolume
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.inventory import RATIOS, RatioOverrides, taints_of, tolerations_of
@@ -36,6 +37,7 @@ VM_FIELDS = (
     "disk_gb",
     "gpu",
     "extra",
+    "volumes",
     "labels",
     "host_selector",
     "tolerations",
@@ -180,6 +182,15 @@ def vm_from_row(row: Any) -> VmRecord:
         target_host=row.target_host,
         migration_target=row.migration_target,
         reservation=row.reservation,
+        volumes=trusted_volumes(row.volumes),
+    )
+
+
+def trusted_volumes(volumes: list[dict[str, Any]] | None) -> tuple[PlacedVolume, ...]:
+    """A VM's volumes read back from their column (only validated ones reach it), built as ``trusted``."""
+    return tuple(
+        PlacedVolume.model_construct(size_gb=v["size_gb"], tags=list(v.get("tags", [])), pool=v.get("pool"))
+        for v in volumes or ()
     )
 
 

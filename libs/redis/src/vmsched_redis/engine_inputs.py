@@ -31,4 +31,5 @@ def to_host_state(record: SnapshotHost) -> HostState:
         usage=record.usage,
         taints=tuple(Taint(t.key, t.value, t.effect.value) for t in record.taints),
         can_migrate=Capability.MIGRATE.value in record.capabilities,
+        storage_pools=record.storage_pools,
     )

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vmsched_contract.messages import HostStatus, Overcommit, Resources, Taint, Usage
+from vmsched_contract.storage import StoragePool
 from vmsched_domain.extra import extra_json, extra_of
 from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
+from vmsched_domain.storage import PoolRoom
 from vmsched_domain.usage import MeasuredUsage
+from vmsched_redis.storage_pools import POOLS_ALLOCATED_FIELD, POOLS_FIELD, host_pools_of, pools_json
 
 # The hash field of a host's named extra resources (a JSON map); ``a_extra`` what is allocated of them.
 EXTRA_FIELD = "extra"
@@ -57,6 +60,7 @@ class SnapshotHost:
     usage: MeasuredUsage | None = None
     taints: tuple[Taint, ...] = ()
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    storage_pools: tuple[PoolRoom, ...] = ()  # local ones with their allocation, shared ones by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,9 @@ class HostWrite:
     usage: Usage | None = None  # the agent's measurement, if it sent one
     taints: Sequence[Taint] = ()
     capabilities: Sequence[str] = ()
+    storage_pools: Sequence[StoragePool] = ()
+    # PostgreSQL's allocation of its local pools (GB per pool), used only when the hash has none yet.
+    pools_allocated: Mapping[str, int] = field(default_factory=dict)
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
@@ -85,12 +92,14 @@ class HostWrite:
         values[EXTRA_FIELD] = extra_json(self.capacity.extra)
         values["status"] = self.status
         values["capabilities"] = capabilities_json(self.capabilities)
+        values[POOLS_FIELD] = pools_json(self.storage_pools)
         values.update(inventory_fields(self.labels, self.taints, self.overcommit, self.reserved, self.paused))
         return [values[name] for name in STATE_FIELDS]
 
     def allocations(self) -> list[str]:
         """The values of :data:`ALLOCATION_FIELDS`, in order."""
-        return [*amounts(self.allocated), extra_json(self.allocated.extra), str(self.vm_count)]
+        allocated = self.allocated
+        return [*amounts(allocated), extra_json(allocated.extra), str(self.vm_count), extra_json(self.pools_allocated)]
 
     def measured(self) -> list[str]:
         """The measurements of :data:`USAGE_FIELDS`, in order; empty strings when none was sent."""
@@ -105,7 +114,7 @@ def _state_fields() -> list[str]:
         names += [rule.field, reserved_field(rule.field)]
         if rule.ratio_field is not None:
             names.append(rule.ratio_field)
-    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused", "capabilities"]
+    return [*names, EXTRA_FIELD, "labels", "taints", "status", "paused", "capabilities", POOLS_FIELD]
 
 
 def capabilities_json(capabilities: Sequence[str]) -> str:
@@ -133,6 +142,7 @@ ALLOCATION_FIELDS: tuple[str, ...] = (
     *(allocated_field(rule.field) for rule in RESOURCES),
     allocated_field(EXTRA_FIELD),
     "vm_count",
+    POOLS_ALLOCATED_FIELD,
 )
 
 
@@ -189,4 +199,5 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         usage=parse_usage(raw),
         taints=taints_of(json.loads(raw.get("taints") or "[]")) or (),
         capabilities=tuple(json.loads(raw.get("capabilities") or "[]")),
+        storage_pools=host_pools_of(raw.get(POOLS_FIELD), raw.get(POOLS_ALLOCATED_FIELD)),
     )

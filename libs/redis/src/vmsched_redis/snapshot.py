@@ -23,6 +23,8 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
   checks the group's rule (atomically with capacity) and given back by the release;
   ``p:group:<id>:vms``: the VMs holding a claim counted there (a claim records its ``group`` and
   ``domain``);
+- ``p:storage_pools``: the shared storage pools (capacity, tags, allocation), and a host's ``pools``
+  and ``a_pools``: :mod:`vmsched_redis.storage_pools`;
 - ``p:released``: claim id scored by when (Redis's clock) its claim was last given back, kept a while
   so that a reconcile that read PostgreSQL before a release does not bring the claim back.
 
@@ -42,6 +44,7 @@ from redis.commands.core import AsyncScript
 from vmsched_contract.messages import Resources
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.extra import extra_json
+from vmsched_domain.storage import PoolRoom
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_redis.claims import Claim, Claimed, ClaimResult, CommittedVm, claimed_from_reply, script_args
 from vmsched_redis.host_hash import (
@@ -55,6 +58,7 @@ from vmsched_redis.host_hash import (
     parse_usage,
 )
 from vmsched_redis.scripts import render_script
+from vmsched_redis.storage_pools import read_shared_pools
 
 
 class Snapshot:
@@ -174,6 +178,10 @@ class Snapshot:
             group_id: {domain: int(count) for domain, count in raw.items() if int(count) > 0}
             for group_id, raw in zip(group_ids, raws, strict=True)
         }
+
+    async def shared_pools(self) -> dict[str, PoolRoom]:
+        """Every shared storage pool with its capacity, tags and allocation (:mod:`vmsched_redis.storage_pools`)."""
+        return await read_shared_pools(self.redis, self.prefix)
 
     async def claim_of(self, claim_id: UUID | str) -> str | None:
         """The host a claim (a VM id, or a target claim id) is on, if it exists."""

@@ -124,4 +124,5 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         vm_count=host.vm_count,
         usage=beat.usage,
         capabilities=beat.capabilities,
+        storage_pools=beat.storage_pools,
     )

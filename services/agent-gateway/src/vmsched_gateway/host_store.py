@@ -29,6 +29,7 @@ from vmsched_pg import vm_writes
 from vmsched_pg.inventory import overlay
 from vmsched_pg.rows import VM_COLUMNS, VM_FIELDS, columns, trusted, vm_from_row
 from vmsched_redis.host_hash import capabilities_json
+from vmsched_redis.storage_pools import pools_json
 
 _FIELDS = [rule.field for rule in RESOURCES]
 
@@ -47,18 +48,18 @@ _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
-                       agent_instance, capabilities, migration_uri, last_heartbeat)
+                       agent_instance, capabilities, migration_uri, storage_pools, last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
            CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
            t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance,
-           CAST(t.capabilities AS jsonb), t.migration_uri, now()
+           CAST(t.capabilities AS jsonb), t.migration_uri, CAST(t.storage_pools AS jsonb), now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
                   CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]),
-                  CAST(:capabilities AS text[]), CAST(:migration_uris AS text[]))
+                  CAST(:capabilities AS text[]), CAST(:migration_uris AS text[]), CAST(:storage_pools AS text[]))
            AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
-                instance, capabilities, migration_uri)
+                instance, capabilities, migration_uri, storage_pools)
     ON CONFLICT (id) DO UPDATE
        SET status = excluded.status, agent_labels = excluded.agent_labels, agent_taints = excluded.agent_taints,
            cpu = excluded.cpu, memory_mb = excluded.memory_mb, disk_gb = excluded.disk_gb, gpu = excluded.gpu,
@@ -66,7 +67,8 @@ _UPSERT_HOSTS = text(
            agent_memory_ratio = excluded.agent_memory_ratio, agent_disk_ratio = excluded.agent_disk_ratio,
            {overlay(agent="excluded", operator="hosts")},
            agent_instance = excluded.agent_instance, capabilities = excluded.capabilities,
-           migration_uri = excluded.migration_uri, last_heartbeat = excluded.last_heartbeat
+           migration_uri = excluded.migration_uri, storage_pools = excluded.storage_pools,
+           last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
               memory_ratio, disk_ratio, (xmax = 0) AS inserted
@@ -177,6 +179,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat], holders: Mapping[str, Hold
         "instances": [holders[b.agent_id].instance_id for b in beats],
         "capabilities": [capabilities_json(b.capabilities) for b in beats],
         "migration_uris": [b.migration_uri for b in beats],
+        "storage_pools": [pools_json(b.storage_pools) for b in beats],
     }
 
 

@@ -73,6 +73,7 @@ def to_vm(vm: VmRecord) -> Vm:
         disk_gb=vm.resources.disk_gb,
         gpu=vm.resources.gpu,
         extra=dict(vm.resources.extra),
+        volumes=list(vm.volumes),
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),

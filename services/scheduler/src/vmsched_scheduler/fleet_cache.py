@@ -101,7 +101,9 @@ class FleetCache:
         seq, records = await self.snapshot.read_all()
         now = time.monotonic()
         self._usage.retain(records)
-        return seq, Fleet.from_hosts(self._as_read(record, now) for record in records.values())
+        fleet = Fleet.from_hosts(self._as_read(record, now) for record in records.values())
+        fleet.set_shared_pools(await self.snapshot.shared_pools())
+        return seq, fleet
 
     def _as_read(self, record: SnapshotHost, now: float) -> HostState:
         """The engine's view of a host just read: all of it, but the usage at the cadence's pace."""
@@ -146,6 +148,8 @@ class FleetCache:
             return
         self._seq = seq
         self._last_refresh = began
+        # Shared storage pools are counted apart from hosts (one small hash): read whole each time.
+        self.fleet.set_shared_pools(await self.snapshot.shared_pools())
 
     async def reread(self, host_ids: Iterable[str]) -> None:
         """Read these hosts again, in one round trip: a claim proved the copy of them stale."""

@@ -1,0 +1,144 @@
+"""Storage pools end to end on the real servers (docs/placement.md#storage-pools).
+
+Two hosts reach one shared pool (the operator's capacity and tags), one of them also a local pool
+of its own. Volumes go first fit to a pool with the tags and room; a shared pool's space is counted
+once whichever host takes the VM; a VM whose volumes fit no pool is unschedulable with reason
+``storage``; PostgreSQL and the Redis snapshot count the same; a pool in use cannot be deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from devtools.stack import Stack
+from tests.fleets import enrolled_fleet
+from tests.integration.waiting import eventually
+from tests.servers import Servers
+from vmsched_agent.hosts import HostSpec
+from vmsched_contract.messages import Resources
+from vmsched_contract.storage import PoolKind, StoragePool
+from vmsched_redis.snapshot import Snapshot
+
+pytestmark = pytest.mark.integration
+
+PLACED = ("scheduled", "running")
+
+
+async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_is_counted_once(
+    stack: Stack, servers: Servers
+) -> None:
+    suite = f"pools-{uuid.uuid4().hex[:6]}"
+    shared, with_local, shared_only = f"{suite}-ceph", f"{suite}-a", f"{suite}-b"
+    reach = StoragePool(name=shared, kind=PoolKind.SHARED)
+    own = StoragePool(name="local", kind=PoolKind.LOCAL, capacity_gb=100, tags=["ssd"])
+    capacity = Resources(cpu=16, memory_mb=65536, disk_gb=100)
+    hosts = [
+        HostSpec(id=with_local, capacity=capacity, labels={"suite": suite}, storage_pools=[own, reach]),
+        HostSpec(id=shared_only, capacity=capacity, labels={"suite": suite}, storage_pools=[reach]),
+    ]
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    snapshot = Snapshot(redis, servers.redis_key_prefix)
+    try:
+        async with fleet, stack.async_client(timeout=30) as api:
+            for host_id in (with_local, shared_only):
+                await eventually(
+                    lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]
+                    lambda r: r.status_code == 200 and r.json()["status"] == "online",
+                    timeout=30,
+                    what=f"{host_id} online",
+                )
+            bad = await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": -1})
+            assert bad.status_code == 422, bad.text
+            put = await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 50, "tags": ["replicated"]})
+            assert put.status_code == 200, put.text
+            assert _pool_numbers(put.json()) == (50, ["replicated"], 0, 0, 2)
+
+            replicated = {"size_gb": 30, "tags": ["replicated"]}
+            first = await _place(api, suite, "first", volumes=[replicated])
+            assert first["status"] in PLACED, (first["status_reason"], first)
+            assert first["volumes"] == [{**replicated, "pool": shared}]
+            assert _pool_numbers((await api.get(f"/v1/storage-pools/{shared}")).json())[2:4] == (30, 1)
+            assert (await snapshot.shared_pools())[shared].allocated_gb == 30
+
+            # 20 GB left on the shared pool, whichever host: counted once for both.
+            second = await _place(api, suite, "second", volumes=[replicated])
+            assert second["status"] == "unschedulable", second
+            decision = (await api.get(f"/v1/vms/{second['id']}/placement")).json()["decision"]
+            assert decision["reason"] == "storage", decision
+            examples = {example["host"]: example["reason"] for example in decision["examples"]["storage"]}
+            assert examples[shared_only] == (
+                f"storage: volume 1 (30 GB tagged replicated) fits no pool ({shared} shared 20 GB free of 50, replicated)"
+            )
+
+            # The local pool, on the one host that has it; its space is that host's alone.
+            fast = await _place(api, suite, "fast", volumes=[{"size_gb": 80, "tags": ["ssd"]}, {"size_gb": 5}])
+            assert fast["status"] in PLACED, fast
+            assert fast["hypervisor_id"] == with_local
+            # First fit in name order: "local" comes before the shared pool's name, and has room for both.
+            assert [v["pool"] for v in fast["volumes"]] == ["local", "local"]
+            too_big = await _place(api, suite, "too-big", volumes=[{"size_gb": 30, "tags": ["ssd"]}])
+            assert too_big["status"] == "unschedulable", too_big
+            assert too_big["status_reason"].startswith("storage: "), too_big
+
+            refused = await api.delete(f"/v1/storage-pools/{shared}")
+            assert refused.status_code == 409, refused.text
+            assert first["id"] in refused.json()["detail"]
+            for vm in (first, fast):
+                await _delete(api, vm["id"])
+            assert _pool_numbers((await api.get(f"/v1/storage-pools/{shared}")).json())[2:4] == (0, 0)
+            await eventually(
+                snapshot.shared_pools, lambda pools: pools[shared].allocated_gb == 0, timeout=10, what="released"
+            )
+            gone = await api.delete(f"/v1/storage-pools/{shared}")
+            assert gone.status_code == 204, gone.text
+            assert (await api.get(f"/v1/storage-pools/{shared}")).status_code == 404
+            assert shared not in await snapshot.shared_pools()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_vm_asking_volumes_with_bad_sizes_or_a_reservation_is_refused_with_the_field(stack: Stack) -> None:
+    async with stack.async_client(timeout=30) as api:
+        zero = await api.post("/v1/vms", json={"name": "v", "disk_gb": 1, "volumes": [{"size_gb": 0}]})
+        assert zero.status_code == 422, zero.text
+        assert "size_gb" in zero.text
+        reserved = await api.post(
+            "/v1/vms",
+            json={"name": "v", "disk_gb": 1, "volumes": [{"size_gb": 1}], "reservation": str(uuid.uuid4())},
+        )
+        assert reserved.status_code == 422, reserved.text
+        assert "volumes" in reserved.text
+
+
+def _pool_numbers(pool: dict[str, Any]) -> tuple[int, list[str], int, int, int]:
+    return pool["capacity_gb"], pool["tags"], pool["allocated_gb"], pool["vms"], pool["hosts"]
+
+
+async def _place(api: httpx.AsyncClient, suite: str, name: str, **asked: Any) -> dict[str, Any]:
+    body = {"name": f"{suite}-{name}", "cpu": 1, "memory_mb": 1024, "disk_gb": 1, "labels": {"suite": suite}, **asked}
+    created = await api.post("/v1/vms", json=body)
+    assert created.status_code == 202, created.text
+    found = await eventually(
+        lambda: api.get(f"/v1/vms/{created.json()['id']}"),
+        lambda r: r.json()["status"] != "pending",
+        timeout=30,
+        what=f"{name} decided",
+    )
+    vm: dict[str, Any] = found.json()
+    return vm
+
+
+async def _delete(api: httpx.AsyncClient, vm_id: str) -> None:
+    assert (await api.delete(f"/v1/vms/{vm_id}")).status_code == 202
+    await eventually(
+        lambda: api.get(f"/v1/vms/{vm_id}"),
+        lambda r: r.json()["status"] == "deleted",
+        timeout=30,
+        what=f"{vm_id} deleted",
+    )

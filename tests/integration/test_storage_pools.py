@@ -73,7 +73,8 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
             assert decision["reason"] == "storage", decision
             examples = {example["host"]: example["reason"] for example in decision["examples"]["storage"]}
             assert examples[shared_only] == (
-                f"storage: volume 1 (30 GB tagged replicated) fits no pool ({shared} shared 20 GB free of 50, replicated)"
+                "storage: volume 1 (30 GB tagged replicated) fits no pool "
+                f"({shared} shared 20 GB free of 50, replicated)"
             )
 
             # The local pool, on the one host that has it; its space is that host's alone.

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from libs.placement.tests.placement.support import context, fleet_of, host, request
 from vmsched_domain.storage import PoolRoom, VolumeAsk, assign_volumes
-from vmsched_placement import RequestVector, decide
+from vmsched_placement import HostState, RequestVector, decide
 from vmsched_placement.filters import StorageFilter
 
 SSD = frozenset({"ssd"})
@@ -47,7 +47,7 @@ def test_a_shared_pool_is_counted_once_for_every_host_that_reaches_it() -> None:
     fleet = fleet_of(*hosts)
     fleet.set_shared_pools({"ceph": PoolRoom("ceph", True, 100, 0, SSD)})
     vm = replace(request(), volumes=(VolumeAsk(40, SSD),))
-    placed = []
+    placed: list[str | None] = []
     for _ in range(3):
         decision = decide(fleet, vm, context())
         if decision.host_id is None:
@@ -67,12 +67,12 @@ TAGS = st.frozensets(st.sampled_from(["ssd", "hdd"]), max_size=2)
 
 
 @st.composite
-def pool_fleets(draw: st.DrawFn) -> tuple[list[object], dict[str, PoolRoom]]:
+def pool_fleets(draw: st.DrawFn) -> tuple[list[HostState], dict[str, PoolRoom]]:
     shared_pools = {}
     for name in draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=2)):
         capacity = draw(st.integers(0, 100))
         shared_pools[name] = PoolRoom(name, True, capacity, draw(st.integers(0, capacity)), draw(TAGS))
-    hosts = []
+    hosts: list[HostState] = []
     for i in range(draw(st.integers(1, 6))):
         reached = []
         for name in draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=3)):
@@ -88,10 +88,10 @@ def pool_fleets(draw: st.DrawFn) -> tuple[list[object], dict[str, PoolRoom]]:
 @settings(max_examples=200)
 @given(pool_fleets(), st.lists(st.builds(VolumeAsk, st.integers(1, 60), TAGS), min_size=1, max_size=3), st.data())
 def test_the_mask_equals_first_fit_host_by_host_also_after_bookings(
-    made: tuple[list[object], dict[str, PoolRoom]], volumes: list[VolumeAsk], data: st.DataObject
+    made: tuple[list[HostState], dict[str, PoolRoom]], volumes: list[VolumeAsk], data: st.DataObject
 ) -> None:
     hosts, shared_pools = made
-    fleet = fleet_of(*hosts)  # type: ignore[arg-type]
+    fleet = fleet_of(*hosts)
     fleet.set_shared_pools(shared_pools)
     vm = replace(request(), volumes=tuple(volumes))
     for _ in range(3):

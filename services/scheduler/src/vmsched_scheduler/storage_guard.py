@@ -81,9 +81,11 @@ _RECORD = text(
 _VOLUME_POOLS = text(
     """
     UPDATE vms v
-       SET volumes = (SELECT jsonb_agg(e.volume || jsonb_build_object('pool', CAST(i.pools AS jsonb) -> CAST(e.at - 1 AS int))
-                                       ORDER BY e.at)
-                        FROM jsonb_array_elements(v.volumes) WITH ORDINALITY AS e(volume, at))
+       SET volumes = coalesce(
+               (SELECT jsonb_agg(e.volume || jsonb_build_object('pool', CAST(i.pools AS jsonb) -> CAST(e.at - 1 AS int))
+                                 ORDER BY e.at)
+                  FROM jsonb_array_elements(v.volumes) WITH ORDINALITY AS e(volume, at)),
+               v.volumes)
       FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:pools AS text[])) AS i(vm_id, pools)
      WHERE v.id = i.vm_id
     """

@@ -17,11 +17,13 @@ from redis.asyncio import Redis
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
+from tests.integration.rows import delete_keys
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.messages import Resources
 from vmsched_contract.storage import PoolKind, StoragePool
+from vmsched_domain.storage import PoolRoom
 from vmsched_redis.snapshot import Snapshot
 
 pytestmark = pytest.mark.integration
@@ -76,6 +78,18 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
                 "storage: volume 1 (30 GB tagged replicated) fits no pool "
                 f"({shared} shared 20 GB free of 50, replicated)"
             )
+
+            # Redis loses everything: reconciliation writes the operator's pool again, with PostgreSQL's
+            # allocation, and it still refuses what it must.
+            await delete_keys(redis, servers.redis_key_prefix)
+            await eventually(
+                snapshot.shared_pools,
+                lambda pools: pools.get(shared) == PoolRoom(shared, True, 50, 30, frozenset({"replicated"})),
+                timeout=30,
+                what="the shared pool restored by reconciliation",
+            )
+            again = await _place(api, suite, "again", volumes=[replicated])
+            assert again["status"] == "unschedulable", again
 
             # The local pool, on the one host that has it; its space is that host's alone.
             fast = await _place(api, suite, "fast", volumes=[{"size_gb": 80, "tags": ["ssd"]}, {"size_gb": 5}])

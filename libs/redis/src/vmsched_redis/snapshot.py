@@ -75,6 +75,7 @@ class Snapshot:
         self._forget: AsyncScript = redis.register_script(render_script("forget_host"))
         self._reconcile_group: AsyncScript = redis.register_script(render_script("reconcile_group"))
         self._move_claim: AsyncScript = redis.register_script(render_script("move_claim"))
+        self._restore_pool_claims: AsyncScript = redis.register_script(render_script("restore_pool_claims"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -182,6 +183,13 @@ class Snapshot:
     async def shared_pools(self) -> dict[str, PoolRoom]:
         """Every shared storage pool with its capacity, tags and allocation (:mod:`vmsched_redis.storage_pools`)."""
         return await read_shared_pools(self.redis, self.prefix)
+
+    async def restore_pool_claims(self, pools: Mapping[UUID, str]) -> int:
+        """Give existing claims of these VMs their shared pools (JSON ``{pool: GB}``) where they have none."""
+        given: int = await self._restore_pool_claims(
+            keys=[self.claim_key(vm_id) for vm_id in pools], args=list(pools.values())
+        )
+        return given
 
     async def claim_of(self, claim_id: UUID | str) -> str | None:
         """The host a claim (a VM id, or a target claim id) is on, if it exists."""

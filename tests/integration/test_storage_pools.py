@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
+from tests.integration.moving import running, settled
 from tests.integration.rows import delete_keys
 from tests.integration.waiting import eventually
 from tests.servers import Servers
@@ -64,7 +65,7 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
             replicated = {"size_gb": 30, "tags": ["replicated"]}
             first = await _place(api, suite, "first", volumes=[replicated])
             assert first["status"] in PLACED, (first["status_reason"], first)
-            assert first["volumes"] == [{**replicated, "pool": shared}]
+            assert first["volumes"] == [{**replicated, "pool": shared, "shared": True}]
             assert _pool_numbers((await api.get(f"/v1/storage-pools/{shared}")).json())[2:4] == (30, 1)
             assert (await snapshot.shared_pools())[shared].allocated_gb == 30
 
@@ -114,6 +115,67 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
             assert gone.status_code == 204, gone.text
             assert (await api.get(f"/v1/storage-pools/{shared}")).status_code == 404
             assert shared not in await snapshot.shared_pools()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_migration_keeps_a_shared_volume_where_it_is_and_goes_only_to_a_host_that_reaches_its_pool(
+    stack: Stack, servers: Servers
+) -> None:
+    suite = f"poolmove-{uuid.uuid4().hex[:6]}"
+    shared, source, reaching, lacking = f"{suite}-nfs", f"{suite}-a", f"{suite}-b", f"{suite}-c"
+    reach = [StoragePool(name=shared, kind=PoolKind.SHARED)]
+    own = [StoragePool(name="local", kind=PoolKind.LOCAL, capacity_gb=500)]
+    capacity = Resources(cpu=16, memory_mb=65536, disk_gb=100)
+    hosts = [
+        HostSpec(id=source, capacity=capacity, labels={"suite": suite}, storage_pools=reach),
+        HostSpec(id=reaching, capacity=capacity, labels={"suite": suite}, storage_pools=reach),
+        HostSpec(id=lacking, capacity=capacity, labels={"suite": suite}, storage_pools=own),
+    ]
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    snapshot = Snapshot(redis, servers.redis_key_prefix)
+    try:
+        async with fleet, stack.async_client(timeout=30) as api:
+            for host_id in (source, reaching, lacking):
+                await eventually(
+                    lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]
+                    lambda r: r.status_code == 200 and r.json()["status"] == "online",
+                    timeout=30,
+                    what=f"{host_id} online",
+                )
+            assert (await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 40})).status_code == 200
+            for host_id in (reaching, lacking):
+                await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": True})
+            vm = await running(api, {"name": f"{suite}-vm", "cpu": 1, "memory_mb": 1024, "disk_gb": 1,
+                                     "labels": {"suite": suite}, "volumes": [{"size_gb": 30}]})  # fmt: skip
+            assert vm["hypervisor_id"] == source
+            assert vm["volumes"] == [{"size_gb": 30, "tags": [], "pool": shared, "shared": True}]
+            for host_id in (reaching, lacking):
+                await api.patch(f"/v1/hosts/{host_id}", json={"scheduling_paused": False})
+
+            # Asked to go where its pool is not: the migration fails, and the VM stays where it runs.
+            named = await api.post(f"/v1/vms/{vm['id']}/migrate", json={"target_host": lacking})
+            assert named.status_code == 202, named.text
+            stayed = await settled(api, vm["id"])
+            assert (stayed["status"], stayed["hypervisor_id"]) == ("running", source), stayed
+            assert "storage" in (stayed["status_reason"] or ""), stayed
+            moving = await api.post(f"/v1/vms/{vm['id']}/migrate", json={})
+            assert moving.status_code == 202, moving.text
+            moved = await settled(api, vm["id"])
+            # The only host that reaches the pool; its 10 GB free did not matter: the volume stays.
+            assert (moved["status"], moved["hypervisor_id"]) == ("running", reaching)
+            assert moved["volumes"] == vm["volumes"]
+            pool = (await api.get(f"/v1/storage-pools/{shared}")).json()
+            assert (pool["allocated_gb"], pool["vms"]) == (30, 1)
+            assert (await snapshot.shared_pools())[shared].allocated_gb == 30
+
+            await _delete(api, vm["id"])
+            assert (await api.get(f"/v1/storage-pools/{shared}")).json()["allocated_gb"] == 0
+            await eventually(
+                snapshot.shared_pools, lambda pools: pools[shared].allocated_gb == 0, timeout=10, what="released"
+            )
+            assert (await api.delete(f"/v1/storage-pools/{shared}")).status_code == 204
     finally:
         await redis.aclose()
 

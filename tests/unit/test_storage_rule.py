@@ -61,7 +61,20 @@ def pools(draw: st.DrawFn) -> list[PoolRoom]:
     return found
 
 
-volumes = st.lists(st.builds(VolumeAsk, st.integers(1, 120), TAGS), min_size=1, max_size=4)
+volumes = st.lists(
+    st.builds(VolumeAsk, st.integers(1, 120), TAGS, st.one_of(st.none(), st.none(), st.sampled_from(["a", "b"]))),
+    min_size=1,
+    max_size=4,
+)
+
+
+def test_a_volume_that_stays_needs_its_shared_pool_reached_and_takes_no_room() -> None:
+    staying = VolumeAsk(500, SSD, stays_on="ceph")
+    # Ceph has 100 GB free: the 500 GB volume staying there takes none of it.
+    assert assign_volumes([staying, VolumeAsk(60)], [LOCAL, CEPH]) == ("ceph", "ceph")
+    assert per_pool([staying, VolumeAsk(60)], ("ceph", "ceph")) == {"ceph": 60}
+    assert assign_volumes([staying], [LOCAL]) is None
+    assert assign_volumes([VolumeAsk(1, stays_on="local")], [LOCAL]) is None  # a local pool is not kept
 
 
 @given(pools(), volumes)
@@ -75,7 +88,8 @@ def test_an_assignment_is_what_the_claim_accepts_and_none_means_some_volume_fits
         return
     tags: dict[str, frozenset[str]] = {}
     for volume, name in zip(asked, chosen, strict=True):
-        tags[name] = tags.get(name, frozenset()) | volume.tags
+        if volume.stays_on is None:
+            tags[name] = tags.get(name, frozenset()) | volume.tags
     assert refusal(per_pool(asked, chosen), by_name, tags) is None
 
 

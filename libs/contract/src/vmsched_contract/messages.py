@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmsched_contract.storage import HostPools, Volumes
+from vmsched_contract.storage import MAX_VOLUMES, HostPools, PlacedVolume
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -319,10 +319,11 @@ class VmToPlace(BaseModel):
         default=None, description="the reservation whose held room it takes (one of its slots); null for none"
     )
     # Left out when empty, as Resources.extra: a VM without volumes is the message it was.
-    volumes: Volumes = Field(
+    volumes: Annotated[list[PlacedVolume], Field(max_length=MAX_VOLUMES)] = Field(
         default_factory=list,
         exclude_if=lambda volumes: not volumes,
-        description="volumes, each placed on one storage pool its host reaches with the tags and room",
+        description="volumes, each placed on one storage pool its host reaches with the tags and room (with "
+        "the pool once placed: a migration keeps a volume on a shared pool where it is)",
     )
 
 

@@ -68,6 +68,9 @@ class PlacedVolume(Volume):
     """A volume and the pool it was placed on (null until the VM is placed)."""
 
     pool: PoolName | None = None
+    shared: bool | None = Field(
+        default=None, description="whether its pool is shared: a migration keeps it there (null until placed)"
+    )
 
 
 class SharedPoolBody(BaseModel):

@@ -25,7 +25,7 @@ from vmsched_contract.messages import (
     VmToPlace,
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
-from vmsched_contract.storage import PlacedVolume, Volume
+from vmsched_contract.storage import PlacedVolume
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.groups import GroupRule
@@ -91,7 +91,7 @@ class VmRecord:
             priority=self.priority,
             project=self.project,
             reservation=self.reservation,
-            volumes=[Volume(size_gb=v.size_gb, tags=v.tags) for v in self.volumes],
+            volumes=list(self.volumes),
         )
 
     def command(self, action: CommandAction) -> AgentCommand:

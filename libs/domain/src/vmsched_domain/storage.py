@@ -9,7 +9,9 @@ has room for ``requested`` GB when::
 (no overcommit, nothing reserved). A VM's volumes are assigned first fit, as CloudStack's
 FirstFitStoragePoolAllocator places each volume: volumes in the order the VM lists them, each to the
 first pool in name order that the host reaches, that carries every tag the volume asks for and that
-has room for it once the volumes before it are counted (:func:`assign_volumes`). The engine's
+has room for it once the volumes before it are counted (:func:`assign_volumes`). A migrating VM's
+volume on a shared pool stays where it is (``stays_on``): the target must reach that pool, and takes
+nothing of it (the volume is counted there already); its local volumes are placed anew. The engine's
 ``storage`` filter computes the same assignment over the whole fleet; the Redis claim checks the
 assignment it is given with :func:`lua_pool_refusal_function` and PostgreSQL's guard with
 :func:`sql_pool_fits`; tests/integration/test_storage_rule.py proves the three agree.
@@ -29,6 +31,7 @@ class VolumeAsk:
 
     size_gb: int
     tags: frozenset[str] = frozenset()
+    stays_on: str | None = None  # a migrating VM's shared pool: the host must reach it; it takes no room
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,11 @@ def assign_volumes(volumes: Sequence[VolumeAsk], pools: Iterable[PoolRoom]) -> t
     booked: dict[str, int] = {}
     chosen: list[str] = []
     for volume in volumes:
+        if volume.stays_on is not None:
+            if not any(p.shared and p.name == volume.stays_on for p in ordered):
+                return None
+            chosen.append(volume.stays_on)
+            continue
         pool = next((p for p in ordered if takes(p, volume, booked.get(p.name, 0))), None)
         if pool is None:
             return None
@@ -72,10 +80,11 @@ def assign_volumes(volumes: Sequence[VolumeAsk], pools: Iterable[PoolRoom]) -> t
 
 
 def per_pool(volumes: Sequence[VolumeAsk], assignment: Sequence[str]) -> dict[str, int]:
-    """GB per pool of an assignment (what a claim takes of each pool)."""
+    """GB per pool of an assignment (what a claim takes of each pool; a volume that stays takes none)."""
     total: dict[str, int] = {}
     for volume, pool in zip(volumes, assignment, strict=True):
-        total[pool] = total.get(pool, 0) + volume.size_gb
+        if volume.stays_on is None:
+            total[pool] = total.get(pool, 0) + volume.size_gb
     return total
 
 
@@ -103,7 +112,8 @@ def pool_takes(volumes: Sequence[VolumeAsk], assignment: Sequence[str]) -> tuple
     """An assignment as a claim carries it: one :class:`PoolTake` per pool, in name order."""
     tags: dict[str, frozenset[str]] = {}
     for volume, pool in zip(volumes, assignment, strict=True):
-        tags[pool] = tags.get(pool, frozenset()) | volume.tags
+        if volume.stays_on is None:
+            tags[pool] = tags.get(pool, frozenset()) | volume.tags
     return tuple(PoolTake(name, gb, tags[name]) for name, gb in sorted(per_pool(volumes, assignment).items()))
 
 
@@ -132,6 +142,10 @@ def reason(volumes: Sequence[VolumeAsk], pools: Iterable[PoolRoom]) -> str:
         return f"{STORAGE}: the host reaches no storage pool"
     booked: dict[str, int] = {}
     for number, volume in enumerate(volumes, start=1):
+        if volume.stays_on is not None:
+            if not any(p.shared and p.name == volume.stays_on for p in ordered):
+                return f"{STORAGE}: volume {number} stays on shared pool {volume.stays_on}, not reached by the host"
+            continue
         pool = next((p for p in ordered if takes(p, volume, booked.get(p.name, 0))), None)
         if pool is None:
             seen = "; ".join(_pool_line(p, booked.get(p.name, 0)) for p in ordered)

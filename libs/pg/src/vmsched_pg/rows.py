@@ -189,7 +189,9 @@ def vm_from_row(row: Any) -> VmRecord:
 def trusted_volumes(volumes: list[dict[str, Any]] | None) -> tuple[PlacedVolume, ...]:
     """A VM's volumes read back from their column (only validated ones reach it), built as ``trusted``."""
     return tuple(
-        PlacedVolume.model_construct(size_gb=v["size_gb"], tags=list(v.get("tags", [])), pool=v.get("pool"))
+        PlacedVolume.model_construct(
+            size_gb=v["size_gb"], tags=list(v.get("tags", [])), pool=v.get("pool"), shared=v.get("shared")
+        )
         for v in volumes or ()
     )
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from vmsched_contract import messages
 from vmsched_contract.messages import Resources, VmToPlace
-from vmsched_contract.storage import Volume
+from vmsched_contract.storage import PlacedVolume
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.storage import VolumeAsk
 from vmsched_placement.model import (
@@ -35,9 +35,13 @@ def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Tolerati
     )
 
 
-def volumes_of(volumes: Sequence[Volume]) -> tuple[VolumeAsk, ...]:
-    """A VM's volumes as the engine reads them."""
-    return tuple(VolumeAsk(volume.size_gb, frozenset(volume.tags)) for volume in volumes)
+def volumes_of(volumes: Sequence[PlacedVolume], *, moving: bool = False) -> tuple[VolumeAsk, ...]:
+    """A VM's volumes as the engine reads them; ``moving``: a migration's, whose volumes on shared
+    pools stay where they are."""
+    return tuple(
+        VolumeAsk(volume.size_gb, frozenset(volume.tags), volume.pool if moving and volume.shared else None)
+        for volume in volumes
+    )
 
 
 def demand_of(resources: Resources) -> Demand:
@@ -72,5 +76,5 @@ def placement_request(
         tolerations=tolerations_of(vm.tolerations),
         group=group,
         migration=migration,
-        volumes=volumes_of(vm.volumes),
+        volumes=volumes_of(vm.volumes, moving=migration is not None),
     )

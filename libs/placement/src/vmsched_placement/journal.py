@@ -145,7 +145,7 @@ def encode_request(r: PlacementRequest) -> Json:
         "t": [[t.key, t.operator, t.value, t.effect] for t in r.tolerations],
         "g": group,
         "m": None if r.migration is None else [r.migration.source, r.migration.target_host],
-        "v": [[v.size_gb, sorted(v.tags)] for v in r.volumes],
+        "v": [[v.size_gb, sorted(v.tags), v.stays_on] for v in r.volumes],
     }
 
 
@@ -165,7 +165,7 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         tolerations=tuple(Toleration(k, op, val, e) for k, op, val, e in v["t"]),
         group=group,
         migration=None if v["m"] is None else Migration(v["m"][0], v["m"][1]),
-        volumes=tuple(VolumeAsk(int(size), frozenset(tags)) for size, tags in v.get("v", ())),
+        volumes=tuple(VolumeAsk(int(size), frozenset(tags), stays) for size, tags, stays in v.get("v", ())),
     )
 
 

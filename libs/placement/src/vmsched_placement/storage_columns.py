@@ -84,6 +84,11 @@ class StorageColumns:
         fits: BoolArray = np.ones(count, dtype=np.bool_)
         left: dict[str, FloatArray] = {}
         for volume in volumes:
+            if volume.stays_on is not None:
+                # A migrating VM's shared volume stays: the host must reach that pool, as shared.
+                column = columns.get(volume.stays_on)
+                fits &= column.shared if column is not None else False
+                continue
             placed: BoolArray = np.zeros(count, dtype=np.bool_)
             judged = np.fromiter(
                 (tags is not None and volume.tags <= tags for tags in self.tag_sets), np.bool_, len(self.tag_sets)

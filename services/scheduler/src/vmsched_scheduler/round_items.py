@@ -140,7 +140,7 @@ class Choice:
         """What the VM's volumes take of each storage pool on the chosen host (none: no volumes)."""
         if not self.decision.volumes:
             return ()
-        return pool_takes(volumes_of(self.vm.volumes), self.decision.volumes)
+        return pool_takes(volumes_of(self.vm.volumes, moving=self.work.move is not None), self.decision.volumes)
 
     @property
     def storage(self) -> VolumePlacement:

@@ -82,12 +82,15 @@ _VOLUME_POOLS = text(
     """
     UPDATE vms v
        SET volumes = coalesce(
-               (SELECT jsonb_agg(e.volume || jsonb_build_object('pool', CAST(i.pools AS jsonb) -> CAST(e.at - 1 AS int))
+               (SELECT jsonb_agg(e.volume || jsonb_build_object('pool', p.name, 'shared', coalesce(
+                                     (SELECT r.value ->> 'kind' = 'shared' FROM jsonb_array_elements(h.storage_pools) r
+                                       WHERE r.value ->> 'name' = p.name LIMIT 1), false))
                                  ORDER BY e.at)
-                  FROM jsonb_array_elements(v.volumes) WITH ORDINALITY AS e(volume, at)),
+                  FROM jsonb_array_elements(v.volumes) WITH ORDINALITY AS e(volume, at)
+                  CROSS JOIN LATERAL (SELECT CAST(i.pools AS jsonb) ->> CAST(e.at - 1 AS int) AS name) p),
                v.volumes)
-      FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:pools AS text[])) AS i(vm_id, pools)
-     WHERE v.id = i.vm_id
+      FROM unnest(CAST(:vm_ids AS uuid[]), CAST(:pools AS text[])) AS i(vm_id, pools), hosts h
+     WHERE v.id = i.vm_id AND h.id = v.hypervisor_id
     """
 )
 

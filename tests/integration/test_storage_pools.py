@@ -63,9 +63,20 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
             assert _pool_numbers(put.json()) == (50, ["replicated"], 0, 0, 2)
 
             replicated = {"size_gb": 30, "tags": ["replicated"]}
+            # What-if: where two such VMs would go (the second finds the pool full), nothing claimed.
+            vm_body = {"name": "w", "disk_gb": 1, "labels": {"suite": suite}, "volumes": [replicated]}
+            simulated = await api.post("/v1/placement/simulate", json={"vms": [vm_body, vm_body]})
+            assert simulated.status_code == 200, simulated.text
+            one, two = simulated.json()["placements"]
+            assert (one["volumes"], two["reason"]) == ([shared], "storage"), simulated.json()
+            room = (await api.get("/v1/capacity", params={"cpu": 1, "memory_mb": 1024, "disk_gb": 1})).json()
+            assert {"name": shared, "capacity_gb": 50, "allocated_gb": 0, "free_gb": 50} in room["storage_pools"]
+
             first = await _place(api, suite, "first", volumes=[replicated])
             assert first["status"] in PLACED, (first["status_reason"], first)
             assert first["volumes"] == [{**replicated, "pool": shared, "shared": True}]
+            record = (await api.get(f"/v1/vms/{first['id']}/placement")).json()["decision"]
+            assert record["volumes"] == [shared]
             assert _pool_numbers((await api.get(f"/v1/storage-pools/{shared}")).json())[2:4] == (30, 1)
             assert (await snapshot.shared_pools())[shared].allocated_gb == 30
 

@@ -82,6 +82,15 @@ class SharedPoolBody(BaseModel):
     tags: PoolTags = Field(default_factory=list)
 
 
+class PoolSpace(BaseModel):
+    """A shared pool's space as the capacity snapshot holds it (``GET /v1/capacity``)."""
+
+    name: PoolName
+    capacity_gb: int
+    allocated_gb: int
+    free_gb: int
+
+
 class SharedPoolView(BaseModel):
     """A shared pool as ``GET /v1/storage-pools`` shows it."""
 

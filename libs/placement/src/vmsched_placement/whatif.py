@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import per_pool
 from vmsched_placement.engine import NO_AVAILABLE_AGENTS, Decision, decide, rejected_examples
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet
@@ -44,7 +45,7 @@ def simulate(fleet: Fleet, requests: Sequence[PlacementRequest], context: Decisi
             own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
         decision = decide(fleet, request, own)
         if decision.host_id is not None:
-            fleet.allocate(decision.host_id, request.demand)
+            fleet.allocate(decision.host_id, request.demand, per_pool(request.volumes, decision.volumes))
             outcomes.append(Simulated(decision, {}))
         else:
             examples = rejected_examples(fleet, request, own) if decision.considered else {}

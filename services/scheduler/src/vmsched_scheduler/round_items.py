@@ -187,6 +187,7 @@ def decision_record(
         examples=examples or {},
         refused_claims=list(choice.work.refused),
         exclusions_ignored=choice.exclusions_ignored,
+        volumes=list(choice.storage.pools) if host is not None else [],
         decided_at=datetime.now(UTC),
         decision_us=round(choice.seconds * 1e6, 1),
         claim_conflicts=len(choice.work.refused),

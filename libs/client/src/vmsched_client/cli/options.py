@@ -26,6 +26,9 @@ MemoryOption = Annotated[int | None, typer.Option(help="MiB (default: VMSCHED_DE
 DiskOption = Annotated[int, typer.Option(help="GB of disk")]
 GpuOption = Annotated[int, typer.Option(help="GPUs")]
 HostLabelOption = Annotated[list[str], typer.Option("--label", "-l", help="key=value the host must have")]
+VolumeOption = Annotated[
+    list[str], typer.Option("--volume", help="a volume: GB[:tag,tag...], on a storage pool with those tags (repeat)")
+]
 
 
 def pairs(values: list[str], what: str) -> dict[str, str]:
@@ -43,6 +46,17 @@ def vm_shape(cpu: int | None, memory_mb: int | None, disk_gb: int, gpu: int, lab
     """A VmRequest's size and labels; cpu and memory_mb left out when not given (the API's defaults)."""
     shape: dict[str, Any] = {"disk_gb": disk_gb, "gpu": gpu, "labels": pairs(label, "--label")}
     return shape | {key: value for key, value in {"cpu": cpu, "memory_mb": memory_mb}.items() if value is not None}
+
+
+def volumes(values: list[str]) -> list[dict[str, Any]]:
+    """``--volume 30:ssd,replicated`` values as a VmRequest's volumes; a usage error (exit 2) for others."""
+    found = []
+    for value in values:
+        size, _, tags = value.partition(":")
+        if not size.isdigit():
+            raise typer.BadParameter(f"{value!r}: expected GB[:tag,tag...]", param_hint="--volume")
+        found.append({"size_gb": int(size), "tags": [tag for tag in tags.split(",") if tag]})
+    return found
 
 
 def host_selector(label: list[str]) -> list[HostSelectorTerm]:

@@ -20,7 +20,9 @@ from vmsched_client.cli.options import (
     IdArgument,
     MemoryOption,
     TimeoutOption,
+    VolumeOption,
     vm_shape,
+    volumes,
 )
 from vmsched_client.cli.output import Format, progress, show_list, show_one, stdout, to_json
 from vmsched_client.cli.why import explain
@@ -39,6 +41,7 @@ def create_vm(
     disk_gb: DiskOption = 0,
     gpu: GpuOption = 0,
     label: HostLabelOption = [],  # noqa: B006
+    volume: VolumeOption = [],  # noqa: B006
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
@@ -52,6 +55,8 @@ def create_vm(
     """Ask for a VM (or --count of them); with --wait, exit 7 unless every one is placed."""
     chosen = state()
     asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label) | {"priority": priority}
+    if volume:
+        asked["volumes"] = volumes(volume)
     optional = {"strategy": strategy_name, "wait_s": wait_s, "server_group": server_group, "reservation": reservation}
     asked |= {key: value for key, value in optional.items() if value is not None}
     client = chosen.client()

@@ -30,6 +30,7 @@ class _PoolColumn:
     free: FloatArray  # GB free as the host sees it (0 where unreached)
     tags: CodeArray  # index into StorageColumns.tag_sets; UNREACHED where the host does not reach it
     shared: BoolArray  # the host reaches it as a shared pool
+    has_local: bool = False  # some host has a local pool of this name (else: one shared pool for all)
 
 
 class StorageColumns:
@@ -82,8 +83,9 @@ class StorageColumns:
         columns = self._current()
         count = len(self.hosts)
         fits: BoolArray = np.ones(count, dtype=np.bool_)
-        left: dict[str, FloatArray] = {}
-        for volume in volumes:
+        left: dict[str, FloatArray] = {}  # per host, what is free once this VM's earlier volumes are on it
+        last = len(volumes) - 1
+        for position, volume in enumerate(volumes):
             if volume.stays_on is not None:
                 # A migrating VM's shared volume stays: the host must reach that pool, as shared.
                 column = columns.get(volume.stays_on)
@@ -93,13 +95,22 @@ class StorageColumns:
             judged = np.fromiter(
                 (tags is not None and volume.tags <= tags for tags in self.tag_sets), np.bool_, len(self.tag_sets)
             )
-            for name in sorted(columns):
-                column = columns[name]
-                free = left.get(name, column.free)
-                takes = judged[column.tags] & np.greater_equal(free, volume.size_gb) & ~placed
-                if takes.any():
-                    left[name] = free - volume.size_gb * takes
-                    placed |= takes
+            # Which pool a host took matters only for the volumes after this one (``left``): for the
+            # last, whether some pool takes it is enough, and no pool's answer need exclude another's.
+            booking = position < last
+            for name, column in columns.items():  # in name order: first fit
+                if not column.has_local and name not in left:
+                    # One shared pool, the same for every host that reaches it: one look decides.
+                    room = self.shared.get(name)
+                    if room is None or room.free_gb < volume.size_gb or not volume.tags <= room.tags:
+                        continue
+                    takes = column.shared
+                else:
+                    takes = judged[column.tags] & np.greater_equal(left.get(name, column.free), volume.size_gb)
+                if booking:
+                    takes = takes & ~placed
+                    left[name] = left.get(name, column.free) - volume.size_gb * takes
+                placed |= takes
             fits &= placed
             if not fits.any():
                 break
@@ -132,7 +143,7 @@ class StorageColumns:
 
     def _build(self) -> dict[str, _PoolColumn]:
         count = len(self.hosts)
-        names = sorted({pool.name for host in self.hosts for pool in host.storage_pools})
+        names = sorted({pool.name for host in self.hosts for pool in host.storage_pools})  # dicts keep this order
         columns = {
             name: _PoolColumn(
                 np.zeros(count, dtype=np.float64), np.zeros(count, dtype=np.int32), np.zeros(count, dtype=np.bool_)
@@ -154,6 +165,7 @@ class StorageColumns:
                 column.free[index], column.tags[index], column.shared[index] = 0.0, UNREACHED, False
                 continue
             room = self._resolved(pool)
+            column.has_local = column.has_local or not pool.shared
             column.free[index] = float(room.free_gb)
             column.tags[index] = self._code(room.tags)
             column.shared[index] = pool.shared

@@ -113,12 +113,36 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
             assert too_big["status"] == "unschedulable", too_big
             assert too_big["status_reason"].startswith("storage: "), too_big
 
+            # Another flush: the host's hash comes back with its local pool's allocation from PostgreSQL,
+            # and the restored claims give their volumes back when their VMs go.
+            await delete_keys(redis, servers.redis_key_prefix)
+            await eventually(
+                lambda: _local_allocated(snapshot, with_local),
+                lambda allocated: allocated == 85,
+                timeout=30,
+                what="the local pool's allocation restored",
+            )
+            await eventually(
+                lambda: snapshot.shared_pools(),
+                lambda pools: shared in pools and pools[shared].allocated_gb == 30,
+                timeout=30,
+                what="the shared pool restored",
+            )
+            again = await _place(api, suite, "too-big-again", volumes=[{"size_gb": 30, "tags": ["ssd"]}])
+            assert again["status"] == "unschedulable", again
+
             refused = await api.delete(f"/v1/storage-pools/{shared}")
             assert refused.status_code == 409, refused.text
             assert first["id"] in refused.json()["detail"]
             for vm in (first, fast):
                 await _delete(api, vm["id"])
             assert _pool_numbers((await api.get(f"/v1/storage-pools/{shared}")).json())[2:4] == (0, 0)
+            await eventually(
+                lambda: _local_allocated(snapshot, with_local),
+                lambda allocated: allocated == 0,
+                timeout=30,
+                what="the local pool given back",
+            )
             await eventually(
                 snapshot.shared_pools, lambda pools: pools[shared].allocated_gb == 0, timeout=10, what="released"
             )
@@ -202,6 +226,13 @@ async def test_a_vm_asking_volumes_with_bad_sizes_or_a_reservation_is_refused_wi
         )
         assert reserved.status_code == 422, reserved.text
         assert "volumes" in reserved.text
+
+
+async def _local_allocated(snapshot: Snapshot, host_id: str) -> int | None:
+    host = (await snapshot.read_hosts([host_id]))[host_id]
+    if host is None:
+        return None
+    return sum(pool.allocated_gb for pool in host.storage_pools if not pool.shared)
 
 
 def _pool_numbers(pool: dict[str, Any]) -> tuple[int, list[str], int, int, int]:

@@ -184,10 +184,11 @@ class Snapshot:
         """Every shared storage pool with its capacity, tags and allocation (:mod:`vmsched_redis.storage_pools`)."""
         return await read_shared_pools(self.redis, self.prefix)
 
-    async def restore_pool_claims(self, pools: Mapping[UUID, str]) -> int:
-        """Give existing claims of these VMs their shared pools (JSON ``{pool: GB}``) where they have none."""
+    async def restore_pool_claims(self, pools: Mapping[UUID, tuple[str, str]]) -> int:
+        """Give existing claims of these VMs their pools (JSON ``{pool: GB}``, shared then local) where
+        they have none."""
         given: int = await self._restore_pool_claims(
-            keys=[self.claim_key(vm_id) for vm_id in pools], args=list(pools.values())
+            keys=[self.claim_key(vm_id) for vm_id in pools], args=[part for pair in pools.values() for part in pair]
         )
         return given
 

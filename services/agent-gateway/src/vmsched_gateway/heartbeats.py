@@ -125,4 +125,5 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         usage=beat.usage,
         capabilities=beat.capabilities,
         storage_pools=beat.storage_pools,
+        pools_allocated=host.pools_allocated,
     )

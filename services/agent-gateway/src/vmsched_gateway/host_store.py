@@ -44,6 +44,16 @@ _HOLDERS = text(
      ORDER BY id FOR UPDATE
     """
 )
+# What the VMs on a host take of its local pools, {pool: GB}: asked only of a host that lists a local
+# pool (the others pay nothing), for a snapshot hash that has no allocations yet.
+_LOCAL_POOLS_ALLOCATED = f"""
+    CASE WHEN hosts.storage_pools @> '[{{"kind": "local"}}]' THEN
+        (SELECT coalesce(jsonb_object_agg(x.pool, x.gb), '{{}}'::jsonb)
+           FROM (SELECT w.pool, sum(w.size_gb) AS gb FROM vms v JOIN vm_volumes w ON w.vm_id = v.id
+                  WHERE v.hypervisor_id = hosts.id AND NOT w.shared AND v.status IN {sql_in(HOLDS_CAPACITY)}
+                  GROUP BY w.pool) x)
+    ELSE '{{}}'::jsonb END"""
+
 _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
@@ -71,7 +81,7 @@ _UPSERT_HOSTS = text(
            last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
-              memory_ratio, disk_ratio, (xmax = 0) AS inserted
+              memory_ratio, disk_ratio, (xmax = 0) AS inserted, {_LOCAL_POOLS_ALLOCATED} AS alloc_pools
     """
 )
 
@@ -145,6 +155,7 @@ class HostFacts:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     overcommit: Overcommit = field(default_factory=Overcommit)
+    pools_allocated: Mapping[str, int] = field(default_factory=dict)  # what its VMs take of its local pools
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +243,7 @@ class HostStore:
                 labels=dict(row.labels),
                 taints=taints_of(row.taints) or (),
                 overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
+                pools_allocated=dict(row.alloc_pools or {}),
             )
             for row in rows
         ]

@@ -25,12 +25,15 @@ _POOLS = text(
 )
 
 
-# Per committed VM with volumes on shared pools: {pool: GB} (its claim id is its own: a migration's
-# target claim takes none of its shared pools, which stay where they are).
+# Per committed VM with volumes: {pool: GB} on shared pools and on its host's local ones (its claim
+# id is its own: a migration's target claim takes none of its shared pools, which stay where they are).
 _VM_POOLS = text(
     f"""
-    SELECT w.vm_id, jsonb_object_agg(w.pool, w.size_gb) AS pools FROM vm_volumes w JOIN vms v ON v.id = w.vm_id
-     WHERE w.shared AND v.status IN {sql_in(HOLDS_CAPACITY)}
+    SELECT w.vm_id,
+           coalesce(jsonb_object_agg(w.pool, w.size_gb) FILTER (WHERE w.shared), '{{}}'::jsonb) AS shared,
+           coalesce(jsonb_object_agg(w.pool, w.size_gb) FILTER (WHERE NOT w.shared), '{{}}'::jsonb) AS local
+      FROM vm_volumes w JOIN vms v ON v.id = w.vm_id
+     WHERE v.status IN {sql_in(HOLDS_CAPACITY)}
      GROUP BY w.vm_id
     """
 )
@@ -42,7 +45,7 @@ async def reconcile_pools(engine: AsyncEngine, snapshot: Snapshot) -> int:
         pools = (await connection.execute(_POOLS)).all()
         vms = (await connection.execute(_VM_POOLS)).all()
     if vms:
-        await snapshot.restore_pool_claims({row.vm_id: extra_json(row.pools) for row in vms})
+        await snapshot.restore_pool_claims({row.vm_id: (extra_json(row.shared), extra_json(row.local)) for row in vms})
     restored = 0
     key = shared_pools_key(snapshot.prefix)
     for pool in pools:

@@ -199,3 +199,40 @@ def test_python_redis_and_postgresql_agree_on_every_pool_claim(stores: Stores, c
 def test_a_shared_pool_the_operator_never_set_has_no_room() -> None:
     case = Case((), (Shared("s1", None, 0, frozenset()),), (PoolTake("s1", 1),))
     assert in_python(case) == "storage: pool s1 needs 1 GB, 0 GB free"
+
+
+def test_an_all_or_nothing_claim_counts_its_vms_volumes_on_one_shared_pool_together(stores: Stores) -> None:
+    async def claim_two(capacity: int) -> list[str]:
+        snapshot, pool = stores.snapshot, f"gang-{uuid.uuid4().hex[:6]}"
+        hosts = [f"hv-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        zero = Resources(cpu=0, memory_mb=0, disk_gb=0)
+        writes = [
+            HostWrite(
+                host,
+                ROOMY,
+                Overcommit(),
+                zero,
+                {},
+                "online",
+                time.time(),
+                False,
+                zero,
+                0,
+                storage_pools=[StoragePool(name=pool, kind=PoolKind.SHARED)],
+            )
+            for host in hosts
+        ]
+        await snapshot.record_heartbeats(writes, bump_interval=60.0)
+        await put_shared_pool(stores.redis, snapshot.prefix, pool, capacity, [])
+        claims = [Claim(uuid.uuid4(), host, SMALL, pools=(PoolTake(pool, 30),)) for host in hosts]
+        claimed = await snapshot.claim_many(claims, time.time(), all_or_nothing=True)
+        taken = (await snapshot.shared_pools())[pool].allocated_gb
+        await snapshot.release_many([claim.vm_id for claim in claims])
+        assert (await snapshot.shared_pools())[pool].allocated_gb == 0
+        for host in hosts:
+            await snapshot.forget_host(host)
+        assert taken == (60 if all(r.outcome == "claimed" for r in claimed.results) else 0)
+        return [result.outcome for result in claimed.results]
+
+    assert stores.loop.run(claim_two(60)) == ["claimed", "claimed"]
+    assert stores.loop.run(claim_two(59)) == ["gang", "storage"]

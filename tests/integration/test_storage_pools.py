@@ -56,6 +56,8 @@ async def test_volumes_take_local_and_shared_pools_first_fit_and_a_shared_pool_i
                     timeout=30,
                     what=f"{host_id} online",
                 )
+            listed = (await api.get(f"/v1/hosts/{with_local}")).json()["storage_pools"]
+            assert listed == [own.model_dump(mode="json"), reach.model_dump(mode="json")]
             bad = await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": -1})
             assert bad.status_code == 422, bad.text
             put = await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 50, "tags": ["replicated"]})

@@ -46,7 +46,7 @@ from vmsched_contract.messages import (
 )
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
-from vmsched_contract.storage import PlacedVolume, Volumes
+from vmsched_contract.storage import PlacedVolume, StoragePool, Volumes
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
 
 # What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
@@ -415,6 +415,10 @@ class Host(BaseModel):
     capabilities: list[str] = Field(
         default_factory=list,
         description="what its agent declares it can do beyond create and delete: migrate, power (stop/start)",
+    )
+    storage_pools: list[StoragePool] = Field(
+        default_factory=list,
+        description="the storage pools its agent says it reaches (a shared pool's numbers: GET /v1/storage-pools)",
     )
     usage: HostUsage | None = Field(
         default=None,

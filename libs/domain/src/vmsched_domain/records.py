@@ -25,7 +25,7 @@ from vmsched_contract.messages import (
     VmToPlace,
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
-from vmsched_contract.storage import PlacedVolume
+from vmsched_contract.storage import PlacedVolume, StoragePool
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.groups import GroupRule
@@ -123,6 +123,7 @@ class HostRecord:
     operator_taints: tuple[Taint, ...] | None = None
     operator_overcommit: RatioOverrides = field(default_factory=RatioOverrides)
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
+    storage_pools: tuple[StoragePool, ...] = ()  # as its last heartbeat lists them
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

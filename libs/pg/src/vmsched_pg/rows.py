@@ -20,7 +20,7 @@ from vmsched_contract.messages import (
     SelectorOperator,
 )
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
-from vmsched_contract.storage import PlacedVolume
+from vmsched_contract.storage import PlacedVolume, PoolKind, StoragePool
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.inventory import RATIOS, RatioOverrides, taints_of, tolerations_of
@@ -100,6 +100,7 @@ HOST_FIELDS = (
     "operator_memory_ratio",
     "operator_disk_ratio",
     "capabilities",
+    "storage_pools",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -218,6 +219,12 @@ def host_from_row(row: Any) -> HostRecord:
         operator_taints=taints_of(row.operator_taints),
         operator_overcommit=ratio_overrides_of_row(row),
         capabilities=tuple(row.capabilities or ()),
+        storage_pools=tuple(
+            StoragePool.model_construct(
+                name=p["name"], kind=PoolKind(p["kind"]), capacity_gb=p.get("capacity_gb"), tags=list(p.get("tags", []))
+            )
+            for p in row.storage_pools or ()
+        ),
     )
 
 

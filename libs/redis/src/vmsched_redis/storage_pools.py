@@ -36,7 +36,8 @@ def pools_json(pools: Sequence[StoragePool]) -> str:
             {
                 "name": name,
                 "kind": by_name[name].kind.value,
-                "capacity_gb": by_name[name].capacity_gb or 0,
+                # A shared pool's capacity is the operator's: none here.
+                "capacity_gb": by_name[name].capacity_gb if by_name[name].kind is PoolKind.LOCAL else None,
                 "tags": sorted(set(by_name[name].tags)),
             }
             for name in sorted(by_name)

@@ -118,6 +118,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         last_heartbeat=host.last_heartbeat,
         scheduling_paused=host.scheduling_paused,
         capabilities=list(host.capabilities),
+        storage_pools=list(host.storage_pools),
         usage=None
         if usage is None
         else HostUsage(

@@ -34,7 +34,7 @@ async def get_pool(services: ServicesDep, _: HostsReader, name: str = PoolPath) 
     return pool
 
 
-@router.put("/{name}", response_model=SharedPoolView, responses=refusals(422))
+@router.put("/{name}", response_model=SharedPoolView)
 async def put_pool(body: SharedPoolBody, services: ServicesDep, _: HostsAdmin, name: str = PoolPath) -> SharedPoolView:
     """Create a shared pool or set its capacity and tags. PostgreSQL first (its guard checks every
     placement against it), then the snapshot the schedulers decide on."""

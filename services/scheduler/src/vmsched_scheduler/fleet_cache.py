@@ -152,8 +152,10 @@ class FleetCache:
         self.fleet.set_shared_pools(await self.snapshot.shared_pools())
 
     async def reread(self, host_ids: Iterable[str]) -> None:
-        """Read these hosts again, in one round trip: a claim proved the copy of them stale."""
+        """Read these hosts again, in one round trip, and the shared storage pools in another: a claim
+        proved the copy of them stale (a claim refused for a full shared pool names its host)."""
         wanted = sorted(set(host_ids))
         if not wanted:
             return
         self._take(await self.snapshot.read_hosts(wanted))
+        self.fleet.set_shared_pools(await self.snapshot.shared_pools())

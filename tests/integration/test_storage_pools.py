@@ -217,6 +217,41 @@ async def test_a_migration_keeps_a_shared_volume_where_it_is_and_goes_only_to_a_
         await redis.aclose()
 
 
+async def test_a_vm_waiting_for_room_on_a_shared_pool_is_placed_once_a_volume_leaves_it(
+    stack: Stack, servers: Servers
+) -> None:
+    suite = f"poolwait-{uuid.uuid4().hex[:6]}"
+    shared, one, other = f"{suite}-nfs", f"{suite}-a", f"{suite}-b"
+    reach = [StoragePool(name=shared, kind=PoolKind.SHARED)]
+    capacity = Resources(cpu=16, memory_mb=65536, disk_gb=100)
+    hosts = [HostSpec(id=h, capacity=capacity, labels={"suite": suite}, storage_pools=reach) for h in (one, other)]
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
+    async with fleet, stack.async_client(timeout=30) as api:
+        for host_id in (one, other):
+            await eventually(
+                lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]
+                lambda r: r.status_code == 200 and r.json()["status"] == "online",
+                timeout=30,
+                what=f"{host_id} online",
+            )
+        assert (await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 40})).status_code == 200
+        first = await _place(api, suite, "first", volumes=[{"size_gb": 30}])
+        assert first["status"] in PLACED, first
+        second = await _place(api, suite, "second", volumes=[{"size_gb": 30}], wait_s=120)
+        assert second["status"] == "waiting", second
+        assert second["status_reason"].startswith("storage: "), second
+        await _delete(api, first["id"])
+        placed = await eventually(
+            lambda: api.get(f"/v1/vms/{second['id']}"),
+            lambda r: r.json()["status"] in PLACED,
+            timeout=30,
+            what="the waiting VM placed once the pool had room",
+        )
+        assert placed.json()["volumes"][0]["pool"] == shared
+        await _delete(api, second["id"])
+        assert (await api.delete(f"/v1/storage-pools/{shared}")).status_code == 204
+
+
 async def test_a_vm_asking_volumes_with_bad_sizes_or_a_reservation_is_refused_with_the_field(stack: Stack) -> None:
     async with stack.async_client(timeout=30) as api:
         zero = await api.post("/v1/vms", json={"name": "v", "disk_gb": 1, "volumes": [{"size_gb": 0}]})

@@ -27,9 +27,10 @@ import numpy as np
 
 from vmsched_contract.messages import VmToPlace
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import VolumeAsk, per_pool
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
 from vmsched_placement.fleet import FloatArray
-from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of
+from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of, volumes_of
 from vmsched_placement.model import ONLINE, SelectorTerm
 from vmsched_placement.taint_rules import Toleration
 from vmsched_scheduler.groups import RoundGroups
@@ -46,11 +47,13 @@ class Shape:
     host_selector: tuple[SelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     server_group: UUID | None = None
+    volumes: tuple[VolumeAsk, ...] = ()
 
     @property
     def needs_whole_fleet(self) -> bool:
-        """Whether a host may take it depends on other hosts too (its group's members per domain)."""
-        return self.server_group is not None
+        """Whether a host may take it depends on other hosts too (its group's members per domain, or
+        a shared storage pool's room, freed by a VM leaving any host that reaches it)."""
+        return self.server_group is not None or bool(self.volumes)
 
     def request(self, entry: WaitingEntry, groups: RoundGroups | None) -> PlacementRequest:
         """What the engine is asked for the shape's VM ``entry``: any strategy will do, only whether
@@ -64,6 +67,7 @@ class Shape:
             host_selector=self.host_selector,
             tolerations=self.tolerations,
             group=groups.placement_group(entry.vm) if groups is not None else None,
+            volumes=self.volumes,
         )
 
 
@@ -74,6 +78,7 @@ def shape_of(vm: VmToPlace) -> Shape:
         host_selector_of(vm.host_selector),
         tolerations_of(vm.tolerations),
         vm.server_group,
+        volumes_of(vm.volumes),
     )
 
 
@@ -230,7 +235,7 @@ def whom_to_wake(
         decision = decide(fleet, shape.request(entry, groups), context, fallbacks=0)
         if decision.host_id is None:
             continue
-        fleet.allocate(decision.host_id, shape.demand)
+        fleet.allocate(decision.host_id, shape.demand, per_pool(shape.volumes, decision.volumes))
         if groups is not None:
             groups.book(entry.vm, fleet, decision.host_id)
         index.remove(entry.vm_id)

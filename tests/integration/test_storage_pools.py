@@ -252,6 +252,59 @@ async def test_a_vm_waiting_for_room_on_a_shared_pool_is_placed_once_a_volume_le
         assert (await api.delete(f"/v1/storage-pools/{shared}")).status_code == 204
 
 
+async def test_an_all_or_nothing_batch_counts_its_volumes_on_a_shared_pool_together(
+    stack: Stack, servers: Servers
+) -> None:
+    suite = f"poolgang-{uuid.uuid4().hex[:6]}"
+    shared, one, other = f"{suite}-nfs", f"{suite}-a", f"{suite}-b"
+    reach = [StoragePool(name=shared, kind=PoolKind.SHARED)]
+    capacity = Resources(cpu=16, memory_mb=65536, disk_gb=100)
+    hosts = [HostSpec(id=h, capacity=capacity, labels={"suite": suite}, storage_pools=reach) for h in (one, other)]
+    fleet = await enrolled_fleet(servers, hosts, heartbeat_interval=1.0)
+    async with fleet, stack.async_client(timeout=30) as api:
+        for host_id in (one, other):
+            await eventually(
+                lambda host_id=host_id: api.get(f"/v1/hosts/{host_id}"),  # type: ignore[misc]
+                lambda r: r.status_code == 200 and r.json()["status"] == "online",
+                timeout=30,
+                what=f"{host_id} online",
+            )
+
+        async def gang(name: str) -> list[dict[str, Any]]:
+            shape = {
+                "cpu": 1,
+                "memory_mb": 1024,
+                "disk_gb": 1,
+                "labels": {"suite": suite},
+                "volumes": [{"size_gb": 30}],
+            }
+            vms = [{"name": f"{suite}-{name}-{n}", **shape} for n in range(2)]
+            created = await api.post("/v1/vms/batch", json={"vms": vms, "all_or_nothing": True})
+            assert created.status_code == 202, created.text
+            decided = []
+            for vm in created.json()["items"]:
+                found = await eventually(
+                    lambda vm=vm: api.get(f"/v1/vms/{vm['id']}"),  # type: ignore[misc]
+                    lambda r: r.json()["status"] != "pending",
+                    timeout=30,
+                    what="decided",
+                )
+                decided.append(found.json())
+            return decided
+
+        assert (await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 50})).status_code == 200
+        refused = await gang("small")
+        assert [vm["status"] for vm in refused] == ["unschedulable", "unschedulable"], refused
+        assert (await api.get(f"/v1/storage-pools/{shared}")).json()["allocated_gb"] == 0
+        assert (await api.put(f"/v1/storage-pools/{shared}", json={"capacity_gb": 60})).status_code == 200
+        placed = await gang("roomy")
+        assert all(vm["status"] in PLACED for vm in placed), placed
+        assert (await api.get(f"/v1/storage-pools/{shared}")).json()["allocated_gb"] == 60
+        for vm in placed:
+            await _delete(api, vm["id"])
+        assert (await api.delete(f"/v1/storage-pools/{shared}")).status_code == 204
+
+
 async def test_a_vm_asking_volumes_with_bad_sizes_or_a_reservation_is_refused_with_the_field(stack: Stack) -> None:
     async with stack.async_client(timeout=30) as api:
         zero = await api.post("/v1/vms", json={"name": "v", "disk_gb": 1, "volumes": [{"size_gb": 0}]})

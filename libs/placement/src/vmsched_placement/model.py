@@ -15,6 +15,7 @@ from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.storage import PoolRoom, VolumeAsk
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
@@ -109,6 +110,9 @@ class HostState:
     can_migrate: bool = False  # its agent declares the "migrate" capability
     networks: frozenset[str] = frozenset()  # the networks it reaches (its agent's heartbeat)
     dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's)
+    # The storage pools it reaches: local ones with their numbers; shared ones by name (the fleet
+    # holds their capacity, tags and allocation, counted once for every host).
+    storage_pools: tuple[PoolRoom, ...] = ()
 
     @property
     def ratios(self) -> Ratios:
@@ -192,6 +196,7 @@ class PlacementRequest:
     # VMSCHED_EXCLUDE_CLUSTER_AFTER: a cluster holding this many of ``exclude_hosts`` is left out
     # whole (0: never); the hosts left out are those that failed the VM (and a migration's source).
     exclude_cluster_after: int = 0
+    volumes: tuple[VolumeAsk, ...] = ()  # each to one pool the host reaches (vmsched_domain.storage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +256,7 @@ class RequestVector:
     project: str = ""
     dedicated: bool = False
     exclude_cluster_after: int = 0
+    volumes: tuple[VolumeAsk, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -274,6 +280,7 @@ class RequestVector:
             project=request.project,
             dedicated=request.dedicated,
             exclude_cluster_after=request.exclude_cluster_after,
+            volumes=request.volumes,
         )
 
     def demanded(self, resource: int) -> int:

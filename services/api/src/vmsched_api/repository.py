@@ -75,6 +75,7 @@ def to_vm(vm: VmRecord) -> Vm:
         disk_gb=vm.resources.disk_gb,
         gpu=vm.resources.gpu,
         extra=dict(vm.resources.extra),
+        volumes=list(vm.volumes),
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),
@@ -124,6 +125,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         capabilities=list(host.capabilities),
         networks=list(host.networks),
         dedicated_to=host.dedicated_to,
+        storage_pools=list(host.storage_pools),
         usage=None
         if usage is None
         else HostUsage(

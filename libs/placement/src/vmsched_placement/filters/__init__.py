@@ -21,6 +21,7 @@ from vmsched_placement.filters.offline import OfflineFilter
 from vmsched_placement.filters.paused import PausedFilter
 from vmsched_placement.filters.server_group import ServerGroupFilter
 from vmsched_placement.filters.spread import SpreadFilter
+from vmsched_placement.filters.storage import StorageFilter
 from vmsched_placement.filters.taints import TaintsFilter
 
 # The host's gates first (excluded, migration, offline, paused, dedicated: a host given to another
@@ -47,6 +48,7 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     DiskFilter(),
     GpuFilter(),
     ExtraFilter(),
+    StorageFilter(),
 )
 SPREAD_FILTER = SpreadFilter(_BEFORE_SPREAD)
 FILTERS: tuple[HostFilter, ...] = (*_BEFORE_SPREAD, SPREAD_FILTER)
@@ -76,5 +78,6 @@ __all__ = [
     "PausedFilter",
     "ServerGroupFilter",
     "SpreadFilter",
+    "StorageFilter",
     "TaintsFilter",
 ]

@@ -17,6 +17,10 @@ The row ``least_loaded+groups`` is ``least_loaded`` with 1,000 server groups liv
 on hosts, zones and racks, with members across the fleet) and every VM a member of one of them: every
 rule active. Its time is ``decide``'s; building the group's view (a copy of its members per domain)
 is in it too, as the round does it per decision.
+
+The row ``least_loaded+groups+pools`` is that row on a fleet with storage pools (issue 26): every host
+a local pool, and each zone's hosts reaching two of eight shared pools; 80 % of the VMs ask one or two
+volumes (tagged or not), placed first fit and booked on the fleet (a shared pool once for all hosts).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.messages import SelectorOperator
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule, domain_of
+from vmsched_domain.storage import PoolRoom, VolumeAsk, per_pool
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement import (
     DecisionContext,
@@ -115,6 +120,39 @@ def build_hosts(count: int, rng: random.Random) -> list[HostState]:
             )
         )
     return hosts
+
+
+SHARED_POOLS = 8
+POOL_TAGS = ["ssd", "replicated", "fast"]
+
+
+def with_pools(hosts: list[HostState], rng: random.Random) -> tuple[list[HostState], dict[str, PoolRoom]]:
+    """The hosts, each with a local pool and the two shared pools of its zone; the shared pools."""
+    shared = {
+        f"shared-{n}": PoolRoom(
+            f"shared-{n}", True, 2_000_000, rng.randrange(0, 1_000_000), frozenset(POOL_TAGS[: n % 3 + 1])
+        )
+        for n in range(SHARED_POOLS)
+    }
+    pooled = []
+    for host in hosts:
+        zone = ZONES.index(host.labels["zone"])
+        local = PoolRoom("local", False, host.capacity.disk_gb, int(host.allocated.disk_gb * 0.5),
+                         frozenset(rng.sample(POOL_TAGS, rng.randint(0, 2))))  # fmt: skip
+        reach = tuple(PoolRoom(f"shared-{2 * zone + k}", True, 0, 0) for k in range(2))
+        pooled.append(replace(host, storage_pools=(local, *reach)))
+    return pooled, shared
+
+
+def volumes_for(rng: random.Random) -> tuple[VolumeAsk, ...]:
+    roll = rng.random()
+    if roll < 0.2:
+        return ()
+    count = 1 if roll < 0.7 else 2
+    return tuple(
+        VolumeAsk(rng.choice([10, 20, 50, 100, 200]), frozenset(rng.sample(POOL_TAGS, rng.randint(0, 1))))
+        for _ in range(count)
+    )
 
 
 def measured_usage(cpu: int, memory_mb: int, fill: float, rng: random.Random) -> MeasuredUsage | None:
@@ -228,8 +266,11 @@ def build_groups(hosts: list[HostState], rng: random.Random) -> tuple[list[Group
     return rules, members
 
 
-def time_groups(hosts: list[HostState], runs: int, repeat: int, seed: int) -> dict[str, Any]:
-    """``least_loaded`` with every VM a member of one of 1,000 live groups, booked as the round books."""
+def time_groups(
+    hosts: list[HostState], runs: int, repeat: int, seed: int, pools: dict[str, PoolRoom] | None = None
+) -> dict[str, Any]:
+    """``least_loaded`` with every VM a member of one of 1,000 live groups, booked as the round books;
+    with ``pools`` (the shared pools of ``hosts``' storage), most VMs ask volumes too."""
     medians, throughputs, every = [], [], []
     eligible, unschedulable = [], 0
     for run in range(runs):
@@ -237,6 +278,9 @@ def time_groups(hosts: list[HostState], runs: int, repeat: int, seed: int) -> di
         fleet = Fleet.from_hosts(hosts)
         rules, members = build_groups(hosts, random.Random(seed + run))
         requests = build_requests(repeat, len(hosts), Strategy.LEAST_LOADED, rng)
+        if pools is not None:
+            fleet.set_shared_pools(pools)
+            requests = [replace(request, volumes=volumes_for(rng)) for request in requests]
         joins = [rng.randrange(GROUPS) for _ in requests]
         context = DecisionContext(NOW, OFFLINE_TIMEOUT, Weights(), random.Random(run), 0)
         timings = []
@@ -249,7 +293,7 @@ def time_groups(hosts: list[HostState], runs: int, repeat: int, seed: int) -> di
             if decision.host_id is None:
                 unschedulable += 1
                 continue
-            fleet.allocate(decision.host_id, request.demand)
+            fleet.allocate(decision.host_id, request.demand, per_pool(request.volumes, decision.volumes))
             host = fleet.host(decision.host_id)
             assert host is not None
             domain = domain_of(rules[index].topology_key, host.id, host.labels)
@@ -349,17 +393,19 @@ def main() -> int:
         strategy.value: time_strategy(hosts, strategy, args.runs, args.repeat, args.seed) for strategy in Strategy
     }
     results["least_loaded+groups"] = time_groups(hosts, args.runs, args.repeat, args.seed)
+    pooled, shared = with_pools(hosts, random.Random(args.seed))
+    results["least_loaded+groups+pools"] = time_groups(pooled, args.runs, args.repeat, args.seed, shared)
     extra = informational(hosts, args.seed)
 
     print(f"placement: {args.hosts} hosts, {args.runs} runs x {args.repeat} decisions, pinned to cpu {cpu}")
-    print(f"{'strategy':<20}{'median us':>11}{'p99 us':>10}{'decisions/s':>13}{'eligible':>10}  budget")
+    print(f"{'strategy':<26}{'median us':>11}{'p99 us':>10}{'decisions/s':>13}{'eligible':>10}  budget")
     over = []
     for name, result in results.items():
         ok = result["median_us"] <= BUDGET_US
         if not ok:
             over.append(name)
         print(
-            f"{name:<20}{result['median_us']:>11.1f}{result['p99_us']:>10.1f}{result['decisions_per_s']:>13,.0f}"
+            f"{name:<26}{result['median_us']:>11.1f}{result['p99_us']:>10.1f}{result['decisions_per_s']:>13,.0f}"
             f"{result['mean_eligible_hosts']:>10.0f}  {'ok' if ok else 'OVER'}"
         )
     print(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from redis.asyncio import Redis
@@ -18,7 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.integration.rows import delete_keys, online_host
 from tests.servers import Servers
 from vmsched_contract.messages import Resources
+from vmsched_contract.storage import PoolKind, StoragePool
+from vmsched_domain.storage import PoolTake
+from vmsched_redis.claims import Claim
 from vmsched_redis.snapshot import Snapshot
+from vmsched_redis.storage_pools import put_shared_pool
 from vmsched_scheduler.reconcile import reconcile
 
 
@@ -155,3 +160,35 @@ async def test_a_flushed_snapshot_gets_the_room_reservations_hold_back_and_relea
     host = (await snapshot.read_hosts(["hv-r3"]))["hv-r3"]
     assert host is not None
     assert (host.allocated.cpu, host.allocated.memory_mb, host.vm_count) == (5, 2048, 2)
+
+
+async def test_a_dropped_claim_gives_its_storage_pools_back(private_engine: AsyncEngine, snapshot: Snapshot) -> None:
+    pool = f"nfs-{uuid.uuid4().hex[:6]}"
+    async with private_engine.begin() as connection:
+        await connection.execute(
+            text("INSERT INTO hosts (id, status, cpu, memory_mb, disk_gb) VALUES ('hv-r5', 'online', 16, 65536, 1000)")
+        )
+        await connection.execute(text("INSERT INTO storage_pools (name, capacity_gb) VALUES (:n, 100)"), {"n": pool})
+    write = replace(
+        online_host("hv-r5", Resources(cpu=16, memory_mb=65536, disk_gb=1000)),
+        storage_pools=[
+            StoragePool(name="local", kind=PoolKind.LOCAL, capacity_gb=100),
+            StoragePool(name=pool, kind=PoolKind.SHARED),
+        ],
+    )
+    await snapshot.record_heartbeats([write], bump_interval=5.0)
+    await put_shared_pool(snapshot.redis, snapshot.prefix, pool, 100, [])
+    orphan = uuid.uuid4()
+    takes = (PoolTake("local", 10), PoolTake(pool, 20))
+    claim = Claim(orphan, "hv-r5", Resources(cpu=1, memory_mb=512, disk_gb=5), pools=takes)
+    (claimed,) = (await snapshot.claim_many([claim], now=time.time() - 120)).results
+    assert claimed.holds
+    assert (await snapshot.shared_pools())[pool].allocated_gb == 20
+
+    report = await reconcile(private_engine, snapshot, grace=30.0)
+
+    assert report.dropped_claims == 1
+    host = (await snapshot.read_hosts(["hv-r5"]))["hv-r5"]
+    assert host is not None
+    assert [(p.name, p.allocated_gb) for p in host.storage_pools] == [("local", 0), (pool, 0)]
+    assert (await snapshot.shared_pools())[pool].allocated_gb == 0

@@ -4,7 +4,7 @@ same request and context, so the engine decides the same host with the same scor
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +24,7 @@ from tests.placement.support import (
 )
 from vmsched_contract.groups import GroupPolicy
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import PoolRoom
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, Weights, decide
 from vmsched_placement.journal import (
@@ -261,11 +262,16 @@ def test_a_preemption_rebuilt_from_its_entry_chooses_the_same_host_and_victims(
 def test_entries_written_before_the_cloud_fields_rebuild_with_their_defaults() -> None:
     """A host row and a request of a journal written before networks, dedication, the planner and the
     cluster exclusion (shorter rows, fewer keys) decode as what the engine read then: none of them."""
-    placed = support.host("hv-1", networks=["vlan-100"], dedicated_to="p1")
+    placed = replace(
+        support.host("hv-1", networks=["vlan-100"], dedicated_to="p1"),
+        storage_pools=(PoolRoom("local", False, 100, 10, frozenset({"ssd"})),),
+    )
     row = encode_host(placed)
-    legacy_row = row[:-2]  # networks and dedicated_to were added last
+    # networks, dedicated_to, then storage_pools were added last, in that order
+    legacy_row = row[: [f.name for f in fields(HostState)].index("networks")]
     decoded = decode_host(legacy_row, NOW)
-    assert (decoded.networks, decoded.dedicated_to) == (frozenset(), None)
+    assert (decoded.networks, decoded.dedicated_to, decoded.storage_pools) == (frozenset(), None, ())
+    assert decode_host(row[:-1], NOW) == replace(placed, storage_pools=())  # written before storage pools
     assert decode_host(row, NOW) == placed
     asked = support.request(networks=["vlan-100"], project="p1", dedicated=True)
     encoded = encode_request(asked)

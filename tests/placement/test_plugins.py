@@ -45,6 +45,7 @@ def test_filters_run_in_the_documented_order() -> None:
         "disk",
         "gpu",
         "extra",
+        "storage",
         "ha_reserve",
         "spread",
     )

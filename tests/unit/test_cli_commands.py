@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from vmsched_client.cli.app import app
 from vmsched_client.cli.exit_codes import ExitCode
+from vmsched_client.cli.options import volumes
 
 COMMANDS = [
     ["vms", "create"],
@@ -27,6 +28,10 @@ COMMANDS = [
     ["groups", "show"],
     ["groups", "create"],
     ["groups", "delete"],
+    ["pools", "list"],
+    ["pools", "show"],
+    ["pools", "set"],
+    ["pools", "delete"],
     ["reservations", "list"],
     ["reservations", "show"],
     ["reservations", "create"],
@@ -61,7 +66,8 @@ def test_every_command_takes_the_output_option(command: list[str]) -> None:
     [
         (["groups", "create"], ["--policy", "--topology-key", "--max-per-domain", "--max-skew"]),
         (["tokens", "create"], ["--project", "-s, --scope", "--expires-at"]),
-        (["vms", "create"], ["--cpu", "-l, --label", "--wait", "--count", "--timeout", "--reservation"]),
+        (["vms", "create"], ["--cpu", "-l, --label", "--volume", "--wait", "--count", "--timeout", "--reservation"]),
+        (["pools", "set"], ["--capacity-gb", "-t, --tag"]),
         (["reservations", "create"], ["--cpu", "--memory-mb", "--count", "-l, --label", "--ends-at"]),
         (["rebalance", "plan"], ["--goal", "--max-moves", "-l, --label", "--apply", "--max-parallel", "--wait"]),
         (["rebalance", "apply"], ["--max-parallel", "--wait", "--timeout"]),
@@ -102,3 +108,21 @@ def test_a_rebalance_plan_the_models_refuse_is_not_sent_and_exits_2() -> None:
 def test_an_unknown_goal_is_a_usage_error() -> None:
     refused = CliRunner().invoke(app, ["--url", "http://127.0.0.1:9", "rebalance", "plan", "--goal", "sideways"])
     assert refused.exit_code == ExitCode.USAGE
+
+
+def test_a_volume_that_is_not_gb_and_tags_is_a_usage_error() -> None:
+    refused = CliRunner().invoke(app, ["--url", "http://127.0.0.1:9", "vms", "create", "v", "--volume", "big:ssd"])
+    assert refused.exit_code == ExitCode.USAGE
+    assert "--volume" in refused.stderr
+
+
+def test_a_pool_the_models_refuse_is_not_sent_and_exits_2() -> None:
+    refused = CliRunner().invoke(
+        app, ["--url", "http://127.0.0.1:9", "pools", "set", "nfs", "--capacity-gb", "1", "-t", "a b"]
+    )
+    assert refused.exit_code == ExitCode.USAGE
+    assert refused.stderr.startswith("vmsched: tags.0: ")
+
+
+def test_volumes_are_read_as_gb_then_tags() -> None:
+    assert volumes(["30:ssd,fast", "5"]) == [{"size_gb": 30, "tags": ["ssd", "fast"]}, {"size_gb": 5, "tags": []}]

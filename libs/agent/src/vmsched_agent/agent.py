@@ -42,6 +42,7 @@ from vmsched_contract.messages import (
     Usage,
     VmStatusReport,
 )
+from vmsched_contract.storage import StoragePool
 from vmsched_runtime.logs import bound, get_logger
 from vmsched_runtime.settings import default_settings
 
@@ -105,6 +106,7 @@ class Agent:
         capabilities: Iterable[Capability | str] | None = None,
         migration_uri: str | None = None,
         networks: Iterable[str] = (),
+        storage_pools: Sequence[StoragePool] = (),
         heartbeat_interval: float | None = None,
         max_concurrent_commands: int = 4,
         queue_wait_timeout: float = 60.0,
@@ -129,6 +131,7 @@ class Agent:
         self.stats = AgentStats()
         self._observer = observer
         self._on_receive = on_receive
+        self.storage_pools: tuple[StoragePool, ...] = tuple(storage_pools)  # what its heartbeats list
         self.capabilities: tuple[str, ...] = tuple(
             sorted({str(c) for c in (implemented(hypervisor) if capabilities is None else capabilities)})
         )
@@ -233,6 +236,7 @@ class Agent:
             capabilities=list(self.capabilities),
             migration_uri=self.migration_uri,
             networks=list(self.networks),
+            storage_pools=list(self.storage_pools),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from vmsched_contract.messages import Capability, HostId, Labels, Overcommit, Resources, Taint
+from vmsched_contract.storage import StoragePool
 
 # What a simulated host can do unless its spec says otherwise: everything.
 ALL_CAPABILITIES: tuple[str, ...] = tuple(c.value for c in Capability)
@@ -32,6 +33,9 @@ class HostSpec(BaseModel):
         description="what its agent declares beyond create and delete (migrate, power); default: all",
     )
     networks: list[str] = Field(default_factory=list, description="the networks it reaches")
+    storage_pools: list[StoragePool] = Field(
+        default_factory=list, description="the storage pools it reaches (local ones with capacity_gb)"
+    )
 
 
 class Profile(StrEnum):

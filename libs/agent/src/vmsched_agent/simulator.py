@@ -346,6 +346,7 @@ class SimulatedFleet:
                 overcommit=host.overcommit,
                 capabilities=host.capabilities,
                 networks=host.networks,
+                storage_pools=host.storage_pools,
                 heartbeat_interval=heartbeat_interval,
                 queue_wait_timeout=queue_wait_timeout,
                 observer=self._observe if record_commands else None,

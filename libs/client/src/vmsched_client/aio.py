@@ -55,6 +55,7 @@ from vmsched_contract.api import (
 from vmsched_contract.messages import HostSelectorTerm
 from vmsched_contract.rebalance import PLANS_PER_PAGE, Goal, RebalancePlan
 from vmsched_contract.status import VmStatus
+from vmsched_contract.storage import SharedPoolBody, SharedPoolView
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
 
@@ -209,6 +210,22 @@ class AsyncClient:
 
     async def delete_host(self, host_id: str) -> None:
         await self.send(calls.delete_host(host_id))
+
+    # Shared storage pools
+
+    async def list_storage_pools(self) -> list[SharedPoolView]:
+        return await self.send(calls.list_storage_pools())
+
+    async def get_storage_pool(self, name: str) -> SharedPoolView:
+        return await self.send(calls.get_storage_pool(name))
+
+    async def set_storage_pool(self, name: str, body: SharedPoolBody) -> SharedPoolView:
+        """Create a shared pool or set its capacity and tags."""
+        return await self.send(calls.set_storage_pool(name, body))
+
+    async def delete_storage_pool(self, name: str) -> None:
+        """Forget a shared pool no VM's volumes are on (409 otherwise)."""
+        await self.send(calls.delete_storage_pool(name))
 
     async def drain_host(self, host_id: str, request: DrainRequest | None = None) -> Drain:
         """Empty the host: paused, and (``evacuate``) every VM migrated away; GET it with get_drain."""

@@ -49,6 +49,7 @@ from vmsched_contract.rebalance import (
     RebalancePlanPage,
 )
 from vmsched_contract.status import VmStatus
+from vmsched_contract.storage import SharedPoolBody, SharedPoolView
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import Capacity, Simulation, SimulationRequest
 
@@ -169,6 +170,22 @@ def update_host(host_id: str, patch: HostPatch) -> Call[Host]:
 
 def delete_host(host_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/hosts/{host_id}", _nothing)
+
+
+def list_storage_pools() -> Call[list[SharedPoolView]]:
+    return Call("GET", "/v1/storage-pools", _list_of(SharedPoolView))
+
+
+def get_storage_pool(name: str) -> Call[SharedPoolView]:
+    return Call("GET", f"/v1/storage-pools/{name}", _model(SharedPoolView))
+
+
+def set_storage_pool(name: str, body: SharedPoolBody) -> Call[SharedPoolView]:
+    return Call("PUT", f"/v1/storage-pools/{name}", _model(SharedPoolView), body=_dump(body))
+
+
+def delete_storage_pool(name: str) -> Call[None]:
+    return Call("DELETE", f"/v1/storage-pools/{name}", _nothing)
 
 
 def drain_host(host_id: str, request: DrainRequest | None = None) -> Call[Drain]:

@@ -49,6 +49,7 @@ from vmsched_contract.networks import VmNetworks
 from vmsched_contract.planner import Planner
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import DrainState, ReservationStatus, Task, VmStatus
+from vmsched_contract.storage import PlacedVolume, StoragePool, Volumes
 from vmsched_contract.strategy import MAX_WAIT_S, Strategy
 
 # What a request body says as a number or a flag must be one: JSON's true is not 1, nor "4" four
@@ -124,6 +125,13 @@ class VmRequest(BaseModel):
         f"take the VM (whole units, never overcommitted; at most {MAX_EXTRA_NAMES} names)",
     )
     labels: Labels = Field(default_factory=dict, description="the host's labels must contain all of these")
+    volumes: Volumes = Field(
+        default_factory=list,
+        # Left out of the dump when empty: the Idempotency-Key hash of a request without volumes is unchanged.
+        exclude_if=lambda volumes: not volumes,
+        description="volumes ({size_gb, tags}), each placed on one storage pool the host reaches that carries "
+        "every tag and has room (first fit: docs/placement.md#storage-pools); disk_gb stays the root disk",
+    )
     host_selector: HostSelector = Field(default_factory=list)
     tolerations: Tolerations = Field(
         default_factory=list,
@@ -177,6 +185,8 @@ class VmRequest(BaseModel):
     def _a_reserved_vm_joins_no_group(self) -> VmRequest:
         if self.reservation is not None and self.server_group is not None:
             raise ValueError("a VM taking a reservation's room cannot join a server group (yet)")
+        if self.reservation is not None and self.volumes:
+            raise ValueError("volumes: a VM taking a reservation's room cannot ask for volumes (yet)")
         return self
 
     def waits(self, defaults: VmDefaults) -> int:
@@ -225,6 +235,9 @@ class Vm(BaseModel):
     disk_gb: int
     gpu: int
     extra: dict[str, int] = Field(default_factory=dict, description="named extra resources it asks for")
+    volumes: list[PlacedVolume] = Field(
+        default_factory=list, description="its volumes, each with the storage pool it was placed on (null: not yet)"
+    )
     labels: dict[str, str]
     host_selector: list[HostSelectorTerm] = Field(description="terms the host's labels must all satisfy")
     tolerations: list[Toleration] = Field(default_factory=list)
@@ -449,6 +462,10 @@ class Host(BaseModel):
     networks: list[str] = Field(default_factory=list, description="the networks it reaches (its agent's word)")
     dedicated_to: str | None = Field(
         default=None, description="the project whose VMs alone it takes (set by the operator); null: any project's"
+    )
+    storage_pools: list[StoragePool] = Field(
+        default_factory=list,
+        description="the storage pools its agent says it reaches (a shared pool's numbers: GET /v1/storage-pools)",
     )
     usage: HostUsage | None = Field(
         default=None,

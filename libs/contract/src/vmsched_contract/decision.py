@@ -111,6 +111,12 @@ class PlacementRecord(BaseModel):
         default=False,
         description="every host that fits had failed this VM before, so its exclusions were set aside",
     )
+    volumes: list[str] = Field(
+        default_factory=list,
+        # Left out when empty: the records of VMs without volumes are what they were.
+        exclude_if=lambda pools: not pools,
+        description="the storage pool of each volume the VM asks for, on the chosen host (first fit)",
+    )
     decided_at: datetime
     decision_us: float = Field(description="microseconds the decision took (filters and strategy, in memory)")
     claim_conflicts: int = Field(default=0, description="claims refused before one held")

@@ -28,6 +28,7 @@ from pydantic import (
 
 from vmsched_contract.networks import HostNetworks, VmNetworks
 from vmsched_contract.planner import Planner
+from vmsched_contract.storage import MAX_VOLUMES, HostPools, PlacedVolume
 from vmsched_contract.strategy import Strategy
 
 HostId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -333,6 +334,13 @@ class VmToPlace(BaseModel):
     reservation: UUID | None = Field(
         default=None, description="the reservation whose held room it takes (one of its slots); null for none"
     )
+    # Left out when empty, as Resources.extra: a VM without volumes is the message it was.
+    volumes: Annotated[list[PlacedVolume], Field(max_length=MAX_VOLUMES)] = Field(
+        default_factory=list,
+        exclude_if=lambda volumes: not volumes,
+        description="volumes, each placed on one storage pool its host reaches with the tags and room (with "
+        "the pool once placed: a migration keeps a volume on a shared pool where it is)",
+    )
 
 
 class VmCreate(Message):
@@ -505,6 +513,12 @@ class AgentHeartbeat(Message):
 
     # Added in schema version 1 without a new version, left out when empty: an older agent sends none.
     networks: HostNetworks = Field(default_factory=list, exclude_if=lambda networks: not networks)
+    storage_pools: HostPools = Field(
+        default_factory=list,
+        exclude_if=lambda pools: not pools,
+        description="the storage pools the host reaches: local ones with capacity_gb and tags, shared ones by "
+        "name (their capacity and tags are the operator's)",
+    )
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

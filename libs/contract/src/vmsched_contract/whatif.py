@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vmsched_contract.api import VmRequest
 from vmsched_contract.decision import RejectedHost
 from vmsched_contract.messages import HostId
+from vmsched_contract.storage import PoolSpace
 from vmsched_contract.strategy import Strategy
 
 MAX_SIMULATED_VMS = 1000
@@ -46,6 +47,9 @@ class SimulatedVm(BaseModel):
     considered: int = Field(description="hosts in the fleet")
     eligible: int = Field(description="hosts that passed every filter")
     rejections: dict[str, int] = Field(description="rule -> hosts that rule rejected first")
+    volumes: list[str] = Field(
+        default_factory=list, description="the storage pool each of its volumes would go to, on that host"
+    )
     examples: dict[str, list[RejectedHost]] = Field(description="when it would not fit: a few hosts per rule, why")
     cluster: str | None = Field(
         default=None, description="planner cluster_first: the cluster whose hosts the strategy ranked"
@@ -104,3 +108,6 @@ class Capacity(BaseModel):
     zones: list[ZoneCapacity]
     hosts: list[HostCapacity]
     failover: Failover | None = Field(default=None, description="the failover headroom per zone")
+    storage_pools: list[PoolSpace] = Field(
+        default_factory=list, description="the shared storage pools and their free space (volumes are not in the shape)"
+    )

@@ -26,6 +26,7 @@ from vmsched_contract.messages import (
 )
 from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
+from vmsched_contract.storage import PlacedVolume, StoragePool
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.groups import GroupRule
@@ -71,6 +72,7 @@ class VmRecord:
     networks: tuple[str, ...] = ()  # the networks its host must reach
     dedicated: bool = False  # it goes only to a host dedicated to its project
     planner: Planner = Planner.FLAT  # which eligible hosts its strategy ranks
+    volumes: tuple[PlacedVolume, ...] = ()  # each with its storage pool once placed
 
     def excluded_at(self, now: float) -> list[str]:
         """The hosts still excluded at epoch second ``now``, sorted."""
@@ -96,6 +98,7 @@ class VmRecord:
             networks=list(self.networks),
             dedicated=self.dedicated,
             planner=self.planner,
+            volumes=list(self.volumes),
         )
 
     def command(self, action: CommandAction) -> AgentCommand:
@@ -131,6 +134,7 @@ class HostRecord:
     dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's word)
     fenced_at: datetime | None = None  # declared down (docs/operations.md#fencing); None: not fenced
     fenced_by: str | None = None  # "operator" or "command"
+    storage_pools: tuple[StoragePool, ...] = ()  # as its last heartbeat lists them
 
     def can(self, capability: Capability) -> bool:
         return capability.value in self.capabilities

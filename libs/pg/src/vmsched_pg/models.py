@@ -1,6 +1,6 @@
 """The durable truth: SQLAlchemy 2 models of the ``vms``, ``hosts``, ``server_groups``,
 ``scheduler_settings``, ``projects``, ``tokens``, ``audit``, ``reservations``, ``reservation_slots``,
-``host_drains``, ``rebalance_plans`` and ``decision_journal`` tables.
+``host_drains``, ``rebalance_plans``, ``decision_journal``, ``storage_pools`` and ``vm_volumes`` tables.
 
 A host's ``alloc_*`` columns are the sum of the resources of its VMs in a status that holds capacity
 (``vmsched_domain.lifecycle.HOLDS_CAPACITY``; ``alloc_extra`` by name), of the VMs migrating to it
@@ -57,6 +57,8 @@ class VmRow(Base):
     # Named extra resources it asks for: {name: count} (messages.Resources.extra).
     extra: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # [{size_gb, tags, pool}]: the volumes it asks for (storage.Volume), each with its pool once placed.
+    volumes: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # [{key, operator, values}]: terms the host's labels must all satisfy (messages.HostSelectorTerm).
     host_selector: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     strategy: Mapped[str | None] = mapped_column(String(32))
@@ -210,7 +212,39 @@ class HostRow(Base):
     # host.fence_needed): once per silence, cleared when the host heartbeats again or is unfenced.
     fence_tried_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     fence_error: Mapped[str | None] = mapped_column(Text)  # the last fence command's failure
+    # The storage pools its last heartbeat lists: [{name, kind, capacity_gb, tags}] by name
+    # (vmsched_redis.storage_pools.pools_json); a shared pool's numbers are its storage_pools row's.
+    storage_pools: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class StoragePoolRow(Base):
+    """A shared storage pool: its capacity and tags are the operator's (PUT /v1/storage-pools/{name});
+    what is allocated on it is the sum of its ``vm_volumes`` of VMs that hold capacity."""
+
+    __tablename__ = "storage_pools"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    capacity_gb: Mapped[int] = mapped_column(BigInteger)
+    tags: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class VmVolumeRow(Base):
+    """What a placed VM's volumes take of one pool (a local pool of its host, or a shared pool): the
+    rows a pool's allocation is summed from (those of VMs in a status that holds capacity)."""
+
+    __tablename__ = "vm_volumes"
+
+    vm_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("vms.id", ondelete="CASCADE"), primary_key=True
+    )
+    pool: Mapped[str] = mapped_column(String(128), primary_key=True)
+    shared: Mapped[bool] = mapped_column(Boolean)
+    size_gb: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_vm_volumes_pool", "pool"),)
 
 
 class ServerGroupRow(Base):

@@ -21,6 +21,7 @@ from vmsched_contract.messages import (
 )
 from vmsched_contract.planner import Planner
 from vmsched_contract.status import ReservationStatus, Task, VmStatus
+from vmsched_contract.storage import PlacedVolume, PoolKind, StoragePool
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.inventory import RATIOS, RatioOverrides, taints_of, tolerations_of
@@ -37,6 +38,7 @@ VM_FIELDS = (
     "disk_gb",
     "gpu",
     "extra",
+    "volumes",
     "labels",
     "host_selector",
     "tolerations",
@@ -106,6 +108,7 @@ HOST_FIELDS = (
     "dedicated_to",
     "fenced_at",
     "fenced_by",
+    "storage_pools",
 )
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 
@@ -201,6 +204,17 @@ def vm_from_row(row: Any) -> VmRecord:
         target_host=row.target_host,
         migration_target=row.migration_target,
         reservation=row.reservation,
+        volumes=trusted_volumes(row.volumes),
+    )
+
+
+def trusted_volumes(volumes: list[dict[str, Any]] | None) -> tuple[PlacedVolume, ...]:
+    """A VM's volumes read back from their column (only validated ones reach it), built as ``trusted``."""
+    return tuple(
+        PlacedVolume.model_construct(
+            size_gb=v["size_gb"], tags=list(v.get("tags", [])), pool=v.get("pool"), shared=v.get("shared")
+        )
+        for v in volumes or ()
     )
 
 
@@ -230,6 +244,12 @@ def host_from_row(row: Any) -> HostRecord:
         dedicated_to=row.dedicated_to,
         fenced_at=row.fenced_at,
         fenced_by=row.fenced_by,
+        storage_pools=tuple(
+            StoragePool.model_construct(
+                name=p["name"], kind=PoolKind(p["kind"]), capacity_gb=p.get("capacity_gb"), tags=list(p.get("tags", []))
+            )
+            for p in row.storage_pools or ()
+        ),
     )
 
 

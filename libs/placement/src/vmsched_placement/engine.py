@@ -57,6 +57,7 @@ class Decision:
     preferences: Mapping[str, int] = field(default_factory=lambda: _NO_REJECTIONS)
     preferred: int = 0  # eligible hosts of the lowest penalty: those the strategy ranked
     cluster: str | None = None  # the cluster the planner chose (cluster_first), None: no narrowing
+    volumes: tuple[str, ...] = ()  # the pool of each volume the VM asks for, on the chosen host
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
     ranking = strategy.rank(columns, vector, preferred, preferred_count, context, 1 + max(0, fallbacks))
     ids = columns.ids
     ranked = tuple(ids[index] for index in ranking.indices)
+    volumes = (columns.storage.assignment(ranking.indices[0], request.volumes) or ()) if request.volumes else ()
     return Decision(
         strategy=request.strategy,
         host_id=ranked[0],
@@ -137,6 +139,7 @@ def decide(fleet: Fleet, request: PlacementRequest, context: DecisionContext, *,
         preferences=MappingProxyType(preferences) if preferences else _NO_REJECTIONS,
         preferred=preferred_count,
         cluster=cluster,
+        volumes=volumes,
     )
 
 

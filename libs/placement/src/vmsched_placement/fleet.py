@@ -11,17 +11,19 @@ Updating one known host rewrites one row in place; adding or removing a host shi
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from vmsched_domain.storage import PoolRoom
 from vmsched_placement.column_block import ColumnBlock
 from vmsched_placement.host_keys import HostKeys
 from vmsched_placement.model import GPU, ONLINE, Demand, HostState
 from vmsched_placement.scratch import Scratch
+from vmsched_placement.storage_columns import StorageColumns, booked_pools
 from vmsched_placement.taint_rules import NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, untolerated
 
 BoolArray = npt.NDArray[np.bool_]
@@ -105,14 +107,16 @@ class FleetColumns:
         "prefer_no_schedule",
         "prefer_no_schedule_hosts",
         "scratch",
+        "storage",
         "taint_codes",
         "taint_sets",
         "touched",
         "utilisation",
     )
 
-    def __init__(self, hosts: Sequence[HostState]) -> None:
+    def __init__(self, hosts: Sequence[HostState], shared_pools: Mapping[str, PoolRoom] | None = None) -> None:
         self.hosts: list[HostState] = list(hosts)
+        self.storage = StorageColumns(self.hosts, shared_pools)
         self.ids: list[str] = [host.id for host in self.hosts]
         block = ColumnBlock(self.hosts)
         self.online: BoolArray = block.online
@@ -273,6 +277,7 @@ class FleetColumns:
         self.keys.write(index, host)
         self.touched.add(host.id)
         self.hosts[index] = host
+        self.storage.row_changed(index)
         self.ids[index] = host.id
         self.online[index] = host.status == ONLINE
         self.last_heartbeat[index] = host.last_heartbeat
@@ -298,6 +303,7 @@ class FleetColumns:
         for position, host in zip(reversed(positions), reversed(new_hosts), strict=True):
             self.ids.insert(position, host.id)
             self.hosts.insert(position, host)
+        self.storage.rows_moved()
         block = ColumnBlock(new_hosts)
         self.online = np.insert(self.online, positions, block.online)
         self.last_heartbeat = np.insert(self.last_heartbeat, positions, block.last_heartbeat)
@@ -326,6 +332,7 @@ class FleetColumns:
         self.touched.add(self.ids[index])
         del self.ids[index]
         del self.hosts[index]
+        self.storage.rows_moved()
         self.online = np.delete(self.online, index)
         self.last_heartbeat = np.delete(self.last_heartbeat, index)
         self.paused = np.delete(self.paused, index)
@@ -423,7 +430,8 @@ class Fleet:
         if len(new) > REBUILD_SHARE * len(self._columns):
             merged = {host.id: host for host in self._columns.hosts}
             merged.update(new)
-            self._columns = FleetColumns([merged[host_id] for host_id in sorted(merged)])
+            shared = self._columns.storage.shared
+            self._columns = FleetColumns([merged[host_id] for host_id in sorted(merged)], shared)
         else:
             self._columns.insert_rows([new[host_id] for host_id in sorted(new)])
 
@@ -433,8 +441,9 @@ class Fleet:
         if index is not None:
             self._columns.delete_row(index)
 
-    def allocate(self, host_id: str, demand: Demand) -> None:
-        """Book a placed VM on a host locally (after a successful claim): adds ``demand`` and one VM.
+    def allocate(self, host_id: str, demand: Demand, pools: Mapping[str, int] | None = None) -> None:
+        """Book a placed VM on a host locally (after a successful claim): adds ``demand`` and one VM,
+        and ``pools`` (GB per storage pool its volumes take).
 
         Unknown hosts are ignored: the next refresh of the snapshot brings the truth.
         """
@@ -442,15 +451,18 @@ class Fleet:
         if index is None:
             return
         host = self._columns.hosts[index]
-        self._columns.write_row(index, replace(host, allocated=host.allocated.plus(demand), vm_count=host.vm_count + 1))
+        host = replace(host, allocated=host.allocated.plus(demand), vm_count=host.vm_count + 1)
+        self._columns.write_row(index, booked_pools(host, self._columns.storage, pools or {}, 1))
 
-    def release(self, host_id: str, demand: Demand) -> None:
+    def release(self, host_id: str, demand: Demand, pools: Mapping[str, int] | None = None) -> None:
         """Undo ``allocate``: subtracts ``demand`` (never below zero) and one VM. Unknown hosts are ignored."""
         index = self._columns.index_of(host_id)
         if index is None:
             return
         host = self._columns.hosts[index]
-        self._columns.write_row(
-            index,
-            replace(host, allocated=host.allocated.minus_floored(demand), vm_count=max(0, host.vm_count - 1)),
-        )
+        host = replace(host, allocated=host.allocated.minus_floored(demand), vm_count=max(0, host.vm_count - 1))
+        self._columns.write_row(index, booked_pools(host, self._columns.storage, pools or {}, -1))
+
+    def set_shared_pools(self, pools: Mapping[str, PoolRoom]) -> None:
+        """The shared storage pools as the snapshot holds them now."""
+        self._columns.storage.set_shared(pools)

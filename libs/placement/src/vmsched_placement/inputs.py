@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from vmsched_contract import messages
 from vmsched_contract.messages import Resources, VmToPlace
+from vmsched_contract.storage import PlacedVolume
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import VolumeAsk
 from vmsched_placement.model import (
     Demand,
     FailoverReserve,
@@ -31,6 +33,15 @@ def tolerations_of(tolerations: Sequence[messages.Toleration]) -> tuple[Tolerati
     """A VM's tolerations as the engine reads them."""
     return tuple(
         Toleration(t.key, t.operator.value, t.value, None if t.effect is None else t.effect.value) for t in tolerations
+    )
+
+
+def volumes_of(volumes: Sequence[PlacedVolume], *, moving: bool = False) -> tuple[VolumeAsk, ...]:
+    """A VM's volumes as the engine reads them; ``moving``: a migration's, whose volumes on shared
+    pools stay where they are."""
+    return tuple(
+        VolumeAsk(volume.size_gb, frozenset(volume.tags), volume.pool if moving and volume.shared else None)
+        for volume in volumes
     )
 
 
@@ -77,4 +88,5 @@ def placement_request(
         planner=vm.planner,
         exclude_cluster_after=exclude_cluster_after,
         reserve=reserve,
+        volumes=volumes_of(vm.volumes, moving=migration is not None),
     )

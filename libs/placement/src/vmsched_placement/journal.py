@@ -45,6 +45,7 @@ from vmsched_contract.messages import SelectorOperator
 from vmsched_contract.planner import Planner
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.storage import PoolRoom, VolumeAsk
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.fleet import Fleet, FleetColumns, FloatArray
 from vmsched_placement.model import (
@@ -95,7 +96,17 @@ def _host_value(name: str, value: Any) -> Json:
         return dict(value)
     if isinstance(value, frozenset):
         return sorted(value)
+    if name == "storage_pools":
+        return [_pool(p) for p in value]
     return value
+
+
+def _pool(p: PoolRoom) -> Json:
+    return [p.name, p.shared, p.capacity_gb, p.allocated_gb, sorted(p.tags)]
+
+
+def _to_pool(v: Json) -> PoolRoom:
+    return PoolRoom(str(v[0]), bool(v[1]), int(v[2]), int(v[3]), frozenset(v[4]))
 
 
 def _to_host_value(name: str, v: Json) -> Any:
@@ -107,6 +118,8 @@ def _to_host_value(name: str, v: Json) -> Any:
         return tuple(Taint(k, val, e) for k, val, e in v)
     if name in _SET_FIELDS:
         return frozenset(v)
+    if name == "storage_pools":
+        return tuple(_to_pool(p) for p in v)
     return v
 
 
@@ -150,6 +163,7 @@ def encode_request(r: PlacementRequest) -> Json:
         "r": None
         if r.reserve is None
         else [r.reserve.reserve_hosts, {z: list(a) for z, a in r.reserve.headroom.items()}],
+        "v": [[v.size_gb, sorted(v.tags), v.stays_on] for v in r.volumes],
     }
 
 
@@ -176,6 +190,7 @@ def decode_request(v: Json, vm_id: str, name: str) -> PlacementRequest:
         planner=Planner(v.get("pl", Planner.FLAT.value)),  # these two absent before the hierarchy
         exclude_cluster_after=int(v.get("xc", 0)),
         reserve=_to_reserve(v.get("r")),
+        volumes=tuple(VolumeAsk(int(size), frozenset(tags), stays) for size, tags, stays in v.get("v", ())),
     )
 
 
@@ -341,6 +356,9 @@ class Journal:
             entry["x"] = gone
         if preemption is not None:
             entry["p"] = encode_preemption(preemption)
+        if request.volumes:
+            # The shared pools a decision with volumes read, beside the hosts (counted once for them all).
+            entry["sp"] = [_pool(pool) for pool in columns.storage.shared.values()]
         if checkpoint:
             entry["k"] = self._settings
         return Entry(self._seq, checkpoint, pack(entry))
@@ -470,6 +488,7 @@ def rebuild(bodies: Iterable[bytes], vm_id: str, name: str) -> Inputs:
     context = seeded(DecisionContext(last["n"], settings[3], weights, random.Random(0), last["c"]), seed)
     now = last["n"]
     fleet = Fleet.from_hosts(decode_host(row, now) for row in hosts.values())
+    fleet.set_shared_pools({pool.name: pool for pool in map(_to_pool, last.get("sp", ()))})
     preemption = decode_preemption(last["p"]) if "p" in last else None
     request = decode_request(last["r"], vm_id, name)
     usage_as_seen = "k" in last or reads_measured_usage(request.strategy)

@@ -16,6 +16,7 @@ from vmsched_contract.strategy import Strategy
 from vmsched_domain.fit import RESOURCES, allocatable, ratio_of
 from vmsched_domain.groups import GroupRule
 from vmsched_domain.ha_reserve import Amounts
+from vmsched_domain.storage import PoolRoom, VolumeAsk
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_placement.taint_rules import Taint, Toleration
 
@@ -110,6 +111,9 @@ class HostState:
     can_migrate: bool = False  # its agent declares the "migrate" capability
     networks: frozenset[str] = frozenset()  # the networks it reaches (its agent's heartbeat)
     dedicated_to: str | None = None  # the project whose VMs alone it takes (the operator's)
+    # The storage pools it reaches: local ones with their numbers; shared ones by name (the fleet
+    # holds their capacity, tags and allocation, counted once for every host).
+    storage_pools: tuple[PoolRoom, ...] = ()
 
     @property
     def ratios(self) -> Ratios:
@@ -204,6 +208,7 @@ class PlacementRequest:
     # whole (0: never); the hosts left out are those that failed the VM (and a migration's source).
     exclude_cluster_after: int = 0
     reserve: FailoverReserve | None = None  # set when VMSCHED_HA_RESERVE_HOSTS keeps room for failures
+    volumes: tuple[VolumeAsk, ...] = ()  # each to one pool the host reaches (vmsched_domain.storage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +269,7 @@ class RequestVector:
     dedicated: bool = False
     exclude_cluster_after: int = 0
     reserve: FailoverReserve | None = None
+    volumes: tuple[VolumeAsk, ...] = ()
 
     @classmethod
     def of(cls, request: PlacementRequest, context: DecisionContext) -> RequestVector:
@@ -288,6 +294,7 @@ class RequestVector:
             dedicated=request.dedicated,
             exclude_cluster_after=request.exclude_cluster_after,
             reserve=request.reserve,
+            volumes=request.volumes,
         )
 
     def demanded(self, resource: int) -> int:

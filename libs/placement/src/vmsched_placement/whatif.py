@@ -15,6 +15,7 @@ import numpy as np
 
 from vmsched_contract.hierarchy import POD_LABEL, ZONE_LABEL
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import per_pool
 from vmsched_placement.engine import NO_AVAILABLE_AGENTS, Decision, decide, rejected_examples
 from vmsched_placement.filters import FILTERS
 from vmsched_placement.fleet import Fleet
@@ -55,7 +56,7 @@ def simulate(
             host = fleet.host(decision.host_id)
             if host is not None and (pod := host.labels.get(POD_LABEL)) is not None:
                 pods[pod] = pods.get(pod, 0) + 1
-            fleet.allocate(decision.host_id, request.demand)
+            fleet.allocate(decision.host_id, request.demand, per_pool(request.volumes, decision.volumes))
             outcomes.append(Simulated(decision, {}))
         else:
             examples = rejected_examples(fleet, request, own) if decision.considered else {}

@@ -10,10 +10,12 @@ from uuid import UUID
 from vmsched_contract.messages import Resources
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.groups import GroupRule
+from vmsched_domain.storage import PoolTake
 from vmsched_redis.host_hash import amounts
+from vmsched_redis.storage_pools import take_args
 
 ClaimOutcome = Literal[
-    "claimed", "held", "unknown_host", "offline", "paused", "insufficient", "group", "gang", "victim_moved"
+    "claimed", "held", "unknown_host", "offline", "paused", "insufficient", "storage", "group", "gang", "victim_moved"
 ]
 
 
@@ -78,6 +80,7 @@ class Claim:
     resources: Resources
     group: GroupClaim | None = None
     target: bool = False
+    pools: tuple[PoolTake, ...] = ()  # what its volumes take of each storage pool (vmsched_domain.storage)
 
     @property
     def claim_id(self) -> str:
@@ -96,6 +99,7 @@ class CommittedVm:
 def script_args(claim: Claim) -> list[str]:
     """A claim's arguments for the claim script (its ARGV layout, per claim)."""
     args = [claim.claim_id, claim.host_id, *amounts(claim.resources), *_extra_args(claim.resources)]
+    args += take_args(claim.pools)
     return args + (_NO_GROUP_ARGS if claim.group is None else claim.group.args())
 
 

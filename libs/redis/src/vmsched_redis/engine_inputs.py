@@ -33,4 +33,5 @@ def to_host_state(record: SnapshotHost) -> HostState:
         can_migrate=Capability.MIGRATE.value in record.capabilities,
         networks=frozenset(record.networks),
         dedicated_to=record.dedicated_to,
+        storage_pools=record.storage_pools,
     )

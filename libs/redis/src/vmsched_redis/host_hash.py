@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vmsched_contract.messages import HostStatus, Overcommit, Resources, Taint, Usage
+from vmsched_contract.storage import StoragePool
 from vmsched_domain.extra import extra_json, extra_of
 from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
+from vmsched_domain.storage import PoolRoom
 from vmsched_domain.usage import MeasuredUsage
+from vmsched_redis.storage_pools import POOLS_ALLOCATED_FIELD, POOLS_FIELD, host_pools_of, pools_json
 
 # The hash field of the networks a host reaches (a sorted JSON list; vmsched_contract.networks).
 NETWORKS_FIELD = "networks"
@@ -63,6 +66,7 @@ class SnapshotHost:
     capabilities: tuple[str, ...] = ()  # what its agent declares it can do (messages.Capability)
     networks: tuple[str, ...] = ()  # the networks it reaches, sorted
     dedicated_to: str | None = None  # the project whose VMs alone it takes
+    storage_pools: tuple[PoolRoom, ...] = ()  # local ones with their allocation, shared ones by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,9 @@ class HostWrite:
     capabilities: Sequence[str] = ()
     networks: Sequence[str] = ()
     dedicated_to: str | None = None  # PostgreSQL's (the operator's)
+    storage_pools: Sequence[StoragePool] = ()
+    # PostgreSQL's allocation of its local pools (GB per pool), used only when the hash has none yet.
+    pools_allocated: Mapping[str, int] = field(default_factory=dict)
 
     def state(self) -> list[str]:
         """The values of :data:`STATE_FIELDS`, in order."""
@@ -94,6 +101,7 @@ class HostWrite:
         values["status"] = self.status
         values["capabilities"] = capabilities_json(self.capabilities)
         values[NETWORKS_FIELD] = networks_json(self.networks)
+        values[POOLS_FIELD] = pools_json(self.storage_pools)
         values.update(
             inventory_fields(
                 self.labels, self.taints, self.overcommit, self.reserved, self.paused, dedicated_to=self.dedicated_to
@@ -103,7 +111,8 @@ class HostWrite:
 
     def allocations(self) -> list[str]:
         """The values of :data:`ALLOCATION_FIELDS`, in order."""
-        return [*amounts(self.allocated), extra_json(self.allocated.extra), str(self.vm_count)]
+        allocated = self.allocated
+        return [*amounts(allocated), extra_json(allocated.extra), str(self.vm_count), extra_json(self.pools_allocated)]
 
     def measured(self) -> list[str]:
         """The measurements of :data:`USAGE_FIELDS`, in order; empty strings when none was sent."""
@@ -128,6 +137,7 @@ def _state_fields() -> list[str]:
         "capabilities",
         NETWORKS_FIELD,
         DEDICATED_FIELD,
+        POOLS_FIELD,
     ]
 
 
@@ -168,6 +178,7 @@ ALLOCATION_FIELDS: tuple[str, ...] = (
     *(allocated_field(rule.field) for rule in RESOURCES),
     allocated_field(EXTRA_FIELD),
     "vm_count",
+    POOLS_ALLOCATED_FIELD,
 )
 
 
@@ -235,4 +246,5 @@ def parse_host(host_id: str, raw: Mapping[str, str]) -> SnapshotHost | None:
         capabilities=tuple(json.loads(raw.get("capabilities") or "[]")),
         networks=tuple(json.loads(raw.get(NETWORKS_FIELD) or "[]")),
         dedicated_to=raw.get(DEDICATED_FIELD) or None,
+        storage_pools=host_pools_of(raw.get(POOLS_FIELD), raw.get(POOLS_ALLOCATED_FIELD)),
     )

@@ -8,6 +8,7 @@ from importlib.resources import files
 
 from vmsched_domain.fit import RESOURCES, lua_shortfall_function
 from vmsched_domain.groups import LUA_GROUP_RULE
+from vmsched_domain.storage import lua_pool_refusal_function
 
 # Lua helpers for those maps, pasted where a script says ``{{counts}}``.
 LUA_COUNTS = """-- Named extra resources' {name: count} maps, stored as JSON (vmsched_domain.extra).
@@ -67,6 +68,8 @@ def render_script(name: str) -> str:
     text = scripts.joinpath(f"{name}.lua").read_text()
     return (
         text.replace("{{release claim}}", scripts.joinpath("release_claim.lua").read_text())
+        .replace("{{pool claim}}", scripts.joinpath("pool_claim.lua").read_text())
+        .replace("{{pool rule}}", lua_pool_refusal_function())
         .replace("{{fit rule}}", lua_shortfall_function())
         .replace("{{group rule}}", LUA_GROUP_RULE)
         .replace("{{counts}}", LUA_COUNTS)

@@ -23,6 +23,8 @@ Layout (``p`` is ``VMSCHED_REDIS_KEY_PREFIX``):
   checks the group's rule (atomically with capacity) and given back by the release;
   ``p:group:<id>:vms``: the VMs holding a claim counted there (a claim records its ``group`` and
   ``domain``);
+- ``p:storage_pools``: the shared storage pools (capacity, tags, allocation), and a host's ``pools``
+  and ``a_pools``: :mod:`vmsched_redis.storage_pools`;
 - ``p:released``: claim id scored by when (Redis's clock) its claim was last given back, kept a while
   so that a reconcile that read PostgreSQL before a release does not bring the claim back.
 
@@ -42,6 +44,7 @@ from redis.commands.core import AsyncScript
 from vmsched_contract.messages import Overcommit, Resources
 from vmsched_domain.claims import target_claim_id
 from vmsched_domain.extra import extra_json
+from vmsched_domain.storage import PoolRoom
 from vmsched_domain.usage import MeasuredUsage
 from vmsched_redis.claims import Claim, Claimed, ClaimResult, CommittedVm, claimed_from_reply, script_args
 from vmsched_redis.host_hash import (
@@ -57,6 +60,7 @@ from vmsched_redis.host_hash import (
     parse_usage,
 )
 from vmsched_redis.scripts import render_script
+from vmsched_redis.storage_pools import read_shared_pools
 
 
 class Snapshot:
@@ -73,6 +77,7 @@ class Snapshot:
         self._forget: AsyncScript = redis.register_script(render_script("forget_host"))
         self._reconcile_group: AsyncScript = redis.register_script(render_script("reconcile_group"))
         self._move_claim: AsyncScript = redis.register_script(render_script("move_claim"))
+        self._restore_pool_claims: AsyncScript = redis.register_script(render_script("restore_pool_claims"))
 
     # -- keys -----------------------------------------------------------------------------------
     def host_key(self, host_id: str) -> str:
@@ -191,6 +196,18 @@ class Snapshot:
             group_id: {domain: int(count) for domain, count in raw.items() if int(count) > 0}
             for group_id, raw in zip(group_ids, raws, strict=True)
         }
+
+    async def shared_pools(self) -> dict[str, PoolRoom]:
+        """Every shared storage pool with its capacity, tags and allocation (:mod:`vmsched_redis.storage_pools`)."""
+        return await read_shared_pools(self.redis, self.prefix)
+
+    async def restore_pool_claims(self, pools: Mapping[UUID, tuple[str, str]]) -> int:
+        """Give existing claims of these VMs their pools (JSON ``{pool: GB}``, shared then local) where
+        they have none."""
+        given: int = await self._restore_pool_claims(
+            keys=[self.claim_key(vm_id) for vm_id in pools], args=[part for pair in pools.values() for part in pair]
+        )
+        return given
 
     async def claim_of(self, claim_id: UUID | str) -> str | None:
         """The host a claim (a VM id, or a target claim id) is on, if it exists."""

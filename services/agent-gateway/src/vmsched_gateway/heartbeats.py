@@ -127,4 +127,6 @@ def _host_write(beat: AgentHeartbeat, host: HostFacts) -> HostWrite:
         capabilities=beat.capabilities,
         networks=beat.networks,
         dedicated_to=host.dedicated_to,
+        storage_pools=beat.storage_pools,
+        pools_allocated=host.pools_allocated,
     )

@@ -30,6 +30,7 @@ from vmsched_pg import vm_writes
 from vmsched_pg.inventory import overlay
 from vmsched_pg.rows import VM_COLUMNS, VM_FIELDS, columns, trusted, vm_from_row
 from vmsched_redis.host_hash import capabilities_json, networks_json
+from vmsched_redis.storage_pools import pools_json
 
 _FIELDS = [rule.field for rule in RESOURCES]
 
@@ -44,22 +45,34 @@ _HOLDERS = text(
      ORDER BY id FOR UPDATE
     """
 )
+# What the VMs on a host take of its local pools, {pool: GB}: asked only of a host that lists a local
+# pool (the others pay nothing), for a snapshot hash that has no allocations yet.
+_LOCAL_POOLS_ALLOCATED = f"""
+    CASE WHEN hosts.storage_pools @> '[{{"kind": "local"}}]' THEN
+        (SELECT coalesce(jsonb_object_agg(x.pool, x.gb), '{{}}'::jsonb)
+           FROM (SELECT w.pool, sum(w.size_gb) AS gb FROM vms v JOIN vm_volumes w ON w.vm_id = v.id
+                  WHERE v.hypervisor_id = hosts.id AND NOT w.shared AND v.status IN {sql_in(HOLDS_CAPACITY)}
+                  GROUP BY w.pool) x)
+    ELSE '{{}}'::jsonb END"""
+
 _UPSERT_HOSTS = text(
     f"""
     INSERT INTO hosts (id, status, labels, agent_labels, taints, agent_taints, cpu, memory_mb, disk_gb, gpu, extra,
                        cpu_ratio, memory_ratio, disk_ratio, agent_cpu_ratio, agent_memory_ratio, agent_disk_ratio,
-                       agent_instance, capabilities, migration_uri, networks, last_heartbeat)
+                       agent_instance, capabilities, migration_uri, networks, storage_pools, last_heartbeat)
     SELECT t.id, t.status, CAST(t.labels AS jsonb), CAST(t.labels AS jsonb), CAST(t.taints AS jsonb),
            CAST(t.taints AS jsonb), t.cpu, t.memory_mb, t.disk_gb, t.gpu, CAST(t.extra AS jsonb), t.cpu_ratio,
            t.memory_ratio, t.disk_ratio, t.cpu_ratio, t.memory_ratio, t.disk_ratio, t.instance,
-           CAST(t.capabilities AS jsonb), t.migration_uri, CAST(t.networks AS jsonb), now()
+           CAST(t.capabilities AS jsonb), t.migration_uri, CAST(t.networks AS jsonb), CAST(t.storage_pools AS jsonb),
+           now()
       FROM unnest(CAST(:ids AS text[]), CAST(:statuses AS text[]), CAST(:labels AS text[]), CAST(:taints AS text[]),
                   CAST(:cpus AS int[]), CAST(:memories AS bigint[]), CAST(:disks AS bigint[]),
                   CAST(:gpus AS int[]), CAST(:extras AS text[]), CAST(:cpu_ratios AS float8[]),
                   CAST(:memory_ratios AS float8[]), CAST(:disk_ratios AS float8[]), CAST(:instances AS text[]),
-                  CAST(:capabilities AS text[]), CAST(:migration_uris AS text[]), CAST(:networks AS text[]))
+                  CAST(:capabilities AS text[]), CAST(:migration_uris AS text[]), CAST(:networks AS text[]),
+                  CAST(:storage_pools AS text[]))
            AS t(id, status, labels, taints, cpu, memory_mb, disk_gb, gpu, extra, cpu_ratio, memory_ratio, disk_ratio,
-                instance, capabilities, migration_uri, networks)
+                instance, capabilities, migration_uri, networks, storage_pools)
     ON CONFLICT (id) DO UPDATE
        SET status = CASE WHEN hosts.fenced_at IS NULL THEN excluded.status ELSE '{HostStatus.FENCED.value}' END,
            -- heard from again: a new silence may need the fence command again
@@ -71,10 +84,11 @@ _UPSERT_HOSTS = text(
            {overlay(agent="excluded", operator="hosts")},
            agent_instance = excluded.agent_instance, capabilities = excluded.capabilities,
            migration_uri = excluded.migration_uri, networks = excluded.networks,
-           last_heartbeat = excluded.last_heartbeat
+           storage_pools = excluded.storage_pools, last_heartbeat = excluded.last_heartbeat
     RETURNING id, alloc_cpu, alloc_memory_mb, alloc_disk_gb, alloc_gpu, alloc_extra, vm_count, scheduling_paused,
               reserved_cpu, reserved_memory_mb, reserved_disk_gb, reserved_gpu, labels, taints, cpu_ratio,
-              memory_ratio, disk_ratio, dedicated_to, (xmax = 0) AS inserted, fenced_at IS NOT NULL AS fenced
+              memory_ratio, disk_ratio, dedicated_to, (xmax = 0) AS inserted, fenced_at IS NOT NULL AS fenced,
+              {_LOCAL_POOLS_ALLOCATED} AS alloc_pools
     """
 )
 
@@ -169,6 +183,7 @@ class HostFacts:
     taints: tuple[Taint, ...] = ()
     overcommit: Overcommit = field(default_factory=Overcommit)
     dedicated_to: str | None = None
+    pools_allocated: Mapping[str, int] = field(default_factory=dict)  # what its VMs take of its local pools
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +219,7 @@ def heartbeat_params(beats: Sequence[AgentHeartbeat], holders: Mapping[str, Hold
         "capabilities": [capabilities_json(b.capabilities) for b in beats],
         "migration_uris": [b.migration_uri for b in beats],
         "networks": [networks_json(b.networks) for b in beats],
+        "storage_pools": [pools_json(b.storage_pools) for b in beats],
     }
 
 
@@ -258,6 +274,7 @@ class HostStore:
                 taints=taints_of(row.taints) or (),
                 overcommit=Overcommit.model_construct(cpu=row.cpu_ratio, memory=row.memory_ratio, disk=row.disk_ratio),
                 dedicated_to=row.dedicated_to,
+                pools_allocated=dict(row.alloc_pools or {}),
             )
             for row in rows
         ]

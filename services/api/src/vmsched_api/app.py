@@ -38,6 +38,7 @@ from vmsched_api.routes import (
     rebalance,
     reservations,
     server_groups,
+    storage_pools,
     summary,
     system,
     tokens,
@@ -112,6 +113,7 @@ def v1_router() -> APIRouter:
         whatif,
         rebalance,
         event_stream,
+        storage_pools,
     ):
         v1.include_router(feature.router)
     return v1

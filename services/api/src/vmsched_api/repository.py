@@ -76,6 +76,7 @@ def to_vm(vm: VmRecord) -> Vm:
         disk_gb=vm.resources.disk_gb,
         gpu=vm.resources.gpu,
         extra=dict(vm.resources.extra),
+        volumes=list(vm.volumes),
         labels=dict(vm.labels),
         host_selector=list(vm.host_selector),
         tolerations=list(vm.tolerations),
@@ -127,6 +128,7 @@ def to_host(host: HostRecord, usage: MeasuredUsage | None = None, drain: DrainSt
         dedicated_to=host.dedicated_to,
         fenced_at=host.fenced_at,
         fenced_by=None if host.fenced_by is None else FencedBy(host.fenced_by),
+        storage_pools=list(host.storage_pools),
         usage=None
         if usage is None
         else HostUsage(

@@ -111,6 +111,7 @@ def _rows(request: CreateRequest, accepted: datetime) -> list[dict[str, Any]]:
                 "disk_gb": body.disk_gb,
                 "gpu": body.gpu,
                 "extra": body.extra,
+                "volumes": [volume.model_dump(mode="json") for volume in body.volumes],
                 "labels": body.labels,
                 "host_selector": [term.model_dump(mode="json") for term in body.host_selector],
                 "tolerations": [toleration.model_dump(mode="json") for toleration in body.tolerations],

@@ -19,6 +19,7 @@ from vmsched_api.deps import Services
 from vmsched_contract.api import VmDefaults, VmRequest
 from vmsched_contract.decision import RejectedHost
 from vmsched_contract.messages import VmToPlace
+from vmsched_contract.storage import PlacedVolume, PoolSpace
 from vmsched_contract.strategy import Strategy
 from vmsched_contract.whatif import (
     Capacity,
@@ -57,7 +58,9 @@ async def live_fleet(services: Services) -> Fleet:
         _, records = await services.snapshot.read_all()
     except (RedisError, OSError) as error:
         raise SnapshotUnavailable(f"the capacity snapshot cannot be read: {error}") from error
-    return Fleet.from_hosts(to_host_state(record) for record in records.values())
+    fleet = Fleet.from_hosts(to_host_state(record) for record in records.values())
+    fleet.set_shared_pools(await services.snapshot.shared_pools())
+    return fleet
 
 
 def decision_context(services: Services, *, cursor: int = 0, seed: int | None = None) -> DecisionContext:
@@ -91,6 +94,7 @@ def _request(index: int, vm: VmRequest, strategy: Strategy, defaults: VmDefaults
         planner=vm.planner or defaults.planner,
         strategy=vm.strategy,
         project=project,
+        volumes=[PlacedVolume(size_gb=volume.size_gb, tags=volume.tags) for volume in vm.volumes],
     )
     return placement_request(to_place, vm.strategy or strategy)
 
@@ -130,6 +134,7 @@ async def simulate_placements(services: Services, body: SimulationRequest, proje
             eligible=outcome.decision.eligible,
             rejections=dict(outcome.decision.rejections),
             cluster=outcome.decision.cluster,
+            volumes=list(outcome.decision.volumes),
             examples={
                 rule: [RejectedHost(host=host, reason=why) for host, why in found]
                 for rule, found in outcome.examples.items()
@@ -182,4 +187,8 @@ async def fleet_capacity(services: Services, shape: Shape) -> Capacity:
             for zone, (fits, hosts) in sorted(zones.items(), key=lambda item: (item[0] is None, item[0] or ""))
         ],
         hosts=[HostCapacity(host=r.host_id, zone=r.zone, fits=r.fits, refused_by=r.refused_by) for r in rooms],
+        storage_pools=[
+            PoolSpace(name=p.name, capacity_gb=p.capacity_gb, allocated_gb=p.allocated_gb, free_gb=p.free_gb)
+            for p in sorted(fleet.columns.storage.shared.values(), key=lambda pool: pool.name)
+        ],
     )

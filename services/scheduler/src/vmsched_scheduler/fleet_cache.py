@@ -101,7 +101,9 @@ class FleetCache:
         seq, records = await self.snapshot.read_all()
         now = time.monotonic()
         self._usage.retain(records)
-        return seq, Fleet.from_hosts(self._as_read(record, now) for record in records.values())
+        fleet = Fleet.from_hosts(self._as_read(record, now) for record in records.values())
+        fleet.set_shared_pools(await self.snapshot.shared_pools())
+        return seq, fleet
 
     def _as_read(self, record: SnapshotHost, now: float) -> HostState:
         """The engine's view of a host just read: all of it, but the usage at the cadence's pace."""
@@ -146,10 +148,14 @@ class FleetCache:
             return
         self._seq = seq
         self._last_refresh = began
+        # Shared storage pools are counted apart from hosts (one small hash): read whole each time.
+        self.fleet.set_shared_pools(await self.snapshot.shared_pools())
 
     async def reread(self, host_ids: Iterable[str]) -> None:
-        """Read these hosts again, in one round trip: a claim proved the copy of them stale."""
+        """Read these hosts again, in one round trip, and the shared storage pools in another: a claim
+        proved the copy of them stale (a claim refused for a full shared pool names its host)."""
         wanted = sorted(set(host_ids))
         if not wanted:
             return
         self._take(await self.snapshot.read_hosts(wanted))
+        self.fleet.set_shared_pools(await self.snapshot.shared_pools())

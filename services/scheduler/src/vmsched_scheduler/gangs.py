@@ -57,16 +57,16 @@ class Gang:
         if any(c.decision.host_id is None for c in choices):
             for choice in choices:
                 if choice.decision.host_id is not None:
-                    fleet.release(choice.decision.host_id, demand_of(choice.vm.resources))
+                    fleet.release(choice.decision.host_id, demand_of(choice.vm.resources), choice.pool_gb)
             return [], []
-        claims = [Claim(c.vm.vm_id, str(c.decision.host_id), c.vm.resources, c.group) for c in choices]
+        claims = [Claim(c.vm.vm_id, str(c.decision.host_id), c.vm.resources, c.group, pools=c.pools) for c in choices]
         with traced_step("claim", [c.work.item.trace for c in choices]) as spans:
             claimed = await self.round.claims.claim_many(claims, self.round.clock(), all_or_nothing=True)
             spans.outcomes([result.outcome for result in claimed.results])
         refused = False
         for choice, claim in zip(choices, claimed.results, strict=True):
             chosen = str(choice.decision.host_id)
-            fleet.release(chosen, demand_of(choice.vm.resources))  # the truth is read again below
+            fleet.release(chosen, demand_of(choice.vm.resources), choice.pool_gb)  # the truth is read again below
             if claim.outcome == "claimed":
                 choice.host_id, choice.claimed_now = chosen, True
             elif claim.outcome == "held":

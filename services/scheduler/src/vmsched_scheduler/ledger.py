@@ -57,6 +57,7 @@ from vmsched_scheduler.ports import (
     TargetClaim,
 )
 from vmsched_scheduler.reserve_guard import refused_by_reserve
+from vmsched_scheduler.storage_guard import record_volumes, refused_by_pools
 
 PLACED = transition(Event.PLACED, VmStatus.PENDING)
 NO_HOST = transition(Event.NO_HOST, VmStatus.PENDING, Condition.MAY_NOT_WAIT)
@@ -372,6 +373,10 @@ class PostgresLedger:
         refused = await refused_by_groups(connection, moving, labels)
         placed = {vm_id: PlacementResult(Committed.GROUP_REFUSED) for vm_id in refused}
         settling = [p for p in moving if p.vm_id not in refused]
+        # A storage pool without room for a VM's volumes refuses it as a full host would.
+        short = await refused_by_pools(connection, settling)
+        placed.update({vm_id: PlacementResult(Committed.HOST_REFUSED) for vm_id in short})
+        settling = [p for p in settling if p.vm_id not in short]
         if settling:
             for row in await connection.execute(_SETTLE_PLACEMENTS, _placement_params(settling)):
                 placed[row.vm_id] = (
@@ -379,6 +384,8 @@ class PostgresLedger:
                     if row.scheduled_at is not None
                     else PlacementResult(Committed.HOST_REFUSED)
                 )
+            done = {vm_id for vm_id, result in placed.items() if result.outcome is Committed.PLACED}
+            await record_volumes(connection, settling, done)
         return placed
 
     async def settle_migrations(

@@ -19,6 +19,7 @@ from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Resources
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.records import VmRecord
+from vmsched_domain.storage import NO_VOLUMES, VolumePlacement
 from vmsched_placement import Fleet
 from vmsched_placement.preemption import Resident
 from vmsched_redis.claims import Claim, Claimed, GroupClaim, OwnChange
@@ -84,6 +85,7 @@ class Placement:
     strategy: Strategy
     record: PlacementRecord
     group: GroupClaim | None = None  # the server group it joins, checked under the group's lock
+    storage: VolumePlacement = NO_VOLUMES  # where its volumes go, checked under the pools' locks
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ async def preempt(
     the script be refused (the snapshot drifted), the periodic reconcile restores the snapshot from
     PostgreSQL. Another scheduler may take the same victims first: the choice is then made again,
     against what PostgreSQL holds now."""
-    if choice.vm.priority <= 0 or choice.gang_failure:
+    # A VM with volumes does not preempt (yet): its volumes' pools would have to be freed and claimed too.
+    if choice.vm.priority <= 0 or choice.gang_failure or choice.vm.volumes:
         return False
     for _ in range(PREEMPTION_TRIES):
         made = await _preempt_once(scheduling_round, choice, groups, outcomes)

@@ -7,7 +7,8 @@ claims PostgreSQL does not count are dropped once older than the grace period, a
 are set to PostgreSQL's plus the claims still in flight. PostgreSQL's own ``alloc_*`` columns are
 checked against the same sums too; a difference would be a bug, so it is logged loudly and repaired
 under the host's row lock.
-Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight.
+Then every server group: its members per domain are set to PostgreSQL's, plus its claims in flight;
+then the shared storage pools (:mod:`~vmsched_scheduler.pool_reconcile`).
 
 PostgreSQL's view is read first and written to Redis host by host afterwards, while schedulers,
 the gateway and the sweeps go on releasing claims. A claim released after the view was read is
@@ -34,6 +35,7 @@ from vmsched_redis.claims import CommittedVm
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.one_replica import every_interval_on_one_replica
+from vmsched_scheduler.pool_reconcile import reconcile_pools
 
 log = get_logger(__name__)
 
@@ -130,6 +132,8 @@ async def reconcile(engine: AsyncEngine, snapshot: Snapshot, *, grace: float = C
     if report.restored_claims or report.dropped_claims or report.repaired_hosts:
         log.info("snapshot reconciled with PostgreSQL", **asdict(report))
     await _reconcile_groups(snapshot, groups, now, grace, view_at)
+    if restored_pools := await reconcile_pools(engine, snapshot):
+        log.info("shared storage pools' allocations restored from PostgreSQL", pools=restored_pools)
     await snapshot.forget_releases(before=view_at - RELEASES_KEPT_SECONDS)
     return report
 

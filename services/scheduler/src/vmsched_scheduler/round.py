@@ -236,7 +236,7 @@ class SchedulingRound:
                 own, cursor = replace(context, round_robin_cursor=cursor), cursor + 1
             choice = self._decide(work, own, groups)
             if choice.decision.host_id is not None:
-                fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources))
+                fleet.allocate(choice.decision.host_id, demand_of(work.item.vm.resources), choice.pool_gb)
                 groups.book(work.item.vm, fleet, choice.decision.host_id)
                 if groups.reserve is not None and work.move is None:
                     groups.reserve.book(fleet, choice.decision.host_id, demand_of(work.item.vm.resources).as_tuple())
@@ -286,13 +286,12 @@ class SchedulingRound:
 
     # -- 2. claim, one VM at a time --------------------------------------------------------------
     async def claim_each(self, choices: list[Choice], fleet: Fleet) -> tuple[list[OpenVm], list[Choice]]:
-        """Claim every chosen host (booked on ``fleet`` when decided), each VM on its own; a refused
-        VM is returned to be decided again."""
+        """Claim every chosen host (booked on ``fleet`` when decided), VM by VM; a refused VM is decided again."""
         placing = [c for c in choices if c.decision.host_id is not None]
         if not placing:
             return [], []
         claims = [
-            Claim(c.vm.vm_id, str(c.decision.host_id), c.vm.resources, c.group, target=c.work.move is not None)
+            Claim(c.vm.vm_id, str(c.decision.host_id), c.vm.resources, c.group, c.work.move is not None, c.pools)
             for c in placing
         ]
         with traced_step("claim", [c.work.item.trace for c in placing]) as spans:
@@ -306,8 +305,8 @@ class SchedulingRound:
                 choice.host_id, choice.claimed_now = chosen, True
                 continue
             # Not booked here after all: undo the local booking; the truth is read again below.
-            fleet.release(chosen, demand_of(choice.vm.resources))
             stale.add(chosen)
+            fleet.release(chosen, demand_of(choice.vm.resources), choice.pool_gb)
             if result.outcome == "held":  # an earlier delivery claimed a host: the VM is bound to it
                 choice.host_id = result.detail
                 stale.add(result.detail)
@@ -412,6 +411,7 @@ class SchedulingRound:
             strategy=choice.work.strategy,
             record=decision_record(choice, host=choice.host_id, score=score),
             group=choice.group,
+            storage=choice.storage,
         )
 
     def rejected_examples(self, choice: Choice) -> dict[str, list[RejectedHost]]:

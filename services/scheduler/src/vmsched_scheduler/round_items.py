@@ -19,8 +19,9 @@ from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain.lifecycle import HOLDS_CAPACITY
 from vmsched_domain.records import VmRecord
+from vmsched_domain.storage import NO_VOLUMES, PoolTake, VolumePlacement, pool_takes
 from vmsched_placement import NO_AVAILABLE_AGENTS, Decision, PlacementRequest, Weights
-from vmsched_placement.inputs import placement_request
+from vmsched_placement.inputs import placement_request, volumes_of
 from vmsched_placement.model import FailoverReserve, Migration, PlacementGroup
 from vmsched_redis.claims import GroupClaim
 from vmsched_scheduler.metrics import PLACEMENTS
@@ -156,6 +157,26 @@ class Choice:
     def vm(self) -> VmToPlace:
         return self.work.item.vm
 
+    @property
+    def pools(self) -> tuple[PoolTake, ...]:
+        """What the VM's volumes take of each storage pool on the chosen host (none: no volumes)."""
+        if not self.decision.volumes:
+            return ()
+        return pool_takes(volumes_of(self.vm.volumes, moving=self.work.move is not None), self.decision.volumes)
+
+    @property
+    def storage(self) -> VolumePlacement:
+        """Where its volumes went, when its claim holds the chosen host (an earlier delivery's claim
+        elsewhere took what it took there)."""
+        if not self.decision.volumes or self.host_id != self.decision.host_id:
+            return NO_VOLUMES
+        return VolumePlacement(self.decision.volumes, self.pools)
+
+    @property
+    def pool_gb(self) -> dict[str, int]:
+        """GB per pool of :attr:`pools`, as the fleet books them."""
+        return {take.name: take.gb for take in self.pools}
+
 
 # -- records and messages built from them ------------------------------------------------------
 def decision_record(
@@ -189,6 +210,7 @@ def decision_record(
         examples=examples or {},
         refused_claims=list(choice.work.refused),
         exclusions_ignored=choice.exclusions_ignored,
+        volumes=list(choice.storage.pools) if host is not None else [],
         decided_at=datetime.now(UTC),
         decision_us=round(choice.seconds * 1e6, 1),
         claim_conflicts=len(choice.work.refused),

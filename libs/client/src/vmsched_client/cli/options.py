@@ -29,6 +29,9 @@ HostLabelOption = Annotated[list[str], typer.Option("--label", "-l", help="key=v
 NetworkOption = Annotated[
     list[str], typer.Option("--network", help="a network the host must reach (repeat for several)")
 ]
+VolumeOption = Annotated[
+    list[str], typer.Option("--volume", help="a volume: GB[:tag,tag...], on a storage pool with those tags (repeat)")
+]
 
 
 def pairs(values: list[str], what: str) -> dict[str, str]:
@@ -56,6 +59,17 @@ def vm_shape(
     if network:
         shape["networks"] = list(network)
     return shape | {key: value for key, value in {"cpu": cpu, "memory_mb": memory_mb}.items() if value is not None}
+
+
+def volumes(values: list[str]) -> list[dict[str, Any]]:
+    """``--volume 30:ssd,replicated`` values as a VmRequest's volumes; a usage error (exit 2) for others."""
+    found = []
+    for value in values:
+        size, _, tags = value.partition(":")
+        if not size.isdigit():
+            raise typer.BadParameter(f"{value!r}: expected GB[:tag,tag...]", param_hint="--volume")
+        found.append({"size_gb": int(size), "tags": [tag for tag in tags.split(",") if tag]})
+    return found
 
 
 def host_selector(label: list[str]) -> list[HostSelectorTerm]:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from vmsched_contract.api import Host, Project, Reservation, ServerGroup, Token, Vm
 from vmsched_contract.rebalance import MoveState, PlannedMove, RebalancePlan
+from vmsched_contract.storage import SharedPoolView
 from vmsched_contract.whatif import HostCapacity, SimulatedVm
 
 
@@ -149,6 +150,13 @@ CAPACITY_COLUMNS: list[Column] = [
     ("FITS", lambda host: host.fits),
     ("REFUSED BY", lambda host: host.refused_by or "-"),
 ]
+POOL_COLUMNS: list[Column] = [
+    ("NAME", lambda pool: pool.name),
+    ("ALLOCATED GB", lambda pool: f"{pool.allocated_gb}/{pool.capacity_gb}"),
+    ("VMS", lambda pool: pool.vms),
+    ("HOSTS", lambda pool: pool.hosts),
+    ("TAGS", lambda pool: ",".join(pool.tags) or "-"),
+]
 MOVE_COLUMNS: list[Column] = [
     ("VM", lambda move: move.vm_id),
     ("FROM", lambda move: move.source),
@@ -188,6 +196,7 @@ COLUMNS: dict[type[BaseModel], list[Column]] = {
     HostCapacity: CAPACITY_COLUMNS,
     PlannedMove: MOVE_COLUMNS,
     RebalancePlan: PLAN_COLUMNS,
+    SharedPoolView: POOL_COLUMNS,
 }
 
 

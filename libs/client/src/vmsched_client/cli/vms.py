@@ -21,7 +21,9 @@ from vmsched_client.cli.options import (
     MemoryOption,
     NetworkOption,
     TimeoutOption,
+    VolumeOption,
     vm_shape,
+    volumes,
 )
 from vmsched_client.cli.output import Format, progress, show_list, show_one, stdout, to_json
 from vmsched_client.cli.why import explain
@@ -44,6 +46,7 @@ def create_vm(
     network: NetworkOption = [],  # noqa: B006
     dedicated: Annotated[bool, typer.Option(help="only on a host dedicated to its project")] = False,
     planner: Annotated[Planner | None, typer.Option(help="flat, or cluster_first (default: VMSCHED_PLANNER)")] = None,
+    volume: VolumeOption = [],  # noqa: B006
     strategy_name: Annotated[Strategy | None, typer.Option("--strategy", help="overrides the default")] = None,
     priority: Annotated[int, typer.Option(help="0..1000; may preempt VMs of lower priority")] = 0,
     wait_s: Annotated[int | None, typer.Option(help="seconds it may wait for room (status waiting)")] = None,
@@ -57,6 +60,8 @@ def create_vm(
     """Ask for a VM (or --count of them); with --wait, exit 7 unless every one is placed."""
     chosen = state()
     asked: dict[str, Any] = vm_shape(cpu, memory_mb, disk_gb, gpu, label, network) | {"priority": priority}
+    if volume:
+        asked["volumes"] = volumes(volume)
     optional = {
         "strategy": strategy_name,
         "planner": planner,

@@ -22,6 +22,7 @@ from vmsched_placement.filters.offline import OfflineFilter
 from vmsched_placement.filters.paused import PausedFilter
 from vmsched_placement.filters.server_group import ServerGroupFilter
 from vmsched_placement.filters.spread import SpreadFilter
+from vmsched_placement.filters.storage import StorageFilter
 from vmsched_placement.filters.taints import TaintsFilter
 
 # The host's gates first (excluded, migration, offline, paused, dedicated: a host given to another
@@ -49,6 +50,7 @@ _BEFORE_SPREAD: tuple[HostFilter, ...] = (
     DiskFilter(),
     GpuFilter(),
     ExtraFilter(),
+    StorageFilter(),
     HaReserveFilter(),
 )
 SPREAD_FILTER = SpreadFilter(_BEFORE_SPREAD)
@@ -80,5 +82,6 @@ __all__ = [
     "PausedFilter",
     "ServerGroupFilter",
     "SpreadFilter",
+    "StorageFilter",
     "TaintsFilter",
 ]

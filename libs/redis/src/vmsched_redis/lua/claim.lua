@@ -11,17 +11,22 @@
 --   victims named after it leave its host: then their claims are released in the same step), then
 --   per claim: vm_id, host_id, then one amount per resource (RESOURCE_FIELDS order), the number of
 --   named extra resources asked for and, sorted by name, each one's name and amount (checked against
---   the host's 'extra' and 'a_extra' maps only when there are any), then group id ('' for none),
+--   the host's 'extra' and 'a_extra' maps only when there are any), the number of storage pools its
+--   volumes take and, sorted by name, each one's name, GB and tags (a JSON list; lua/pool_claim.lua),
+--   then group id ('' for none),
 --   reason name, hard ('1' or '0'), policy, topology key,
 --   max_per_domain, max_skew, the number of eligible domains (spread) and the domains
 -- Returns {results, changes}: per claim {outcome, detail}: {'claimed', host} | {'held', host} |
 --   {'unknown_host', ''} | {'offline', status} | {'paused', ''} | {'insufficient', resource name} |
+--   {'storage', why} (a pool its volumes take is not reached, lacks a tag or has no room) |
 --   {'group', why} | {'gang', ''} (all or nothing: this one fits, another does not; nothing was
 --   reserved) | {'victim_moved', vm_id} (preempt: a victim holds no claim on the host any more);
 -- In preempt mode, after the claim: ARGV the victims' vm_ids, KEYS their claim hashes.
 --   and per host claimed on, host, the change number it had before this call, its new one: the
 --   caller, who booked these claims on its own copy, need not read those hosts again.
 {{fit rule}}
+
+{{pool rule}}
 
 {{group rule}}
 
@@ -45,6 +50,8 @@ end
 local changed = {}
 
 {{release claim}}
+
+{{pool claim}}
 
 -- Why the host cannot take need (and the named extras of `extra`, if any) on top of what it holds
 -- (and of `booked`, what earlier claims of an all-or-nothing call would add), or nil when it can.
@@ -137,10 +144,14 @@ local function group_check(host_key, group_key, host, group, pending)
 end
 
 -- Why the claim cannot be made, or nil and the group domain it would be counted in (nil for none).
-local function check(k, booked, pending)
+local function check(k, booked, pending, pools_booked)
   local why = refusal(k.host_key, k.need, k.extra, booked)
   if why then
     return why, nil
+  end
+  local storage = pools_refusal(k, pools_booked)
+  if storage then
+    return {'storage', storage}, nil
   end
   if k.group then
     local domain, refused = group_check(k.host_key, k.group_key, k.host, k.group, pending)
@@ -176,6 +187,7 @@ local function reserve(k, domain, now)
     redis.call('SADD', k.group_vms_key, k.vm)
     redis.call('HSET', k.claim_key, 'group', k.group.id, 'domain', domain)
   end
+  reserve_pools(k)
   changed[k.host] = true
   return {'claimed', k.host}
 end
@@ -200,6 +212,16 @@ for c = 1, preempt and 1 or (#KEYS - 2) / 5 do
     end
   end
   at = at + 1 + 2 * extra_count
+  local pools
+  local pool_count = tonumber(ARGV[at])
+  if pool_count > 0 then
+    pools = {}
+    for j = 1, pool_count do
+      local t = at + 3 * (j - 1)
+      pools[j] = {name = ARGV[t + 1], gb = tonumber(ARGV[t + 2]), tags = decode_list(ARGV[t + 3])}
+    end
+  end
+  at = at + 1 + 3 * pool_count
   local group
   local eligible_count = tonumber(ARGV[at + 7])
   if ARGV[at] ~= '' then
@@ -214,8 +236,10 @@ for c = 1, preempt and 1 or (#KEYS - 2) / 5 do
   local k = 5 * c - 2
   claims[c] = {
     host_key = KEYS[k], claim_key = KEYS[k + 1], vms_key = KEYS[k + 2], group_key = KEYS[k + 3],
-    group_vms_key = KEYS[k + 4], vm = ARGV[arg], host = ARGV[arg + 1], need = need, extra = extra, group = group
+    group_vms_key = KEYS[k + 4], vm = ARGV[arg], host = ARGV[arg + 1], need = need, extra = extra, group = group,
+    pools = pools
   }
+  claims[c].pools_key = pools_key_of(KEYS[k], ARGV[arg + 1])
   arg = at + 8 + eligible_count
 end
 
@@ -258,17 +282,18 @@ if preempt then
 elseif ARGV[2] == '1' then
   -- All or nothing: check every claim, each host with what earlier ones put on it and each group
   -- domain with the members earlier ones put in it, before any is kept.
-  local booked, pending, domains, refused = {}, {}, {}, false
+  local booked, pending, domains, refused, pools_booked = {}, {}, {}, false, {}
   for c, k in ipairs(claims) do
     local held = redis.call('HGET', k.claim_key, 'host')
     if held then
       results[c] = {'held', held}
     else
       local group_pending = k.group and pending[k.group.id]
-      local why, domain = check(k, booked[k.host_key], group_pending)
+      local why, domain = check(k, booked[k.host_key], group_pending, pools_booked)
       if why then
         results[c], refused = why, true
       else
+        book_pools(k, pools_booked)
         local sum = booked[k.host_key] or {}
         for i = 1, R do
           sum[i] = (sum[i] or 0) + k.need[i]

@@ -19,6 +19,12 @@ if not t[1] then
   return {false, false}
 end
 
+-- The VM's volumes on shared pools stay where they are: they move to its new claim, uncounted by
+-- the release.
+local shared = redis.call('HGET', KEYS[3], 'shared_pools')
+if shared then
+  redis.call('HSET', KEYS[3], 'shared_pools', '{}')
+end
 -- The source's share, named extras included, given back by the one release path.
 local source = release_claim(prefix, KEYS[3], vm) or false
 
@@ -29,6 +35,9 @@ redis.call('RENAME', KEYS[4], KEYS[3])
 remember_release(prefix, moving)
 local now = redis.call('TIME')
 redis.call('HSET', KEYS[3], 'at', tonumber(now[1]) + tonumber(now[2]) / 1000000)
+if shared then
+  redis.call('HSET', KEYS[3], 'shared_pools', shared)
+end
 local hk = prefix .. ':host:' .. target
 if redis.call('SREM', hk .. ':vms', moving) == 1 then
   redis.call('SADD', hk .. ':vms', vm)

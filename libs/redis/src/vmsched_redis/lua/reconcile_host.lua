@@ -3,7 +3,8 @@
 -- committed under its target claim id); claims of VMs PostgreSQL does not count
 -- are kept while younger than the grace period (a scheduler may be between claim and commit) and
 -- dropped after it. Allocations become PostgreSQL's plus the kept in-flight claims, named extra
--- resources ('a_extra', a JSON map) as the others.
+-- resources ('a_extra', a JSON map) as the others. A dropped claim gives its storage pools back
+-- (the host's 'a_pools', the shared pools' 'a:<name>').
 -- PostgreSQL's view was read at view_at (Redis's clock) and may be stale by now: a claim released
 -- since (remembered in `released` by lua/release_claim.lua) is neither restored nor counted, or a
 -- deleted VM's room would come back as allocated until the next reconcile.
@@ -85,6 +86,15 @@ for _, vm in ipairs(redis.call('SMEMBERS', KEYS[2])) do
       add_counts(in_flight_extra, decode_counts(c[3 + R]), 1)
     else
       if c[1] == host then
+        -- Its storage pools are counted apart from the allocations set below: given back here.
+        local pools = redis.call('HMGET', ck, 'pools', 'shared_pools')
+        if pools[1] and pools[1] ~= '{}' then
+          local used = add_counts(decode_counts(redis.call('HGET', KEYS[1], 'a_pools')), decode_counts(pools[1]), -1)
+          redis.call('HSET', KEYS[1], 'a_pools', encode_counts(used))
+        end
+        for name, gb in pairs(decode_counts(pools[2])) do
+          redis.call('HINCRBY', prefix .. ':storage_pools', 'a:' .. name, 0 - gb)
+        end
         redis.call('DEL', ck)
       end
       redis.call('SREM', KEYS[2], vm)

@@ -10,6 +10,8 @@ end
 RELEASE_READ[#RELEASE_READ + 1] = 'group'
 RELEASE_READ[#RELEASE_READ + 1] = 'domain'
 RELEASE_READ[#RELEASE_READ + 1] = 'extra'
+RELEASE_READ[#RELEASE_READ + 1] = 'pools'
+RELEASE_READ[#RELEASE_READ + 1] = 'shared_pools'
 
 local function remember_release(prefix, claim_id)
   local t = redis.call('TIME')
@@ -39,7 +41,21 @@ local function release_claim(prefix, claim_key, vm)
       local used = add_counts(decode_counts(redis.call('HGET', hk, 'a_extra')), decode_counts(extra), -1)
       redis.call('HSET', hk, 'a_extra', encode_counts(used))
     end
+    local pools = c[R + 5]
+    if pools and pools ~= '{}' then
+      local used = add_counts(decode_counts(redis.call('HGET', hk, 'a_pools')), decode_counts(pools), -1)
+      redis.call('HSET', hk, 'a_pools', encode_counts(used))
+    end
     redis.call('HINCRBY', hk, 'vm_count', -1)
+  end
+  -- A shared pool's volumes are given back whatever the host's hash: the pool is counted apart.
+  local shared = c[R + 6]
+  if shared and shared ~= '{}' then
+    for name, gb in pairs(decode_counts(shared)) do
+      if redis.call('HINCRBY', prefix .. ':storage_pools', 'a:' .. name, 0 - gb) < 0 then
+        redis.call('HSET', prefix .. ':storage_pools', 'a:' .. name, 0)
+      end
+    end
   end
   redis.call('SREM', hk .. ':vms', vm)
   local group, domain = c[R + 2], c[R + 3]

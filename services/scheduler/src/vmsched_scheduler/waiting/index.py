@@ -27,9 +27,10 @@ import numpy as np
 
 from vmsched_contract.messages import VmToPlace
 from vmsched_contract.strategy import Strategy
+from vmsched_domain.storage import VolumeAsk, per_pool
 from vmsched_placement import DecisionContext, Demand, Fleet, HostState, PlacementRequest, decide
 from vmsched_placement.fleet import FloatArray
-from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of
+from vmsched_placement.inputs import demand_of, host_selector_of, tolerations_of, volumes_of
 from vmsched_placement.model import ONLINE, SelectorTerm
 from vmsched_placement.taint_rules import Toleration
 from vmsched_scheduler.groups import RoundGroups
@@ -49,11 +50,13 @@ class Shape:
     networks: frozenset[str] = frozenset()
     project: str = ""  # a dedicated host takes only its project's VMs
     dedicated: bool = False
+    volumes: tuple[VolumeAsk, ...] = ()
 
     @property
     def needs_whole_fleet(self) -> bool:
-        """Whether a host may take it depends on other hosts too (its group's members per domain)."""
-        return self.server_group is not None
+        """Whether a host may take it depends on other hosts too (its group's members per domain, or
+        a shared storage pool's room, freed by a VM leaving any host that reaches it)."""
+        return self.server_group is not None or bool(self.volumes)
 
     def request(self, entry: WaitingEntry, groups: RoundGroups | None) -> PlacementRequest:
         """What the engine is asked for the shape's VM ``entry``: any strategy will do, only whether
@@ -70,6 +73,7 @@ class Shape:
             networks=self.networks,
             project=self.project,
             dedicated=self.dedicated,
+            volumes=self.volumes,
         )
 
 
@@ -83,6 +87,7 @@ def shape_of(vm: VmToPlace) -> Shape:
         frozenset(vm.networks),
         vm.project,
         vm.dedicated,
+        volumes_of(vm.volumes),
     )
 
 
@@ -239,7 +244,7 @@ def whom_to_wake(
         decision = decide(fleet, shape.request(entry, groups), context, fallbacks=0)
         if decision.host_id is None:
             continue
-        fleet.allocate(decision.host_id, shape.demand)
+        fleet.allocate(decision.host_id, shape.demand, per_pool(shape.volumes, decision.volumes))
         if groups is not None:
             groups.book(entry.vm, fleet, decision.host_id)
         index.remove(entry.vm_id)

@@ -171,6 +171,7 @@ class Waker:
         waiting = await self.store.all_waiting()
         self._seq, records = await self.snapshot.read_all()
         self._fleet = Fleet.from_hosts(to_host_state(record) for record in records.values())
+        self._fleet.set_shared_pools(await self.snapshot.shared_pools())
         self._unread.clear()
         self.index.clear()
         self._deadlines = []
@@ -217,6 +218,8 @@ class Waker:
             return []
         wanted, self._unread = sorted(self._unread), set()
         self._hosts_changed = True
+        # A claim or release on a shared storage pool names a host on the feed: the pools are read too.
+        self._fleet.set_shared_pools(await self.snapshot.shared_pools())
         grown: list[HostState] = []
         for host_id, record in (await self.snapshot.read_hosts(wanted)).items():
             if record is None:

@@ -3,7 +3,7 @@ heartbeat lists, a VM's volumes and, once placed, each volume's pool (vm_volumes
 by PostgreSQL's guard).
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0030
 Create Date: 2026-11-27
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 revision = "0025"
-down_revision = "0023"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 

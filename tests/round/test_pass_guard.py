@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.round.worlds import World
+from tests.round.worlds import SETTINGS, World
 from vmsched_contract.messages import Resources
 from vmsched_contract.status import VmStatus
 from vmsched_scheduler.migration_round import MigrationItem, TargetChosen
@@ -131,12 +131,26 @@ async def test_no_known_host_heard_from_at_all_is_tried_again_later(world: World
     # The gateway cut from its PostgreSQL or Redis folds no heartbeat: every host looks silent at once,
     # in PostgreSQL (here: none it may place on) and in the snapshot, though all run
     # (tests/faults/test_partitions.py: gateway-redis-blackholed made VMs unschedulable). The round's
-    # clock an hour ahead.
+    # clock two offline timeouts ahead: every host heard last at the same moment, a moment ago.
     await world.add_host("hv-1", HOST)
     await world.add_host("hv-2", HOST)
     for host in ("hv-1", "hv-2"):  # PostgreSQL counts no host it may place on
         await world.pause_in_ledger_only(host)
-    world.round.clock = lambda: time.time() + 3600
+    world.round.clock = lambda: time.time() + 2 * SETTINGS.offline_timeout
     outcomes = await run(world)
     assert outcomes
     assert all(isinstance(outcome, Later) for outcome in outcomes), outcomes
+
+
+@PASSES
+async def test_a_fleet_silent_for_long_is_gone_and_its_vms_are_settled(world: World, run: Run) -> None:
+    # As above, but the hosts fell silent an hour ago: no cut lasts that long unnoticed, the fleet is
+    # gone, and the VMs are told so (no_available_agents) instead of waiting for it for ever.
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    for host in ("hv-1", "hv-2"):
+        await world.pause_in_ledger_only(host)
+    world.round.clock = lambda: time.time() + 3600
+    outcomes = await run(world)
+    assert outcomes
+    assert not any(isinstance(outcome, Later) for outcome in outcomes), outcomes

@@ -2,11 +2,13 @@
 waiting, no migration target, a batch that cannot be placed whole), whether saying so now would be
 premature. Every kind of pass asks here (:meth:`~vmsched_scheduler.round.SchedulingRound.run_pass`).
 
-- PostgreSQL knows more online hosts than the snapshot holds, or the snapshot has none online while
-  PostgreSQL or the snapshot knows hosts: after a Redis flush the snapshot lacks hosts until their
-  next heartbeat, and the copy may still hold hosts the flush took; or every known host is silent at
-  once, as when the heartbeats' path is cut (the gateway from its servers: the gateway's
-  FailureGrace reasons the same way). The VMs come back later, after a full read.
+- PostgreSQL knows more online hosts than the snapshot holds, or knows some while the snapshot has
+  none online: after a Redis flush the snapshot lacks hosts until their next heartbeat, and the copy
+  may still hold hosts the flush took. Or the snapshot still says hosts are online that nobody has
+  heard within the offline timeout: the gateway, which marks silent hosts offline, is itself cut
+  off from PostgreSQL or Redis (its FailureGrace reasons the same way about failing VMs). The VMs
+  come back later, after a full read. Hosts the gateway marked offline, or silent for long, are
+  gone: ``no_available_agents`` is the answer then.
 - The copy was behind the snapshot: a host changed a moment ago (an operator unpaused it, a
   heartbeat brought it back) after the copy was last read, which a refresh may skip for a few
   milliseconds. The copy reads the changes at once, and the VMs are decided again only if what
@@ -49,7 +51,7 @@ async def premature_nowhere(
         return None
     online = await rnd.ledger.online_hosts()
     none_online = any(c.decision.reason == NO_AVAILABLE_AGENTS for c in nowhere)
-    if len(rnd.fleet.fleet) < online or (none_online and (online > 0 or len(rnd.fleet.fleet) > 0)):
+    if len(rnd.fleet.fleet) < online or (none_online and (online > 0 or silent_but_unmarked(rnd))):
         await rnd.fleet.refresh(force_full=True)
         return Premature(later=True, why="the snapshot knows fewer hosts than PostgreSQL, or hears none")
     if not await rnd.fleet.catch_up():
@@ -61,6 +63,22 @@ async def premature_nowhere(
     else:
         fits = any(fits_now(rnd, c, groups) for c in nowhere)
     return Premature(later=False, why="the snapshot changed since the decision") if fits else None
+
+
+# A fleet silent for longer than this many offline timeouts is taken for gone, however it fell silent.
+SILENT_FLEET_GRACE = 10
+
+
+def silent_but_unmarked(rnd: SchedulingRound) -> bool:
+    """Hosts the snapshot says are online though none passes the offline filter (none heard within
+    the offline timeout), the newest heard within :data:`SILENT_FLEET_GRACE` offline timeouts: the
+    heartbeats stopped reaching the snapshot and nobody marked the hosts offline, as a gateway cut
+    from its servers cannot. A gateway that works marks silent hosts offline within a second."""
+    columns = rnd.fleet.fleet.columns
+    if not bool(columns.online.any()):
+        return False
+    newest = float(columns.last_heartbeat[columns.online].max())
+    return rnd.clock() - newest <= SILENT_FLEET_GRACE * rnd.settings.offline_timeout
 
 
 def fits_now(rnd: SchedulingRound, choice: Choice, groups: RoundGroups) -> bool:

@@ -325,6 +325,10 @@ def test_rebalance_plan_show_apply_and_replay(vmsched: Any, client: Client, flee
         for vm_id in ids:
             if client.get_vm(vm_id).hypervisor_id != crowded:
                 vmsched("vms", "migrate", vm_id, "--to", crowded, "--wait")
+        # A migration's source gives its room back once its agent cleaned up, a moment after the VM
+        # runs on its target: until then both hosts look as full, and a spread plan moves nothing.
+        other = fleet.hosts[1]
+        wait_for(lambda: client.get_host(other).allocated.cpu == 0, 30, f"{other} empty", interval=0.2)
         label = ("--label", f"suite={fleet.suite}")
         plan = json.loads(vmsched("-o", "json", "rebalance", "plan", "--goal", "spread", *label).stdout)
         assert (plan["goal"], plan["state"]) == ("spread", "planned")

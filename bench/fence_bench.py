@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.drain_bench import pause_all_but, until  # noqa: E402
 from bench.e2e.isolation import isolated  # noqa: E402
+from bench.e2e.machine import machine  # noqa: E402
 from bench.placement_bench import git_commit  # noqa: E402
 from devtools.stack import Stack, free_port  # noqa: E402
 from vmsched_agent import Profile, generate_hosts  # noqa: E402
@@ -165,12 +164,7 @@ def main() -> int:
             "restart_delay_s": args.restart_delay,
             "budget_s": BUDGET_S,
         },
-        "machine": {
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": sys.version,
-        },
+        "machine": machine(),
         "runs": runs,
         "median_s": median,
         "max_s": max(seconds),

@@ -108,6 +108,8 @@ class VmRow(Base):
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     # The VM that preempted it, while and after it is preempted.
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # The preemption that moved VMs off a host to make room for this VM (vmsched_contract.decision.PreemptionMove).
+    preemption: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # The project that owns it (the token's that asked for it): only that project's tokens see it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
     # What vmsched asked of an agent for the VM and awaits (vmsched_contract.status.Task), and since

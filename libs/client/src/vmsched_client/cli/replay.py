@@ -60,8 +60,10 @@ def replay(
         _victims(answer.fates)
     moved = answer.preemption
     if moved is not None:
-        again = "journal entry pruned" if moved.same is None else f"replayed: {moved.host or 'no host'}, same " + (
-            "yes" if moved.same else "no"
+        again = (
+            "journal entry pruned"
+            if moved.same is None
+            else f"replayed: {moved.host or 'no host'}, same " + ("yes" if moved.same else "no")
         )
         stdout().print(f"made room by moving VMs off {moved.decided_host} ({again})", markup=False)
         _victims(moved.victims)

@@ -5,6 +5,7 @@ settles its unknown VMs from its heartbeat; VMs an agent runs that vmsched holds
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -22,9 +23,16 @@ CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000)
 
 
 async def host_with_vm(
-    engine: AsyncEngine, host_id: str, silent_for: float, *, status: str = "running", started: bool = True
+    engine: AsyncEngine,
+    host_id: str,
+    silent_for: float,
+    *,
+    status: str = "running",
+    started: bool = True,
+    started_ago: float = 60.0,
 ) -> uuid.UUID:
-    """A host last heard from ``silent_for`` seconds ago, holding one VM (2 vCPUs); the VM's id."""
+    """A host last heard from ``silent_for`` seconds ago, holding one VM (2 vCPUs, started
+    ``started_ago`` seconds ago unless not ``started``); the VM's id."""
     vm_id = uuid.uuid4()
     async with engine.begin() as connection:
         await connection.execute(
@@ -43,9 +51,10 @@ async def host_with_vm(
         await connection.execute(
             text(
                 "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, scheduled_at, started_at) "
-                "VALUES (:id, 'v', :status, :host, 2, 2048, 20, now(), CASE WHEN :started THEN now() END)"
+                "VALUES (:id, 'v', :status, :host, 2, 2048, 20, now(), "
+                "CASE WHEN :started THEN now() - make_interval(secs => :ago) END)"
             ),
-            {"id": vm_id, "host": host_id, "status": status, "started": started},
+            {"id": vm_id, "host": host_id, "status": status, "started": started, "ago": started_ago},
         )
     return vm_id
 
@@ -143,6 +152,20 @@ async def test_a_returning_host_settles_its_unknown_vms_from_what_its_heartbeat_
     assert (
         await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-r1", capacity=CAPACITY)], takeover_after=OFFLINE)
     ).returned == []
+
+
+async def test_a_heartbeat_taken_before_a_vm_started_does_not_fail_it(private_engine: AsyncEngine) -> None:
+    # A heartbeat that waited in a backlog (the gateway behind, the host marked offline meanwhile)
+    # lists what the host ran when the agent took it: a VM that started since is not in it.
+    store = HostStore(private_engine)
+    started_since = await host_with_vm(private_engine, "hv-b1", silent_for=20, started_ago=10)
+    await store.silence(OFFLINE)
+    stale = AgentHeartbeat(agent_id="hv-b1", capacity=CAPACITY, sent_at=datetime.now(UTC) - timedelta(seconds=30))
+
+    assert (await store.fold_heartbeats([stale], takeover_after=OFFLINE)).returned == []
+    assert await status_of(private_engine, started_since) == "unknown"  # for the next heartbeat to settle
+    fresh = await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-b1", capacity=CAPACITY)], takeover_after=OFFLINE)
+    assert {change.after.id: change.after.status for change in fresh.returned} == {started_since: VmStatus.FAILED}
 
 
 async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere_or_not_at_all(

@@ -149,8 +149,23 @@ def delete_requested(vm: VmRecord) -> Change | None:
     return Change(vm, replace(vm, status=transition.target, status_reason=reason), transition)
 
 
-def host_returned(vm: VmRecord, listed: bool, now: float) -> Change | None:
-    """A silent host heartbeats again; ``listed``: its heartbeat lists this VM."""
+# How far an agent's clock may run behind the services' before a heartbeat taken just after a VM
+# started reads as taken before it (NTP keeps hosts well within this).
+CLOCK_SKEW = 2.0
+
+
+def host_returned(vm: VmRecord, listed: bool, now: float, heard_at: float | None = None) -> Change | None:
+    """A silent host heartbeats again; ``listed``: its heartbeat lists this VM; ``heard_at``: when
+    the agent took that heartbeat. A heartbeat taken before the VM started running (one that waited
+    in a backlog while the host was marked offline) says nothing of it: the VM stays ``unknown`` for
+    the host's next heartbeat to settle, rather than failing a VM that may be running well."""
+    if (
+        not listed
+        and heard_at is not None
+        and vm.started_at is not None
+        and heard_at < vm.started_at.timestamp() + CLOCK_SKEW
+    ):
+        return None
     if listed:
         fact = Condition.LISTED
     elif vm.started_at is None:

@@ -248,10 +248,16 @@ class HostStore:
                 vm_from_row(row)
                 for row in await connection.execute(_UNKNOWN_ON, {"hosts": [beat.agent_id for beat in ordered]})
             ]
+            heard_at = {beat.agent_id: beat.sent_at.timestamp() for beat in ordered}
             changes = [
                 change
                 for vm in unknown
-                if (change := host_returned(vm, (vm.hypervisor_id, vm.id) in listed, now)) is not None
+                if (
+                    change := host_returned(
+                        vm, (vm.hypervisor_id, vm.id) in listed, now, heard_at.get(vm.hypervisor_id or "")
+                    )
+                )
+                is not None
             ]
             returned = await vm_writes.apply(connection, changes) if changes else []
         hosts = [

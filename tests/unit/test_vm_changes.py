@@ -117,9 +117,11 @@ def test_a_heartbeat_taken_before_the_vm_started_says_nothing_of_it() -> None:
     assert host_returned(unknown, False, NOW, heard_at=NOW - 30) is None  # taken before the start
     assert host_returned(unknown, False, NOW, heard_at=NOW - 9) is None  # within the clocks' skew
     lost = host_returned(unknown, False, NOW, heard_at=NOW)
-    assert lost is not None and lost.after.status is VmStatus.FAILED
+    assert lost is not None
+    assert lost.after.status is VmStatus.FAILED
     listed = host_returned(unknown, True, NOW, heard_at=NOW - 30)  # what it lists is there, whenever taken
-    assert listed is not None and listed.after.status is VmStatus.RUNNING
+    assert listed is not None
+    assert listed.after.status is VmStatus.RUNNING
 
 
 def test_a_lost_host_fails_unknown_vms_and_deletes_deleting_ones() -> None:

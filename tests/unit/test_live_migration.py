@@ -17,6 +17,7 @@ from vmsched_domain.lifecycle import Capacity, Event
 from vmsched_domain.live_migration import Order, Step
 from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import power_command, power_reported, start_requested, stop_requested
+from vmsched_gateway.identity import placed_on
 
 SOURCE, TARGET = "hv-src", "hv-dst"
 
@@ -117,6 +118,9 @@ def test_prepare_handover_finish_move_the_vm_and_release_the_source_only_at_the_
     assert done.change.transition.capacity is Capacity.RELEASE
     assert done.change.released_from == SOURCE
     assert orders(done) == [(SOURCE, CommandAction.CLEANUP_MIGRATION)]
+    # The source stays in the VM's history: its agent's report of the copy it cleaned up is heard.
+    assert [(entry["host"], entry["outcome"]) for entry in after.attempts] == [(SOURCE, "migrated")]
+    assert placed_on(after, SOURCE)
 
 
 @pytest.mark.parametrize(

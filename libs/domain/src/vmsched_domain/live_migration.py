@@ -41,7 +41,7 @@ from vmsched_contract.status import Task, VmStatus
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.lifecycle import Condition, Event, choose
 from vmsched_domain.records import VmRecord
-from vmsched_domain.vm_changes import Change
+from vmsched_domain.vm_changes import Change, with_history
 
 # The reason vm.migration_failed gives for a migration in flight too long.
 TIMEOUT = "timeout"
@@ -219,6 +219,9 @@ def _finished(vm: VmRecord, now: float) -> Step | None:
         status=transition.target,
         status_reason=None,
         hypervisor_id=vm.migration_target,
+        # The source stays in its history: its agent's last word of the VM (the copy it cleaned up)
+        # comes from a host vmsched placed the VM on.
+        attempts=with_history(vm, "migrated", f"live-migrated to {vm.migration_target}", now),
         started_at=_at(now),
         task=None,
         task_since=None,

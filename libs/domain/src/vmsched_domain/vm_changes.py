@@ -43,7 +43,7 @@ def _iso(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).isoformat()
 
 
-def _history(vm: VmRecord, outcome: str, message: str, now: float) -> list[dict[str, Any]]:
+def with_history(vm: VmRecord, outcome: str, message: str, now: float) -> list[dict[str, Any]]:
     """The VM's ``attempts`` with one more entry: what became of its attempt on its host."""
     entry = {"attempt": vm.attempt, "host": vm.hypervisor_id, "outcome": outcome, "message": message, "at": _iso(now)}
     return [*vm.attempts, entry]
@@ -71,7 +71,7 @@ def agent_failed(
     transition = choose(Event.AGENT_FAILED, vm.status, [retries])
     if transition is None:
         return None
-    history = _history(vm, "failed", message, now)
+    history = with_history(vm, "failed", message, now)
     if transition.target is VmStatus.PENDING:
         after = replace(
             vm,
@@ -123,11 +123,11 @@ def agent_deleted(vm: VmRecord, agent_id: str, now: float) -> Change | None:
             vm,
             status=VmStatus.FAILED,
             status_reason=vm.status_reason,
-            attempts=_history(vm, "preempted", vm.status_reason or "", now),
+            attempts=with_history(vm, "preempted", vm.status_reason or "", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
         return Change(vm, after, transition)
-    after = replace(vm, status=VmStatus.DELETED, status_reason=None, attempts=_history(vm, "deleted", "", now))
+    after = replace(vm, status=VmStatus.DELETED, status_reason=None, attempts=with_history(vm, "deleted", "", now))
     return Change(vm, after, transition)
 
 
@@ -185,7 +185,7 @@ def host_returned(vm: VmRecord, listed: bool, now: float, heard_at: float | None
             vm,
             status=VmStatus.FAILED,
             status_reason=f"host {host} came back without it",
-            attempts=_history(vm, "lost by its host", f"host {host} came back without it", now),
+            attempts=with_history(vm, "lost by its host", f"host {host} came back without it", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)
@@ -202,13 +202,13 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             vm,
             status=VmStatus.DELETED,
             status_reason=f"deleted: host {host} was lost",
-            attempts=_history(vm, "deleted", f"host {host} was lost", now),
+            attempts=with_history(vm, "deleted", f"host {host} was lost", now),
         )
     elif vm.status is VmStatus.PREEMPTED:
         after = replace(
             vm,
             status=VmStatus.FAILED,
-            attempts=_history(vm, "preempted", f"host {host} was lost before it deleted the VM", now),
+            attempts=with_history(vm, "preempted", f"host {host} was lost before it deleted the VM", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     else:
@@ -217,7 +217,7 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             status=VmStatus.FAILED,
             status_reason=f"agent lost connection: host {host} silent past AGENT_LOST_TIMEOUT",
             exclusions=_excluding(vm, host, now, exclude_for),
-            attempts=_history(vm, "agent lost connection", f"host {host} silent", now),
+            attempts=with_history(vm, "agent lost connection", f"host {host} silent", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)
@@ -236,14 +236,14 @@ def host_fenced(vm: VmRecord, now: float, *, exclude_for: float) -> Change | Non
             status=VmStatus.DELETED,
             status_reason=f"deleted: host {host} was fenced",
             task=None,
-            attempts=_history(vm, "deleted", f"host {host} was fenced", now),
+            attempts=with_history(vm, "deleted", f"host {host} was fenced", now),
         )
     elif vm.status is VmStatus.PREEMPTED:
         after = replace(
             vm,
             status=VmStatus.FAILED,
             task=None,
-            attempts=_history(vm, "preempted", f"host {host} was fenced before it deleted the VM", now),
+            attempts=with_history(vm, "preempted", f"host {host} was fenced before it deleted the VM", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     else:
@@ -253,7 +253,7 @@ def host_fenced(vm: VmRecord, now: float, *, exclude_for: float) -> Change | Non
             status_reason=f"host fenced: {host} was declared down",
             task=None,
             exclusions=_excluding(vm, host, now, exclude_for),
-            attempts=_history(vm, "host fenced", f"host {host} fenced", now),
+            attempts=with_history(vm, "host fenced", f"host {host} fenced", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)

@@ -141,7 +141,11 @@ def build_app(settings: Settings) -> FastStream:
         await status_consumer.start()
         background.start(health.forever())
         background.start(
-            tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
+            tasks.sweep_forever(
+                migration_timeout=settings.migration_timeout,
+                resend_after=settings.resend_stale_after,
+                exclude_for=settings.exclude_for,
+            )
         )
         background.start(drains.forever())
         background.start(rebalances.forever())

@@ -240,3 +240,47 @@ async def test_a_lost_host_is_claimed_for_fencing_once_per_silence(private_engin
         await connection.execute(text("UPDATE hosts SET last_heartbeat = now() - interval '400 seconds'"))
     await store.silence(OFFLINE)
     assert await fences.claim_try("hv-t1")  # a new silence: the command may run again
+
+
+async def test_a_failed_fence_is_tried_again_once_its_backoff_passed_and_the_next_silence_counts_afresh(
+    private_engine: AsyncEngine,
+) -> None:
+    store = HostStore(private_engine)
+    fences = FenceStore(private_engine)
+    await host_with_vm(private_engine, "hv-r1", silent_for=400)
+    await store.silence(OFFLINE)
+
+    async def due() -> list[tuple[str, bool, bool]]:
+        return [(h.host_id, h.tried, h.retry_due) for h in await store.lost_hosts(LOST)]
+
+    assert await fences.claim_try("hv-r1", lease=3600) == 1
+    assert await fences.claim_try("hv-r1", lease=3600) is None  # running: another replica waits
+    assert await due() == [("hv-r1", True, False)]
+    next_try = await fences.record_failure("hv-r1", 1, "BMC unreachable", retry_after=3600)
+    assert next_try is not None
+    assert await fences.claim_try("hv-r1", lease=3600) is None  # not before its backoff passed
+    assert await fences.record_failure("hv-r1", 1, "BMC unreachable", retry_after=0) is not None
+    assert await due() == [("hv-r1", True, True)]  # kept with the host: a restarted gateway sees it too
+    assert await fences.claim_try("hv-r1", lease=3600) == 2
+    assert await fences.record_failure("hv-r1", 1, "late", retry_after=0) is None  # an older try's: ignored
+
+    # A gateway that died in the middle of a try recorded nothing: the lease makes the next one due.
+    async with private_engine.begin() as connection:
+        await connection.execute(text("UPDATE hosts SET fence_retry_at = now() WHERE id = 'hv-r1'"))
+    assert await fences.claim_try("hv-r1", lease=3600) == 3
+
+    # Fenced, nothing is tried again; a new silence after it is back counts from 1.
+    assert await fences.fence("hv-r1", FencedBy.OPERATOR) is not None
+    async with private_engine.begin() as connection:
+        await connection.execute(text("UPDATE hosts SET fence_retry_at = now() WHERE id = 'hv-r1'"))
+    assert await fences.claim_try("hv-r1", lease=3600) is None
+    await fences.unfence("hv-r1", offline_after=OFFLINE)
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-r1", lease=3600) == 1
+
+    # fence_needed (no lease) is announced once per silence, whatever time passes.
+    await host_with_vm(private_engine, "hv-r2", silent_for=400)
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-r2") == 1
+    assert await fences.claim_try("hv-r2") is None
+    assert [t for t in await due() if t[0] == "hv-r2"] == [("hv-r2", True, False)]

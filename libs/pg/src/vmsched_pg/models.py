@@ -211,9 +211,14 @@ class HostRow(Base):
     fenced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     fenced_by: Mapped[str | None] = mapped_column(String(16))
     # When the gateway last acted on this host being lost (ran VMSCHED_FENCE_COMMAND, or announced
-    # host.fence_needed): once per silence, cleared when the host heartbeats again or is unfenced.
+    # host.fence_needed); cleared when the host heartbeats again or is unfenced (a new silence).
     fence_tried_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     fence_error: Mapped[str | None] = mapped_column(Text)  # the last fence command's failure
+    # The fence command's tries in this silence (counted afresh once fence_tried_at was cleared), and
+    # when it may run again: after a failure, with a backoff; while it runs, once it must have ended
+    # (a gateway that died meanwhile). NULL: not again (fence_needed is announced once).
+    fence_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    fence_retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The storage pools its last heartbeat lists: [{name, kind, capacity_gb, tags}] by name
     # (vmsched_redis.storage_pools.pools_json); a shared pool's numbers are its storage_pools row's.
     storage_pools: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))

@@ -87,7 +87,14 @@ def build_app(settings: Settings) -> FastStream:
             snapshot,
             publisher,
             FencePolicy(has_command=settings.fence_command is not None, restart_unfenced=settings.restart_unfenced),
-            None if settings.fence_command is None else FenceCommand(settings.fence_command, settings.fence_timeout),
+            None
+            if settings.fence_command is None
+            else FenceCommand(
+                settings.fence_command,
+                settings.fence_timeout,
+                retry_delay=settings.fence_retry_delay,
+                retry_max_delay=settings.fence_retry_max_delay,
+            ),
         ),
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))

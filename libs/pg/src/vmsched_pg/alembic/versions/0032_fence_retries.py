@@ -3,7 +3,7 @@ while the host stays silent (docs/operations.md#fencing). Kept with the host, no
 memory: a gateway that restarts between two tries (or another replica) takes the next one on time.
 
 Revision ID: 0032
-Revises: 0025
+Revises: 0031
 Create Date: 2026-11-27
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0032"
-down_revision = "0025"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

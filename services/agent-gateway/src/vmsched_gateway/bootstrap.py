@@ -32,10 +32,10 @@ from vmsched_gateway.sweep_store import SweepStore
 from vmsched_gateway.task_store import TaskStore
 from vmsched_gateway.tasks import Tasks
 from vmsched_pg.drains import DrainStore
-from vmsched_pg.engine import create_engine
+from vmsched_pg.engine import create_engine, database_check
 from vmsched_pg.fences import FenceStore
 from vmsched_pg.rebalance_plans import RebalanceStore
-from vmsched_redis.connections import connect_redis
+from vmsched_redis.connections import connect_redis, redis_check
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.metrics_server import GATEWAY_METRICS_PORT
@@ -163,4 +163,6 @@ def build_app(settings: Settings) -> FastStream:
         logger=log,
         settings=settings,
         metrics_port=GATEWAY_METRICS_PORT,
+        checks={"database": database_check(engine), "redis": redis_check(redis)},
+        lean_consumers=[heartbeat_consumer, status_consumer],
     )

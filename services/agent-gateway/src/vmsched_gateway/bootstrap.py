@@ -19,6 +19,7 @@ from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.fencing import FenceCommand, LostHosts
 from vmsched_gateway.health import FailureGrace, HealthCheck
+from vmsched_gateway.hearing import BrokerHearing
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.identity import MessageKind, Speakers
@@ -28,6 +29,7 @@ from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
+from vmsched_gateway.self_probe import SelfProbe
 from vmsched_gateway.sweep_store import SweepStore
 from vmsched_gateway.task_store import TaskStore
 from vmsched_gateway.tasks import Tasks
@@ -72,6 +74,8 @@ def build_app(settings: Settings) -> FastStream:
         preemptors,
     )
     relay = AssignmentRelay(publisher, queues, CommandRatios(snapshot), preemptors)
+    hearing = BrokerHearing.starting(time.monotonic(), settings.agent_offline_timeout)
+    probe = SelfProbe(broker, lambda: hearing.heard(time.monotonic()))
     health = HealthCheck(
         hosts,
         SweepStore(engine),
@@ -89,6 +93,7 @@ def build_app(settings: Settings) -> FastStream:
             FencePolicy(has_command=settings.fence_command is not None, restart_unfenced=settings.restart_unfenced),
             None if settings.fence_command is None else FenceCommand(settings.fence_command, settings.fence_timeout),
         ),
+        hearing,
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
 
@@ -98,11 +103,15 @@ def build_app(settings: Settings) -> FastStream:
     def admit_status(user_id: str | None, report: VmStatusReport) -> None:
         speakers.check(MessageKind.STATUS, user_id, report.agent_id)
 
+    async def on_heartbeat(beat: AgentHeartbeat) -> None:
+        hearing.heard(time.monotonic())  # any host's heartbeat says the broker reaches this gateway
+        await fold.on_heartbeat(beat)
+
     heartbeat_consumer = LeanConsumer(
         broker,
         topology.GATEWAY_HEARTBEAT_QUEUE,
         AgentHeartbeat,
-        fold.on_heartbeat,
+        on_heartbeat,
         prefetch=HEARTBEAT_PREFETCH,
         acks=False,
         admit=admit_heartbeat,
@@ -139,6 +148,10 @@ def build_app(settings: Settings) -> FastStream:
     async def on_ready(background: BackgroundTasks) -> None:
         await heartbeat_consumer.start()
         await status_consumer.start()
+        await probe.start()
+        hearing.begin(time.monotonic())
+        background.start(probe.forever())
+        background.start(health.watch_broker())
         background.start(health.forever())
         background.start(
             tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
@@ -153,6 +166,7 @@ def build_app(settings: Settings) -> FastStream:
         broker,
         on_ready=on_ready,
         closers=[
+            probe.stop,
             heartbeat_consumer.stop,
             status_consumer.stop,
             fold.drain,

@@ -128,7 +128,7 @@ async def fleet(partitioned: PartitionedStack, servers: Servers) -> AsyncIterato
 class Seen:
     """What a client saw during the cut: each answer's status (or error) and the slowest; how often
     the cut service's /readyz said not ready; the fewest of the fleet's hosts GET /v1/hosts showed
-    online."""
+    online, from the cut until every VM settled."""
 
     answers: Counter[str] = field(default_factory=Counter)
     slowest: float = 0.0
@@ -137,6 +137,10 @@ class Seen:
     slowest_probe: float = 0.0
     fewest_online: int | None = None
     accepted: list[str] = field(default_factory=list)  # the ids of the VMs accepted
+
+    def saw_online(self, online: int | None) -> None:
+        if online is not None:
+            self.fewest_online = online if self.fewest_online is None else min(self.fewest_online, online)
 
     def summary(self) -> str:
         answers = ", ".join(f"{name} x{count}" for name, count in sorted(self.answers.items()))
@@ -194,9 +198,7 @@ async def watch(api: httpx.AsyncClient, readyz: str, seen: Seen, stop: asyncio.E
         seen.not_ready += not ready
 
     async def count_online() -> None:
-        online = await online_hosts(api)
-        if online is not None:
-            seen.fewest_online = online if seen.fewest_online is None else min(seen.fewest_online, online)
+        seen.saw_online(await online_hosts(api))
 
     asks: list[asyncio.Task[None]] = []
     index = 0
@@ -269,7 +271,9 @@ async def test_a_partition_heals_without_losing_or_destroying_anything(
         # Converged: every VM settled, and the fleet online again.
         deadline = healed_at + CONVERGE_WITHIN
         while time.monotonic() < deadline:
-            if await online_hosts(api) == HOSTS and await unsettled(servers, vm_ids) == 0:
+            online = await online_hosts(api)
+            seen.saw_online(online)
+            if online == HOSTS and await unsettled(servers, vm_ids) == 0:
                 break
             await asyncio.sleep(0.5)
         converged = time.monotonic() - healed_at
@@ -293,6 +297,7 @@ async def test_a_partition_heals_without_losing_or_destroying_anything(
     assert seen.slowest_probe < PROBE_WITHIN, f"a probe of the {service}'s /readyz waited {seen.slowest_probe:.1f} s"
     assert ready_again < READY_AGAIN_WITHIN, f"the {service} not ready {READY_AGAIN_WITHIN:g} s after healing"
     if (service, server) == ("gateway", "broker"):
-        # It hears no heartbeat, and nothing else either: it is the one cut off, not the fleet.
+        # It hears no heartbeat, and nothing else either: it is the one cut off, not the fleet (nor
+        # once healed, before every host's heartbeat is back).
         assert seen.fewest_online == HOSTS, f"hosts marked offline: {seen.fewest_online} of {HOSTS} online"
         assert nowhere == 0, f"{nowhere} VMs asked during the cut failed or unschedulable"

@@ -4,11 +4,20 @@ timeout."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vmsched_gateway import health
+from vmsched_gateway.health import FailureGrace, HealthCheck
 from vmsched_gateway.hearing import BrokerHearing
+from vmsched_gateway.host_store import SilenceCheck
+from vmsched_runtime.settings import Settings
 
 OFFLINE = 15.0
 
@@ -129,3 +138,77 @@ def test_a_gateway_that_hears_marks_a_host_silent_past_the_timeout_by_more_than_
     limit = hearing.offline_after(moment + 0.5)
     assert limit is not None
     assert moment + 0.5 - host_heard > limit
+
+
+# The health check's use of it: fakes of the gateway's stores, the broker's connection as it says.
+class FakeHosts:
+    def __init__(self) -> None:
+        self.silences: list[float] = []
+
+    async def silence(self, offline_after: float) -> SilenceCheck:
+        self.silences.append(offline_after)
+        return SilenceCheck(offline=[], unknown=0, heard_any=True)
+
+    async def fail_fenced(self, *, exclude_for: float) -> list[object]:
+        return []
+
+
+class FakeSweeps:
+    async def restart_due(self, delay: float) -> list[object]:
+        return []
+
+
+def broker(*, up: bool) -> Any:
+    connected = asyncio.Event()
+    if up:
+        connected.set()
+    return SimpleNamespace(_connection=SimpleNamespace(is_closed=False, connected=connected))
+
+
+def health_check(hosts: FakeHosts, hearing: BrokerHearing, grace: FailureGrace, *, up: bool) -> HealthCheck:
+    nothing = cast("Any", None)
+    settings = Settings(agent_offline_timeout=OFFLINE, agent_lost_timeout=60)
+    return HealthCheck(
+        cast("Any", hosts), cast("Any", FakeSweeps()), nothing, broker(up=up), nothing, settings, grace, nothing,
+        nothing, hearing,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def assignments_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check ends before resending anything: assignments wait in the gateway's queue."""
+
+    async def waiting(broker: object, queue: object) -> int:
+        return 1
+
+    monkeypatch.setattr(health, "ready_messages", waiting)
+
+
+async def test_a_gateway_cut_from_the_broker_marks_no_host_offline_and_fails_nothing() -> None:
+    now = time.monotonic()
+    hosts = FakeHosts()
+    grace = FailureGrace.starting(now - 1000, timeout=60)  # long since allowed to fail
+    await health_check(hosts, BrokerHearing.starting(now, OFFLINE), grace, up=False).once()
+    assert hosts.silences == []
+    assert not grace.allows_failing(now + 59)
+
+
+async def test_a_gateway_hearing_again_marks_no_host_offline_for_an_offline_timeout(assignments_waiting: None) -> None:
+    now = time.monotonic()
+    hosts = FakeHosts()
+    hearing = BrokerHearing.starting(now - 40, OFFLINE)
+    hearing.heard(now)  # the first message after 40 s of nothing
+    grace = FailureGrace.starting(now - 1000, timeout=60)
+    await health_check(hosts, hearing, grace, up=True).once()
+    assert hosts.silences == []
+    assert not grace.allows_failing(now + 59)
+
+
+async def test_a_gateway_that_hears_counts_a_hosts_silence_past_its_own(assignments_waiting: None) -> None:
+    now = time.monotonic()
+    hosts = FakeHosts()
+    hearing = BrokerHearing.starting(now - 100, OFFLINE)
+    listen(hearing, now - 100, now - 1.0)  # the last probe back a second ago
+    await health_check(hosts, hearing, FailureGrace.starting(now, timeout=60), up=True).once()
+    assert len(hosts.silences) == 1
+    assert OFFLINE + 1.0 <= hosts.silences[0] < OFFLINE + 1.5

@@ -172,21 +172,24 @@ class Stack:
         return service
 
     def start_scheduler(self, index: int = 1, **env: str) -> Service:
-        service = self.add(f"scheduler-{index}", [str(BIN / "vmsched-scheduler")], ready_line="scheduler ready")
+        service = self.add(f"scheduler-{index}", [str(BIN / "vmsched-scheduler")])
         preferred = SCHEDULER_METRICS_PORT if index == 1 else None
         service.start({**self._env(), **self._metrics_env(service, preferred), **env})
         return service
 
     def start_gateway(self, **env: str) -> Service:
-        service = self.add("gateway", [str(BIN / "vmsched-gateway")], ready_line="gateway ready")
+        service = self.add("gateway", [str(BIN / "vmsched-gateway")])
         service.start({**self._env(), **self._metrics_env(service, GATEWAY_METRICS_PORT), **env})
         return service
 
     def _metrics_env(self, service: Service, preferred: int | None) -> dict[str, str]:
         """A /metrics port of its own for a process without HTTP (each replica needs its own): the
-        service's documented default when this stack may take it (``make run``) and it is free."""
+        service's documented default when this stack may take it (``make run``) and it is free. The
+        service is ready once its /readyz on that port says so (its servers answer, its consumers
+        consume)."""
         port = preferred if preferred is not None and self.default_ports and port_is_free(preferred) else free_port()
         service.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        service.ready_url = f"http://127.0.0.1:{port}/readyz"
         return {"VMSCHED_METRICS_HOST": "127.0.0.1", "VMSCHED_METRICS_PORT": str(port)}
 
     def enroll_agents(self, host_ids: list[str], path: Path) -> Path:

@@ -129,7 +129,7 @@ def test_vmsched_services_have_a_healthcheck_on_the_port_they_listen_on(name: st
     if name == "api":
         assert api_routes_path(path)
     else:
-        assert path == "/healthz"  # served by the metrics server: tests/deploy/test_k8s_references.py
+        assert path == "/readyz"  # served by the metrics server: tests/deploy/test_k8s_references.py
 
 
 @pytest.mark.parametrize("name", sorted(VMSCHED_SERVICES))

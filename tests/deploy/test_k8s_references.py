@@ -274,7 +274,7 @@ def test_scheduler_and_gateway_probe_paths_are_served_by_their_metrics_server(ov
             for _, probe in _probes(container)
         }
     )
-    assert paths == ["/healthz"]
+    assert paths == ["/healthz", "/readyz"]
     assert metrics_server_statuses([*paths, "/metrics"]) == dict.fromkeys([*paths, "/metrics"], 200)
 
 

@@ -48,7 +48,7 @@ async def test_a_check_that_fails_counts_as_a_cut_off() -> None:
     noticed (tests/faults/test_partitions.py: gateway-database-refused failed VMs of healthy hosts)."""
     grace = FailureGrace.starting(now=0.0, timeout=TIMEOUT)  # long since allowed to fail
     nothing = cast("Any", None)
-    check = HealthCheck(nothing, nothing, nothing, nothing, nothing, nothing, grace, nothing, nothing)
+    check = HealthCheck(nothing, nothing, nothing, nothing, nothing, nothing, grace, nothing, nothing, nothing)
     checked = asyncio.Event()
 
     async def unreachable() -> None:

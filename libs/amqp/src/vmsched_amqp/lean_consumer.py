@@ -71,6 +71,12 @@ class LeanConsumer(Generic[M]):
         )
         self._consumer_tag = await self._declared.consume(self._on_message, no_ack=not self.acks)
 
+    @property
+    def consuming(self) -> bool:
+        """Started and not stopped, on a channel that is open (a robust one reopens after a
+        reconnection and consumes again)."""
+        return self._consumer_tag is not None and self._declared is not None and not self._declared.channel.is_closed
+
     async def stop(self) -> None:
         if self._declared is None or self._declared.channel.is_closed:
             return

@@ -27,8 +27,8 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
 from vmsched_amqp import events, topology
-from vmsched_amqp.channels import plain_channel
 from vmsched_amqp.flow import publishers_blocked
+from vmsched_amqp.readiness import BrokerQuestion
 from vmsched_contract.messages import MAX_VMS_PER_MESSAGE, AgentCommand, VmCreate, VmToPlace, command_message_id
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ class Publisher:
         self._publishers: dict[str, RabbitPublisher] = {}
         self._commands: AbstractChannel | None = None
         self._opening = asyncio.Lock()
-        self._probe: AbstractChannel | None = None
-        self._asking = asyncio.Lock()
+        self._question = BrokerQuestion(broker)
 
     async def blocked(self) -> bool:
         """Whether the broker blocks this publisher now (a memory or disk alarm): a publish would
@@ -66,22 +65,9 @@ class Publisher:
         return publishers_blocked(await self.broker.connect())
 
     async def answers(self, timeout: float) -> bool:
-        """Whether the broker answers a question (a passive declare of the exchange, on a channel of
-        its own) within ``timeout`` seconds. A connection that looks open may lead nowhere: a
-        partition that drops its packets goes unnoticed until its AMQP heartbeats time out, minutes
-        later. One question at a time: while one is unanswered, the broker does not answer."""
-        if self._asking.locked():
-            return False
-        async with self._asking:
-            try:
-                async with asyncio.timeout(timeout):
-                    if self._probe is None or self._probe.is_closed:
-                        self._probe = await plain_channel(await self.broker.connect())
-                    await self._probe.get_exchange(topology.EXCHANGE.name, ensure=True)
-            except Exception:  # timed out, refused, disconnected: the next question opens a new channel
-                self._probe = None
-                return False
-            return True
+        """Whether the broker answers a question within ``timeout`` seconds
+        (:class:`vmsched_amqp.readiness.BrokerQuestion`)."""
+        return await self._question.answers(timeout)
 
     async def publish(self, event: events.Event[M], message: M) -> None:
         """``message`` as ``event``, returned once the broker confirmed it."""

@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from tenacity import retry, retry_if_exception, stop_after_attempt
 
 from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.readiness import Check
 from vmsched_runtime.settings import SSL_MODES, Settings
 
 
@@ -102,6 +104,18 @@ def failed_on_dead_connection(error: BaseException) -> bool:
 retry_on_dead_connection = retry(
     retry=retry_if_exception(failed_on_dead_connection), stop=stop_after_attempt(2), reraise=True
 )
+
+
+def database_check(engine: AsyncEngine) -> Check:
+    """PostgreSQL's part of a service's readiness (:mod:`vmsched_runtime.readiness`): a pooled
+    connection answers ``SELECT 1`` (once more on a fresh one if the pooled one was dead)."""
+
+    @retry_on_dead_connection
+    async def check() -> None:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+
+    return check
 
 
 @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from vmsched_runtime.reachability import CONNECT_TIMEOUT, Server
+from vmsched_runtime.readiness import Check
 from vmsched_runtime.settings import Settings
 
 
@@ -27,6 +28,15 @@ async def ping_redis(settings: Settings) -> None:
         await client.ping()
     finally:
         await client.aclose()
+
+
+def redis_check(redis: Redis) -> Check:
+    """Redis' part of a service's readiness (:mod:`vmsched_runtime.readiness`): it answers a PING."""
+
+    async def check() -> None:
+        await redis.ping()
+
+    return check
 
 
 def _redis_url(settings: Settings) -> str:

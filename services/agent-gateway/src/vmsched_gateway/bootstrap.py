@@ -19,6 +19,7 @@ from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.fencing import FenceCommand, LostHosts
 from vmsched_gateway.health import FailureGrace, HealthCheck
+from vmsched_gateway.hearing import BrokerHearing
 from vmsched_gateway.heartbeats import HeartbeatFold
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.identity import MessageKind, Speakers
@@ -28,14 +29,15 @@ from vmsched_gateway.preemptors import Preemptors
 from vmsched_gateway.relay import AssignmentRelay
 from vmsched_gateway.report_store import ReportStore
 from vmsched_gateway.reports import StatusReports
+from vmsched_gateway.self_probe import SelfProbe
 from vmsched_gateway.sweep_store import SweepStore
 from vmsched_gateway.task_store import TaskStore
 from vmsched_gateway.tasks import Tasks
 from vmsched_pg.drains import DrainStore
-from vmsched_pg.engine import create_engine
+from vmsched_pg.engine import create_engine, database_check
 from vmsched_pg.fences import FenceStore
 from vmsched_pg.rebalance_plans import RebalanceStore
-from vmsched_redis.connections import connect_redis
+from vmsched_redis.connections import connect_redis, redis_check
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.metrics_server import GATEWAY_METRICS_PORT
@@ -72,6 +74,8 @@ def build_app(settings: Settings) -> FastStream:
         preemptors,
     )
     relay = AssignmentRelay(publisher, queues, CommandRatios(snapshot), preemptors)
+    hearing = BrokerHearing.starting(time.monotonic(), settings.agent_offline_timeout)
+    probe = SelfProbe(broker, lambda: hearing.heard(time.monotonic()))
     health = HealthCheck(
         hosts,
         SweepStore(engine),
@@ -96,6 +100,7 @@ def build_app(settings: Settings) -> FastStream:
                 retry_max_delay=settings.fence_retry_max_delay,
             ),
         ),
+        hearing,
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
 
@@ -105,11 +110,15 @@ def build_app(settings: Settings) -> FastStream:
     def admit_status(user_id: str | None, report: VmStatusReport) -> None:
         speakers.check(MessageKind.STATUS, user_id, report.agent_id)
 
+    async def on_heartbeat(beat: AgentHeartbeat) -> None:
+        hearing.heard(time.monotonic())  # any host's heartbeat says the broker reaches this gateway
+        await fold.on_heartbeat(beat)
+
     heartbeat_consumer = LeanConsumer(
         broker,
         topology.GATEWAY_HEARTBEAT_QUEUE,
         AgentHeartbeat,
-        fold.on_heartbeat,
+        on_heartbeat,
         prefetch=HEARTBEAT_PREFETCH,
         acks=False,
         admit=admit_heartbeat,
@@ -146,6 +155,10 @@ def build_app(settings: Settings) -> FastStream:
     async def on_ready(background: BackgroundTasks) -> None:
         await heartbeat_consumer.start()
         await status_consumer.start()
+        await probe.start()
+        hearing.begin(time.monotonic())
+        background.start(probe.forever())
+        background.start(health.watch_broker())
         background.start(health.forever())
         background.start(
             tasks.sweep_forever(
@@ -164,6 +177,7 @@ def build_app(settings: Settings) -> FastStream:
         broker,
         on_ready=on_ready,
         closers=[
+            probe.stop,
             heartbeat_consumer.stop,
             status_consumer.stop,
             fold.drain,
@@ -174,4 +188,6 @@ def build_app(settings: Settings) -> FastStream:
         logger=log,
         settings=settings,
         metrics_port=GATEWAY_METRICS_PORT,
+        checks={"database": database_check(engine), "redis": redis_check(redis)},
+        lean_consumers=[heartbeat_consumer, status_consumer],
     )

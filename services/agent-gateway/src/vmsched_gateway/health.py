@@ -1,6 +1,9 @@
 """The gateway's periodic duties (seed 002, Orchard's health checks, with Nova's and Kubernetes'
 patience about hosts that only look dead):
 
+- none of the others while the gateway cannot hear the broker (:mod:`vmsched_gateway.hearing`): cut
+  from it, it hears no heartbeat and can announce nothing; hosts are not marked offline until it has
+  listened for an offline timeout again, and nothing is failed for a lost timeout (:class:`FailureGrace`);
 - hosts silent for AGENT_OFFLINE_TIMEOUT become offline, in PostgreSQL and in the snapshot, and
   their VMs ``unknown``: presumed running, their capacity kept, nothing failed or deleted. A host
   that heartbeats again settles them from the VMs its heartbeat lists (heartbeats.py);
@@ -24,21 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from faststream.rabbit import RabbitBroker
 
 from vmsched_amqp import events, topology
 from vmsched_amqp.broker import ready_messages
 from vmsched_amqp.publishing import Publisher
+from vmsched_amqp.readiness import connected
 from vmsched_contract.messages import CommandAction, HostStatus, VmDeleted
 from vmsched_contract.status import VmStatus
 from vmsched_domain.vm_changes import Change
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.fencing import LostHosts
+from vmsched_gateway.hearing import BrokerHearing
 from vmsched_gateway.host_store import HostStore
-from vmsched_gateway.metrics import HOSTS_SILENT, VMS_LOST
+from vmsched_gateway.metrics import BROKER_UNHEARD, HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
 from vmsched_pg.outbox import publish_rows
 from vmsched_redis.snapshot import Snapshot
@@ -84,23 +89,31 @@ class HealthCheck:
     grace: FailureGrace
     queues: AgentQueues
     lost: LostHosts
+    hearing: BrokerHearing
+    _deaf: bool = field(default=False, init=False)
 
     async def once(self) -> None:
         now = time.monotonic()
         settings = self.settings
-        silence = await self.hosts.silence(settings.agent_offline_timeout)
-        for host_id in silence.offline:
-            HOSTS_SILENT.inc()
-            log.warning("host offline: no heartbeat; its VMs are unknown", host=host_id)
-            await self.snapshot.set_host_fields(host_id, {"status": HostStatus.OFFLINE.value})
-        if not silence.heard_any:
-            if self.grace.allows_failing(now):
-                log.error("no agent heard from at all: assuming this gateway is cut off; no VM is failed")
+        if self._cut_from_broker(now):
+            return
+        offline_after = self.hearing.offline_after(now)
+        if offline_after is None:  # listening again for too short a while: as blind as when deaf
             self.grace.cut_off(now)
-        elif self.grace.allows_failing(now):
-            await self._settle(
-                await self.lost.handle(settings.agent_lost_timeout, exclude_for=settings.exclude_for), "lost"
-            )
+        else:
+            silence = await self.hosts.silence(offline_after)
+            for host_id in silence.offline:
+                HOSTS_SILENT.inc()
+                log.warning("host offline: no heartbeat; its VMs are unknown", host=host_id)
+                await self.snapshot.set_host_fields(host_id, {"status": HostStatus.OFFLINE.value})
+            if not silence.heard_any:
+                if self.grace.allows_failing(now):
+                    log.error("no agent heard from at all: assuming this gateway is cut off; no VM is failed")
+                self.grace.cut_off(now)
+            elif self.grace.allows_failing(now):
+                await self._settle(
+                    await self.lost.handle(settings.agent_lost_timeout, exclude_for=settings.exclude_for), "lost"
+                )
         await self._settle(await self.hosts.fail_fenced(exclude_for=settings.exclude_for), "failed: host fenced")
         await self._settle(await self.sweeps.restart_due(settings.restart_delay), "restarted")
         backlog = await ready_messages(self.broker, topology.GATEWAY_ASSIGNED_QUEUE)
@@ -115,6 +128,31 @@ class HealthCheck:
             await self.queues.ensure(vm.hypervisor_id)
             command = await CommandRatios(self.snapshot).stamp(vm.hypervisor_id, vm.command(CommandAction.CREATE))
             await self.publisher.command(vm.hypervisor_id, command)
+
+    async def watch_broker(self, interval: float = 1.0) -> None:
+        """Tell when the gateway stops and starts hearing the broker, even while a check is stuck on
+        the cut itself (a question to a broker whose packets are dropped waits for minutes)."""
+        while True:
+            self._cut_from_broker(time.monotonic())
+            await asyncio.sleep(interval)
+
+    def _cut_from_broker(self, now: float) -> bool:
+        """Whether the gateway cannot hear the broker now (which cuts its :class:`FailureGrace` off);
+        says so once per spell."""
+        deaf = self.hearing.deaf(now, connected=connected(self.broker))
+        if deaf:
+            self.grace.cut_off(now)
+        if deaf != self._deaf:
+            self._deaf = deaf
+            BROKER_UNHEARD.set(int(deaf))
+            if deaf:
+                log.error(
+                    "cut from the broker: no heartbeat and not its own probe heard; no host is marked offline, "
+                    "no VM failed, until it hears again"
+                )
+            else:
+                log.warning("hearing the broker again; hosts are marked offline again after an offline timeout")
+        return deaf
 
     async def _settle(self, changes: list[Change], what: str) -> None:
         if not changes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from vmsched_contract.messages import OrphanKind
 
@@ -12,6 +12,11 @@ ORPHAN_VMS = Counter(
     ["kind", "action"],
 )
 HOSTS_SILENT = Counter("vmsched_hosts_silent_total", "Hosts that went offline (no heartbeat for AGENT_OFFLINE_TIMEOUT)")
+BROKER_UNHEARD = Gauge(
+    "vmsched_gateway_broker_unheard",
+    "1 while the gateway hears nothing from the broker (its connection down, or neither a heartbeat nor its own "
+    "probe for a few seconds): it marks no host offline and fails no VM meanwhile",
+)
 VMS_LOST = Counter(
     "vmsched_vms_lost_total", "VMs failed or deleted because their host was silent past AGENT_LOST_TIMEOUT"
 )

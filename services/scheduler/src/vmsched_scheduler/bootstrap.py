@@ -20,10 +20,10 @@ from vmsched_amqp.consumer_app import BackgroundTasks, consumer_app
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import VmCreate, VmMigrate
 from vmsched_pg import journal
-from vmsched_pg.engine import create_engine
+from vmsched_pg.engine import create_engine, database_check
 from vmsched_pg.outbox import publish_rows
 from vmsched_placement import Weights
-from vmsched_redis.connections import connect_redis
+from vmsched_redis.connections import connect_redis, redis_check
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.logs import get_logger
 from vmsched_runtime.metrics_server import SCHEDULER_METRICS_PORT
@@ -157,5 +157,6 @@ def build_app(settings: Settings) -> SchedulerApp:
         logger=log,
         settings=settings,
         metrics_port=SCHEDULER_METRICS_PORT,
+        checks={"database": database_check(engine), "redis": redis_check(redis)},
     )
     return SchedulerApp(app=app, broker=broker)

@@ -1,23 +1,29 @@
-"""PostgreSQL's guard of a disruption budget at a preemption's settlement
-(vmsched_scheduler.ledger.settle_preemption), on the real PostgreSQL: two schedulers settling at the
-same instant, each taking a different member of one group whose budget lets one go, queue on the
-group's row; the second then counts the first's victim as unavailable and takes nothing. The two
-are lined up by hand: a third transaction holds the group's row until both wait for it."""
+"""PostgreSQL's guard of a disruption budget when preemptors take members of one group, on the real
+PostgreSQL: two schedulers at the same instant, each taking a different member of a group whose
+budget lets one go (deleting it, vmsched_scheduler.ledger.settle_preemption, or moving it,
+vmsched_scheduler.evictions.evict), queue on the group's row; the second then counts the first's
+victim as unavailable and takes nothing. The two are lined up by hand: a third transaction holds the
+group's row until both wait for it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
+from faststream.rabbit import RabbitBroker
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.waiting import eventually
+from vmsched_amqp.publishing import Publisher
 from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Resources
 from vmsched_contract.strategy import Strategy
+from vmsched_scheduler.evictions import PostgresEvictions
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 
@@ -97,35 +103,59 @@ async def waiting_for_locks(dsn: str) -> int:
         await connection.close()
 
 
+@contextlib.asynccontextmanager
+async def lined_up(engine: AsyncEngine, group_id: uuid.UUID, takers: int) -> AsyncIterator[None]:
+    """Holds the group's row while the body starts ``takers``; lets them through once all of them
+    have locked their own VMs and wait for the group's."""
+    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    holder = await asyncpg.connect(dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT id FROM server_groups WHERE id = $1 FOR UPDATE", group_id)
+            yield
+            await eventually(
+                lambda: waiting_for_locks(dsn),
+                lambda n: n == takers,
+                timeout=30,
+                what="every taker waiting for the group's lock",
+            )
+    finally:
+        await holder.close()
+
+
+async def member_statuses(engine: AsyncEngine, group_id: uuid.UUID) -> list[str]:
+    async with engine.connect() as connection:
+        found = await connection.execute(text("SELECT status FROM vms WHERE server_group = :g"), {"g": group_id})
+        return sorted(found.scalars())
+
+
 async def test_two_settlements_at_once_take_no_more_members_than_the_budget(private_engine: AsyncEngine) -> None:
     group_id, members = await group_of_two_members(private_engine)
     placements = [await preemptor(private_engine, host_id) for host_id in HOSTS]
     ledger = PostgresLedger(private_engine, default_strategy=Strategy.LEAST_LOADED)
-    dsn = private_engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    holder = await asyncpg.connect(dsn)
-    try:
-        async with holder.transaction():
-            # The group's row held: each settlement locks its own VMs, then waits here for the group's.
-            await holder.execute("SELECT id FROM server_groups WHERE id = $1 FOR UPDATE", group_id)
-            settling = [
-                asyncio.create_task(ledger.settle_preemption(placement, [members[placement.host_id]], 500))
-                for placement in placements
-            ]
-            await eventually(
-                lambda: waiting_for_locks(dsn),
-                lambda n: n == 2,
-                timeout=30,
-                what="both settlements at the group's lock",
-            )
-        settled = await asyncio.gather(*settling)
-    finally:
-        await holder.close()
-    outcomes = sorted(result.outcome.value for result, _ in settled)
+    async with lined_up(private_engine, group_id, takers=2):
+        settling = [
+            asyncio.ensure_future(ledger.settle_preemption(placement, [members[placement.host_id]], 500))
+            for placement in placements
+        ]
+    outcomes = sorted(result.outcome.value for result, _ in await asyncio.gather(*settling))
     assert outcomes == sorted([Committed.PLACED.value, Committed.BUDGET_SPENT.value])
-    async with private_engine.connect() as connection:
-        statuses = sorted(
-            (
-                await connection.execute(text("SELECT status FROM vms WHERE server_group = :g"), {"g": group_id})
-            ).scalars()
+    assert await member_statuses(private_engine, group_id) == ["preempted", "running"]  # one taken: the budget
+
+
+async def test_a_move_and_a_settlement_at_once_take_no_more_members_than_the_budget(
+    private_engine: AsyncEngine,
+) -> None:
+    group_id, members = await group_of_two_members(private_engine)
+    moving_for, deleting_for = [await preemptor(private_engine, host_id) for host_id in HOSTS]
+    ledger = PostgresLedger(private_engine, default_strategy=Strategy.LEAST_LOADED)
+    evictions = PostgresEvictions(private_engine, Publisher(RabbitBroker()))  # evict publishes nothing
+    async with lined_up(private_engine, group_id, takers=2):
+        moving = asyncio.ensure_future(
+            evictions.evict(moving_for.vm_id, 1, moving_for.host_id, [members[moving_for.host_id]], 500)
         )
-    assert statuses == ["preempted", "running"]  # one member taken: the budget
+        settling = asyncio.ensure_future(ledger.settle_preemption(deleting_for, [members[deleting_for.host_id]], 500))
+    moved, (settled, _) = await moving, await settling
+    # Whichever went first took the budget's one member; the other took none.
+    assert (moved is None) != (settled.outcome is Committed.BUDGET_SPENT), (moved, settled)
+    assert await member_statuses(private_engine, group_id) in (["migrating", "running"], ["preempted", "running"])

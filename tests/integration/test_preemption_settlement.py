@@ -1,9 +1,10 @@
-"""PostgreSQL's guard of a disruption budget when preemptors take members of one group, on the real
-PostgreSQL: two schedulers at the same instant, each taking a different member of a group whose
-budget lets one go (deleting it, vmsched_scheduler.ledger.settle_preemption, or moving it,
-vmsched_scheduler.evictions.evict), queue on the group's row; the second then counts the first's
-victim as unavailable and takes nothing. The two are lined up by hand: a third transaction holds the
-group's row until both wait for it."""
+"""A preemption's settlement on the real PostgreSQL (vmsched_scheduler.ledger.settle_preemption, and
+vmsched_scheduler.evictions.evict for one that moves its victims).
+
+Disruption budgets: two schedulers at the same instant, each taking a different member of a group
+whose budget lets one go (deleting it or moving it), queue on the group's row; the second then
+counts the first's victim as unavailable and takes nothing. The two are lined up by hand: a third
+transaction holds the group's row until both wait for it."""
 
 from __future__ import annotations
 
@@ -159,3 +160,22 @@ async def test_a_move_and_a_settlement_at_once_take_no_more_members_than_the_bud
     # Whichever went first took the budget's one member; the other took none.
     assert (moved is None) != (settled.outcome is Committed.BUDGET_SPENT), (moved, settled)
     assert await member_statuses(private_engine, group_id) in (["migrating", "running"], ["preempted", "running"])
+
+
+async def test_a_settlement_that_cannot_take_every_victim_places_nothing(private_engine: AsyncEngine) -> None:
+    # The same victim named twice: its second change finds it preempted already and does not land.
+    # The settlement is rolled back; it must not answer PLACED (the caller would announce a VM that
+    # PostgreSQL still holds pending, on a host whose room its victims kept).
+    _, members = await group_of_two_members(private_engine)
+    async with private_engine.begin() as connection:  # no budget in the way
+        await connection.execute(text("UPDATE vms SET server_group = NULL WHERE id = :id"), {"id": members["hv-1"]})
+    placement = await preemptor(private_engine, "hv-1")
+    ledger = PostgresLedger(private_engine, default_strategy=Strategy.LEAST_LOADED)
+    result, preempted = await ledger.settle_preemption(placement, [members["hv-1"], members["hv-1"]], 500)
+    assert (result.outcome, preempted) == (Committed.VICTIM_MOVED, [])
+    async with private_engine.connect() as connection:
+        rows = await connection.execute(
+            text("SELECT status FROM vms WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY priority"),
+            {"ids": [members["hv-1"], placement.vm_id]},
+        )
+        assert list(rows.scalars()) == ["running", "pending"]

@@ -227,7 +227,10 @@ async def _settled(api: httpx.AsyncClient, vm_id: str) -> dict[str, Any]:
     found = await eventually(
         lambda: api.get(f"/v1/vms/{vm_id}"),
         lambda r: r.json()["status"] not in ("pending",),
-        timeout=30,
+        # A VM that fits no host waits while hosts the scheduler no longer hears are not yet marked
+        # offline (other tests' fleets, stopped moments ago: an offline timeout, 15 s, or longer
+        # after a moment the gateway heard nothing itself); once all are, it is unschedulable.
+        timeout=60,
         what=f"VM {vm_id} decided",
     )
     vm: dict[str, Any] = found.json()

@@ -69,8 +69,7 @@ async def test_a_vm_of_higher_priority_takes_the_room_and_the_victims_follow_the
     keep = await create(api, suite, "keep", 4, priority=300)
     ends = await create(api, suite, "ends", 2, priority=10)
     comes_back = await create(api, suite, "comes-back", 2, priority=10, restart_policy="on_failure", wait_s=600)
-    for vm_id in (keep, ends, comes_back):
-        await status_of(api, vm_id, "running")
+    ran = {vm_id: await status_of(api, vm_id, "running") for vm_id in (keep, ends, comes_back)}
     urgent = await create(api, suite, "urgent", 4, priority=200)
     placed = await status_of(api, urgent, "scheduled", "running")
     assert placed["hypervisor_id"] == f"{suite}-1"
@@ -98,7 +97,9 @@ async def test_a_vm_of_higher_priority_takes_the_room_and_the_victims_follow_the
     assert actions.index(("delete", comes_back)) < actions.index(("create", urgent))
     # on_failure: placed again after RESTART_DELAY; no room now, so it waits.
     back = await status_of(api, comes_back, "waiting", timeout=90)
-    assert back["attempt"] == 2
+    # One attempt more than the one that ran (that one need not be the first: on a loaded machine
+    # it may have waited for room once before it was placed).
+    assert back["attempt"] == ran[comes_back]["attempt"] + 1
     # The replay says what became of each victim: deleted, one failed, the other waiting for room.
     fates = {fate["vm_id"]: fate for fate in (await api.get(f"/v1/vms/{urgent}/placement/replay")).json()["fates"]}
     assert {vm_id: (f["outcome"], f["from_host"], f["status"], f["host"]) for vm_id, f in fates.items()} == {

@@ -59,6 +59,9 @@ MINUTES = float(os.environ.get("VMSCHED_SOAK_MINUTES", "60"))
 HOSTS = int(os.environ.get("SOAK_HOSTS", "1000"))
 RATE = float(os.environ.get("SOAK_RATE", "50"))
 POPULATION = int(os.environ.get("SOAK_POPULATION", "3000"))
+# Replicas, as production runs them (the scheduler is stateless): a restart of one leaves the others
+# taking the queue, so a restart costs no placement latency. SOAK_SCHEDULERS=1 shows what it costs.
+SCHEDULERS = int(os.environ.get("SOAK_SCHEDULERS", "2"))
 DURATION = MINUTES * 60
 WINDOW = 300.0 if MINUTES >= 30 else 120.0
 WARM_UP = min(300.0, WINDOW)
@@ -160,7 +163,11 @@ async def delete_forever(api: httpx.AsyncClient, run: Run, deadline: float) -> N
 async def disturb_forever(api: httpx.AsyncClient, stack: Stack, run: Run, deadline: float) -> None:
     """A migration every MIGRATE_EVERY, a drain every DRAIN_EVERY, a restart every RESTART_EVERY."""
     rng = random.Random(7)
-    restarts = itertools.cycle(["scheduler-1", "gateway", "api"])
+    restarts = itertools.cycle(
+        [name for n in range(1, SCHEDULERS + 1) for name in (f"scheduler-{n}", "gateway" if n % 2 else "api")]
+        if SCHEDULERS > 1
+        else ["scheduler-1", "gateway", "api"]
+    )
     due = {"migrate": MIGRATE_EVERY, "drain": DRAIN_EVERY, "restart": RESTART_EVERY}
     drained: str | None = None
     while time.monotonic() < deadline:
@@ -189,12 +196,30 @@ async def disturb_forever(api: httpx.AsyncClient, stack: Stack, run: Run, deadli
             run.note(f"disturbance failed: {error!r}")
 
 
+async def progress_forever(run: Run, deadline: float) -> None:
+    """A line a minute: the rates reached each way and the answers' latency, to watch a long run."""
+    seen: collections.Counter[str] = collections.Counter()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(60.0)
+        now = run.now()
+        done = run.answers - seen
+        seen = collections.Counter(run.answers)
+        took = [t * 1000 for at, t in run.latencies if at >= now - 60]
+        latency = f"POST p50 {percentile(took, 50):.0f} ms, p99 {percentile(took, 99):.0f} ms" if took else "no POST"
+        print(
+            f"[{now:7.0f} s] {done['POST 202'] / 60:.1f} creates/s, {done['DELETE 202'] / 60:.1f} deletes/s, "
+            f"{len(run.alive)} alive; {latency}",
+            flush=True,
+        )
+
+
 def restart(stack: Stack, name: str, run: Run) -> None:
     run.note(f"restart {name}")
     old = stack.services[name]
     readied = old.log_path.read_text(errors="replace").count(old.ready_line) if old.ready_line else 0
     old.stop()
-    service = {"api": stack.start_api, "gateway": stack.start_gateway}.get(name, lambda: stack.start_scheduler(1))()
+    starts = {"api": stack.start_api, "gateway": stack.start_gateway}
+    service = starts.get(name, lambda: stack.start_scheduler(int(name.rsplit("-", 1)[1])))()
 
     def ready_again() -> bool:
         # The log is appended to: the new process's ready line is one more than the old one wrote.
@@ -399,6 +424,7 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
             *(create_forever(api, run, deadline, counter) for _ in range(SENDERS)),
             *(delete_forever(api, run, deadline) for _ in range(SENDERS)),
             disturb_forever(api, stack, run, deadline),
+            progress_forever(run, deadline),
             sample_forever(stack, env, dsn, run, deadline),
         )
     run.note("churn over; settling")
@@ -454,7 +480,7 @@ def main() -> int:
     print(f"soak: {MINUTES:g} min, {HOSTS} hosts, {RATE:g}/s; logs in {workdir}", flush=True)
     with isolated(VMSCHED_REPUBLISH_AFTER="5") as iso:
         stack = Stack(env={**iso.env, "VMSCHED_RATE_LIMIT": "0"}, log_dir=workdir, api_port=free_port())
-        with stack.running(schedulers=1):
+        with stack.running(schedulers=SCHEDULERS):
             stack.start_agents(
                 "agents", "--count", str(HOSTS), "--prefix", "soak", "--cpu", "64", "--memory-mb", "262144",
                 "--disk-gb", "4000", "--heartbeat-interval", "10",

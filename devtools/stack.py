@@ -231,9 +231,9 @@ class Stack:
                 service.stop()
 
     @contextlib.contextmanager
-    def running(self, *, schedulers: int = 1) -> Iterator[Stack]:
+    def running(self, *, schedulers: int = 1, timeout: float = 60.0) -> Iterator[Stack]:
         try:
-            self.start(schedulers=schedulers)
+            self.start(schedulers=schedulers, timeout=timeout)
             yield self
         finally:
             self.stop()

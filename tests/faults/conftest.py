@@ -19,6 +19,12 @@ from vmsched_agent.hosts import Profile, generate_hosts
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
 
+# Seconds each service of a fault stack may take to be ready. Its processes start at once and each
+# imports for seconds of CPU: on 2 shared cores the gateway beside four schedulers was ready 16-29 s
+# after the API, and 46 s after it at a load average of 13 (tests/faults/races, 24 runs); a service
+# that exits is reported at once whatever this is (Service.check_alive).
+START_TIMEOUT = 120.0
+
 
 @contextlib.contextmanager
 def fault_stack(servers: Servers, log_dir: Path, *, schedulers: int, **env: str) -> Iterator[Stack]:
@@ -28,7 +34,7 @@ def fault_stack(servers: Servers, log_dir: Path, *, schedulers: int, **env: str)
         log_dir=log_dir,
         api_port=free_port(),
     )
-    with stack.running(schedulers=schedulers):
+    with stack.running(schedulers=schedulers, timeout=START_TIMEOUT):
         yield stack
 
 

@@ -1,23 +1,23 @@
 """Fencing on the real servers (docs/operations.md#fencing). With VMSCHED_FENCE_COMMAND set, a host
 silent past the lost timeout is fenced by the command before any of its VMs restarts elsewhere; a
-fence that fails keeps them ``unknown`` (and says so: ``host.fence_failed``) until an operator fences
-the host; a fenced host whose agent comes back deletes every copy it still runs and takes no VM until
-it is unfenced."""
+fence that fails keeps them ``unknown`` (and says so: ``host.fence_failed``) and is run again after a
+backoff until it succeeds or an operator fences the host; a fenced host whose agent comes back
+deletes every copy it still runs and takes no VM until it is unfenced."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from aio_pika.abc import AbstractIncomingMessage
 
 from devtools.stack import Stack
 from tests.faults.conftest import fault_stack, wait_settled
@@ -37,15 +37,20 @@ OFFLINE_TIMEOUT = 2.0
 LOST_TIMEOUT = 6.0
 HEARTBEAT = 0.5
 HOST = Resources(cpu=32, memory_mb=64 * 1024, disk_gb=1000)
+RETRY_DELAY = 2.0  # VMSCHED_FENCE_RETRY_DELAY: a failed fence runs again 2 s later, then 4 s apart
+RETRY_MAX_DELAY = 4.0
 
 # The fence command: records each call (the time, the host id, its labels) and fails for hosts
-# labelled fence=fails, as an IPMI power-off that cannot reach its BMC.
+# labelled fence=fails, as an IPMI power-off that cannot reach its BMC, and the first time for hosts
+# labelled fence=fails-once, as a BMC that was rebooting.
 FENCE_SCRIPT = """
 import json, sys, time
 host_id, labels = sys.argv[1], json.loads(sys.argv[2])
 with open(sys.argv[0] + ".calls", "a") as calls:
     calls.write(json.dumps({"at": time.time(), "host": host_id, "labels": labels}) + "\\n")
-if labels.get("fence") == "fails":
+with open(sys.argv[0] + ".calls") as calls:
+    tries = sum(1 for line in calls if json.loads(line)["host"] == host_id)
+if labels.get("fence") == "fails" or (labels.get("fence") == "fails-once" and tries == 1):
     print("BMC unreachable")
     sys.exit(3)
 """
@@ -70,6 +75,8 @@ def fencing_stack(servers: Servers, fence_script: Path, tmp_path_factory: pytest
         VMSCHED_RESEND_STALE_AFTER="3",
         VMSCHED_FENCE_COMMAND=f"{sys.executable} {fence_script}",
         VMSCHED_FENCE_TIMEOUT="10",
+        VMSCHED_FENCE_RETRY_DELAY=str(RETRY_DELAY),
+        VMSCHED_FENCE_RETRY_MAX_DELAY=str(RETRY_MAX_DELAY),
     ) as stack:
         yield stack
 
@@ -174,7 +181,19 @@ async def test_a_lost_hosts_vms_restart_elsewhere_only_after_the_fence_command_f
     assert report.problems == []
 
 
-async def test_a_failed_fence_keeps_the_vms_unknown_until_an_operator_fences_and_the_host_back_deletes_them(
+def fence_failed(host_id: str, attempt: int) -> Callable[[AbstractIncomingMessage], bool]:
+    def matches(message: AbstractIncomingMessage) -> bool:
+        body = json.loads(message.body)
+        return bool(
+            message.routing_key == topology.HOST_FENCE_FAILED
+            and body["host_id"] == host_id
+            and body["attempt"] == attempt
+        )
+
+    return matches
+
+
+async def test_a_failed_fence_keeps_the_vms_unknown_while_it_is_tried_again_until_an_operator_fences_the_host(
     api: httpx.AsyncClient, servers: Servers, fence_script: Path
 ) -> None:
     labels = {"suite": "fencefail"}
@@ -185,20 +204,21 @@ async def test_a_failed_fence_keeps_the_vms_unknown_until_an_operator_fences_and
     ):
         ids = await vms_on(api, "ffl-live-0001", "ffl-lost-0001", labels, 3)
         await lost.cut_off("ffl-lost-0001")
-        failure = await tap.wait(
-            lambda m: m.routing_key == topology.HOST_FENCE_FAILED and json.loads(m.body)["host_id"] == "ffl-lost-0001",
-            timeout=LOST_TIMEOUT + 30,
-        )
+        failure = await tap.wait(fence_failed("ffl-lost-0001", 1), timeout=LOST_TIMEOUT + 30)
         assert json.loads(failure.body)["exit_code"] == 3
         assert "BMC unreachable" in json.loads(failure.body)["detail"]
-        # Three health checks after the fence failed: nothing failed, nothing restarted.
-        await asyncio.sleep(3.0)
+        # Tried again after the backoff, and failing again: nothing failed, nothing restarted.
+        again = await tap.wait(fence_failed("ffl-lost-0001", 2), timeout=RETRY_DELAY + 10)
+        tried_at = [datetime.fromisoformat(json.loads(m.body)["at"]) for m in (failure, again)]
+        assert (tried_at[1] - tried_at[0]).total_seconds() >= RETRY_DELAY
+        next_try = json.loads(again.body)["next_try_at"]
+        assert (datetime.fromisoformat(next_try) - tried_at[1]).total_seconds() >= RETRY_MAX_DELAY - 1  # 2 s, 4 s
         assert (await api.get("/v1/hosts/ffl-lost-0001")).json()["status"] == "offline"
         assert await statuses(api, ids) == {"unknown"}
-        assert len([c for c in fence_calls(fence_script) if c["host"] == "ffl-lost-0001"]) == 1
         assert not [c for c in survivor.received("ffl-live-0001") if c.action is CommandAction.CREATE]
 
         # The operator knows better: the host is down. Its VMs restart elsewhere at once.
+        tried_before_the_fence = len([c for c in fence_calls(fence_script) if c["host"] == "ffl-lost-0001"])
         answer = await api.post("/v1/hosts/ffl-lost-0001/fence")
         assert answer.status_code == 200, answer.text
         assert (answer.json()["status"], answer.json()["fenced_by"]) == ("fenced", "operator")
@@ -235,9 +255,52 @@ async def test_a_failed_fence_keeps_the_vms_unknown_until_an_operator_fences_and
         await eventually(lambda: statuses(api, [placed]), lambda s: s == {"running"}, timeout=30, what="placed")
         assert (await vm(api, placed))["hypervisor_id"] == "ffl-lost-0001"
         assert (await api.patch("/v1/hosts/ffl-live-0001", json={"scheduling_paused": False})).status_code == 200
+        # Fenced, the command was not run again (one try may have been on its way as the fence came).
+        tried = len([c for c in fence_calls(fence_script) if c["host"] == "ffl-lost-0001"])
+        assert tried_before_the_fence <= tried <= tried_before_the_fence + 1
         everyone = [*ids, placed]
         await wait_settled(servers, everyone, timeout=30)
         report = await check(servers.asyncpg_dsn, everyone)
+    assert report.problems == []
+
+
+async def test_a_fence_command_that_failed_once_is_run_again_and_the_vms_restart_only_after_it_fenced_the_host(
+    api: httpx.AsyncClient, servers: Servers, fence_script: Path
+) -> None:
+    labels = {"suite": "fenceretry"}
+    async with (
+        fleet(servers, api, "frt-live", labels) as _survivor,
+        fleet(servers, api, "frt-lost", {**labels, "fence": "fails-once"}) as lost,
+        Tap(servers.amqp_url, topology.EXCHANGE.name, topology.HOST_FENCE_FAILED, topology.HOST_FENCED) as tap,
+    ):
+        ids = await vms_on(api, "frt-live-0001", "frt-lost-0001", labels, 3)
+        await lost.cut_off("frt-lost-0001")
+        failure = await tap.wait(fence_failed("frt-lost-0001", 1), timeout=LOST_TIMEOUT + 30)
+        assert json.loads(failure.body)["exit_code"] == 3
+        assert await statuses(api, ids) == {"unknown"}  # the second try is RETRY_DELAY away
+        fenced = await tap.wait(
+            lambda m: m.routing_key == topology.HOST_FENCED and json.loads(m.body)["host_id"] == "frt-lost-0001",
+            timeout=RETRY_DELAY + 20,
+        )
+        assert json.loads(fenced.body)["by"] == "command"
+        await eventually(
+            lambda: statuses(api, ids), lambda s: s == {"running"}, timeout=30, what="every VM running again"
+        )
+        assert await hosts_of(api, ids) == {"frt-live-0001"}
+        calls = [call for call in fence_calls(fence_script) if call["host"] == "frt-lost-0001"]
+        assert len(calls) == 2
+        assert calls[1]["at"] - calls[0]["at"] >= RETRY_DELAY
+        for vm_id in ids:
+            body = await vm(api, vm_id)
+            assert body["restart_count"] == 1
+            fenced_attempts = [a for a in body["attempts"] if a["outcome"] == "host fenced"]
+            assert [a["host"] for a in fenced_attempts] == ["frt-lost-0001"]
+            # Failed (and so restarted) only after the second try had fenced the host.
+            assert datetime.fromisoformat(fenced_attempts[0]["at"]).timestamp() >= calls[1]["at"]
+        host = (await api.get("/v1/hosts/frt-lost-0001")).json()
+        assert (host["status"], host["fenced_by"]) == ("fenced", "command")
+        await wait_settled(servers, ids, timeout=30)
+        report = await check(servers.asyncpg_dsn, ids)
     assert report.problems == []
 
 

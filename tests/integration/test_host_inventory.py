@@ -4,6 +4,7 @@ a host deleted under a placement refuses it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,10 +32,18 @@ GPU_TAINT = Taint(key="gpu", value="true", effect=TaintEffect.NO_SCHEDULE)
 
 
 class DeclaredQueues:
-    def __init__(self) -> None:
+    def __init__(self, blocked: asyncio.Event | None = None) -> None:
         self.declared_again: list[str] = []
+        self.declared: list[str] = []
+        self.blocked = blocked  # set: declarations go through; unset: each waits (a slow broker)
+
+    def known(self, host_id: str) -> bool:
+        return host_id in self.declared
 
     async def ensure(self, host_id: str, *, again: bool = False) -> None:
+        if self.blocked is not None:
+            await self.blocked.wait()
+        self.declared.append(host_id)
         if again:
             self.declared_again.append(host_id)
 
@@ -212,6 +221,24 @@ async def test_a_host_with_vms_on_it_is_not_deleted_and_a_placement_on_a_deleted
     await fold.drain()
     assert await repository.get_host("hv-i4") is not None
     assert queues.declared_again == ["hv-i3", "hv-i4", "hv-i4"]
+
+
+async def test_heartbeats_are_folded_while_the_hosts_queues_are_still_being_declared(
+    private_engine: AsyncEngine, snapshot: Snapshot
+) -> None:
+    # A gateway that starts declares every host's command queue once; with a slow broker, folding
+    # waited for every declaration, and hosts whose heartbeats queued behind went offline.
+    declarations = asyncio.Event()
+    queues = DeclaredQueues(blocked=declarations)
+    fold = _fold(private_engine, snapshot, queues)
+    hosts = [f"hv-q{n}" for n in range(5)]
+    async with asyncio.timeout(10):
+        await asyncio.gather(*(fold.on_heartbeat(AgentHeartbeat(agent_id=h, capacity=CAPACITY)) for h in hosts))
+    assert all(host is not None for host in (await snapshot.read_hosts(hosts)).values())
+    assert queues.declared == []  # none declared yet, and no heartbeat waited for one
+    declarations.set()
+    await fold.drain()
+    assert sorted(queues.declared) == hosts
 
 
 def _record(host_id: str) -> PlacementRecord:

@@ -5,6 +5,7 @@ settles its unknown VMs from its heartbeat; VMs an agent runs that vmsched holds
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -22,9 +23,16 @@ CAPACITY = Resources(cpu=16, memory_mb=65536, disk_gb=1000)
 
 
 async def host_with_vm(
-    engine: AsyncEngine, host_id: str, silent_for: float, *, status: str = "running", started: bool = True
+    engine: AsyncEngine,
+    host_id: str,
+    silent_for: float,
+    *,
+    status: str = "running",
+    started: bool = True,
+    started_ago: float = 60.0,
 ) -> uuid.UUID:
-    """A host last heard from ``silent_for`` seconds ago, holding one VM (2 vCPUs); the VM's id."""
+    """A host last heard from ``silent_for`` seconds ago, holding one VM (2 vCPUs, started
+    ``started_ago`` seconds ago unless not ``started``); the VM's id."""
     vm_id = uuid.uuid4()
     async with engine.begin() as connection:
         await connection.execute(
@@ -43,9 +51,10 @@ async def host_with_vm(
         await connection.execute(
             text(
                 "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, scheduled_at, started_at) "
-                "VALUES (:id, 'v', :status, :host, 2, 2048, 20, now(), CASE WHEN :started THEN now() END)"
+                "VALUES (:id, 'v', :status, :host, 2, 2048, 20, now(), "
+                "CASE WHEN :started THEN now() - make_interval(secs => :ago) END)"
             ),
-            {"id": vm_id, "host": host_id, "status": status, "started": started},
+            {"id": vm_id, "host": host_id, "status": status, "started": started, "ago": started_ago},
         )
     return vm_id
 
@@ -145,6 +154,20 @@ async def test_a_returning_host_settles_its_unknown_vms_from_what_its_heartbeat_
     ).returned == []
 
 
+async def test_a_heartbeat_taken_before_a_vm_started_does_not_fail_it(private_engine: AsyncEngine) -> None:
+    # A heartbeat that waited in a backlog (the gateway behind, the host marked offline meanwhile)
+    # lists what the host ran when the agent took it: a VM that started since is not in it.
+    store = HostStore(private_engine)
+    started_since = await host_with_vm(private_engine, "hv-b1", silent_for=20, started_ago=10)
+    await store.silence(OFFLINE)
+    stale = AgentHeartbeat(agent_id="hv-b1", capacity=CAPACITY, sent_at=datetime.now(UTC) - timedelta(seconds=30))
+
+    assert (await store.fold_heartbeats([stale], takeover_after=OFFLINE)).returned == []
+    assert await status_of(private_engine, started_since) == "unknown"  # for the next heartbeat to settle
+    fresh = await store.fold_heartbeats([AgentHeartbeat(agent_id="hv-b1", capacity=CAPACITY)], takeover_after=OFFLINE)
+    assert {change.after.id: change.after.status for change in fresh.returned} == {started_since: VmStatus.FAILED}
+
+
 async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere_or_not_at_all(
     private_engine: AsyncEngine,
 ) -> None:
@@ -217,3 +240,47 @@ async def test_a_lost_host_is_claimed_for_fencing_once_per_silence(private_engin
         await connection.execute(text("UPDATE hosts SET last_heartbeat = now() - interval '400 seconds'"))
     await store.silence(OFFLINE)
     assert await fences.claim_try("hv-t1")  # a new silence: the command may run again
+
+
+async def test_a_failed_fence_is_tried_again_once_its_backoff_passed_and_the_next_silence_counts_afresh(
+    private_engine: AsyncEngine,
+) -> None:
+    store = HostStore(private_engine)
+    fences = FenceStore(private_engine)
+    await host_with_vm(private_engine, "hv-r1", silent_for=400)
+    await store.silence(OFFLINE)
+
+    async def due() -> list[tuple[str, bool, bool]]:
+        return [(h.host_id, h.tried, h.retry_due) for h in await store.lost_hosts(LOST)]
+
+    assert await fences.claim_try("hv-r1", lease=3600) == 1
+    assert await fences.claim_try("hv-r1", lease=3600) is None  # running: another replica waits
+    assert await due() == [("hv-r1", True, False)]
+    next_try = await fences.record_failure("hv-r1", 1, "BMC unreachable", retry_after=3600)
+    assert next_try is not None
+    assert await fences.claim_try("hv-r1", lease=3600) is None  # not before its backoff passed
+    assert await fences.record_failure("hv-r1", 1, "BMC unreachable", retry_after=0) is not None
+    assert await due() == [("hv-r1", True, True)]  # kept with the host: a restarted gateway sees it too
+    assert await fences.claim_try("hv-r1", lease=3600) == 2
+    assert await fences.record_failure("hv-r1", 1, "late", retry_after=0) is None  # an older try's: ignored
+
+    # A gateway that died in the middle of a try recorded nothing: the lease makes the next one due.
+    async with private_engine.begin() as connection:
+        await connection.execute(text("UPDATE hosts SET fence_retry_at = now() WHERE id = 'hv-r1'"))
+    assert await fences.claim_try("hv-r1", lease=3600) == 3
+
+    # Fenced, nothing is tried again; a new silence after it is back counts from 1.
+    assert await fences.fence("hv-r1", FencedBy.OPERATOR) is not None
+    async with private_engine.begin() as connection:
+        await connection.execute(text("UPDATE hosts SET fence_retry_at = now() WHERE id = 'hv-r1'"))
+    assert await fences.claim_try("hv-r1", lease=3600) is None
+    await fences.unfence("hv-r1", offline_after=OFFLINE)
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-r1", lease=3600) == 1
+
+    # fence_needed (no lease) is announced once per silence, whatever time passes.
+    await host_with_vm(private_engine, "hv-r2", silent_for=400)
+    await store.silence(OFFLINE)
+    assert await fences.claim_try("hv-r2") == 1
+    assert await fences.claim_try("hv-r2") is None
+    assert [t for t in await due() if t[0] == "hv-r2"] == [("hv-r2", True, False)]

@@ -1,7 +1,7 @@
 """Held reservation slots on a host that is lost (vmsched_scheduler.lost_slots): placed again on
 another host that fits them, or counted as ``lost`` with the reason while none does. The host's
 loss is brought forward (its last heartbeat moved an hour back) rather than waited out: the stack's
-lost timeout is the default five minutes."""
+lost timeout is the default five minutes. A fenced host is lost at once, its agent heard or not."""
 
 from __future__ import annotations
 
@@ -163,3 +163,42 @@ async def test_held_slots_of_a_lost_host_that_fit_nowhere_are_counted_lost_with_
             assert ended.status_code in (200, 202, 204), ended.text
             after = (await admin.get(f"/v1/reservations/{reservation['id']}")).json()
             assert (after["status"], after["lost"]) == ("released", 0)
+
+
+async def test_held_slots_on_a_fenced_host_are_placed_again_at_once_though_its_agent_still_heartbeats(
+    admin: httpx.AsyncClient,
+    servers: Servers,
+) -> None:
+    suite = f"fenced-{uuid.uuid4().hex[:6]}"
+    first, second = f"{suite}-a", f"{suite}-b"
+    async with await enrolled_fleet(servers, [spec(first, suite, 8)], heartbeat_interval=1.0) as fenced_fleet:
+        await online(admin, fenced_fleet, first)
+        reservation = await held_on(admin, suite, count=2, cpu=3)
+        assert reservation["hosts"] == [first]
+        async with await enrolled_fleet(servers, [spec(second, suite, 8)], heartbeat_interval=1.0) as other:
+            await online(admin, other, second)
+            # The operator knows the host is down; nothing waits for a lost timeout (and its agent,
+            # still heard, does not hold the room either).
+            fenced = await admin.post(f"/v1/hosts/{first}/fence")
+            assert fenced.status_code == 200, fenced.text
+            try:
+                moved = (
+                    await eventually(
+                        lambda: admin.get(f"/v1/reservations/{reservation['id']}"),
+                        lambda r: r.json()["hosts"] == [second] and r.json()["held"] == 2,
+                        timeout=30,
+                        what="the fenced host's slots held on the other host",
+                    )
+                ).json()
+                assert (moved["status"], moved["lost"]) == ("held", 0)
+                assert "placed again" in moved["status_reason"], moved
+                shares = await eventually(
+                    lambda: host_shares(servers, [first, second]),
+                    lambda found: not disagreements(found),
+                    timeout=30,
+                    what="PostgreSQL's and Redis's allocations to agree",
+                )
+                assert [s.recorded[0] for s in shares] == [0, 6]  # cpu: the fenced host holds nothing
+            finally:
+                assert (await admin.delete(f"/v1/hosts/{first}/fence")).status_code == 200
+                await admin.delete(f"/v1/reservations/{reservation['id']}")

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
 from tests.integration.rows import delete_keys, online_host
+from tests.integration.test_host_inventory import DeclaredQueues, NoOrphans
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
@@ -40,16 +41,6 @@ async def snapshot(servers: Servers) -> AsyncIterator[Snapshot]:
     finally:
         await delete_keys(redis, prefix)
         await redis.aclose()
-
-
-class DeclaredQueues:
-    async def ensure(self, host_id: str, *, again: bool = False) -> None:
-        pass
-
-
-class NoOrphans:
-    async def found(self, host_id: str, vm: object) -> None:
-        raise AssertionError(f"no VM runs anywhere in this test, yet {host_id} reported one")
 
 
 def beat(host_id: str, usage: Usage | None) -> AgentHeartbeat:

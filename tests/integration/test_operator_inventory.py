@@ -169,7 +169,8 @@ async def test_a_deleted_host_goes_with_its_queue_and_comes_back_as_new(stack: S
         async with await _fleet(servers, host_id, suite=suite):
             back = (await _online(api, host_id)).json()
             assert back["vm_count"] == 0
-            assert await _queue_exists(servers, host_id)
+            # Declared beside the heartbeat's fold (vmsched_gateway.heartbeats), a moment after it.
+            await _queue_declared(servers, host_id)
             vm = await _settled(api, await _post(api, f"{suite}-3", small))
             assert vm["hypervisor_id"] == host_id
             await eventually(
@@ -231,6 +232,13 @@ async def _settled(api: httpx.AsyncClient, vm_id: str) -> dict[str, Any]:
     )
     vm: dict[str, Any] = found.json()
     return vm
+
+
+async def _queue_declared(servers: Servers, host_id: str, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await _queue_exists(servers, host_id):
+        assert asyncio.get_running_loop().time() < deadline, f"agent.{host_id} not declared within {timeout:g} s"
+        await asyncio.sleep(0.2)
 
 
 async def _queue_exists(servers: Servers, host_id: str) -> bool:

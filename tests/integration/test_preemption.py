@@ -99,6 +99,12 @@ async def test_a_vm_of_higher_priority_takes_the_room_and_the_victims_follow_the
     # on_failure: placed again after RESTART_DELAY; no room now, so it waits.
     back = await status_of(api, comes_back, "waiting", timeout=90)
     assert back["attempt"] == 2
+    # The replay says what became of each victim: deleted, one failed, the other waiting for room.
+    fates = {fate["vm_id"]: fate for fate in (await api.get(f"/v1/vms/{urgent}/placement/replay")).json()["fates"]}
+    assert {vm_id: (f["outcome"], f["from_host"], f["status"], f["host"]) for vm_id, f in fates.items()} == {
+        ends: ("deleted", host_id, "failed", None),
+        comes_back: ("deleted", host_id, "waiting", None),
+    }
 
 
 async def test_a_vm_of_the_same_priority_takes_nothing(
@@ -169,3 +175,13 @@ async def test_a_victim_another_host_takes_is_moved_there_and_the_preemptor_take
         event = json.loads((await preempted.wait(lambda m: json.loads(m.body)["vm_id"] == victim)).body)
         assert (event["outcome"], event["preempted_by"], event["hypervisor_id"]) == ("moved", urgent, f"{suite}-1")
     assert (await api.get(f"/v1/vms/{keep}")).json()["hypervisor_id"] == f"{suite}-2"
+    # The replay names the victim and where it went, though the VM was placed by a later decision.
+    kept = (await api.get(f"/v1/vms/{urgent}/placement")).json()["preemption"]
+    assert (kept["host"], kept["victims"], kept["journal"]["kind"]) == (f"{suite}-1", [victim], "preemption")
+    replay = await api.get(f"/v1/vms/{urgent}/placement/replay")
+    assert replay.status_code == 200, replay.text
+    moved = replay.json()["preemption"]
+    assert (moved["decided_host"], moved["host"], moved["same"]) == (f"{suite}-1", f"{suite}-1", True)
+    assert moved["victims"] == [
+        {"vm_id": victim, "outcome": "moved", "from_host": f"{suite}-1", "status": "running", "host": f"{suite}-2"}
+    ]

@@ -4,14 +4,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from faststream.rabbit import RabbitBroker, RabbitQueue, TestRabbitBroker
 
 from tests.round.worlds import MemoryWorld
 from vmsched_amqp import topology
 from vmsched_amqp.publishing import Publisher
-from vmsched_contract.messages import Resources, VmAssigned, VmCreate, VmMigrating, VmMigrationFailed, VmUnschedulable
+from vmsched_contract.messages import (
+    Resources,
+    VmAssigned,
+    VmCreate,
+    VmMigrating,
+    VmMigrationFailed,
+    VmPreempted,
+    VmUnschedulable,
+)
+from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
 from vmsched_scheduler.bootstrap import subscribe
 from vmsched_scheduler.intake import MigrationIntake, PlacementIntake
 from vmsched_scheduler.round_items import Outcome, RoundItem
@@ -20,14 +30,16 @@ HOST = Resources(cpu=4, memory_mb=8192, disk_gb=100)
 VM = Resources(cpu=2, memory_mb=2048, disk_gb=10)
 
 
-def scheduler(world: MemoryWorld) -> tuple[RabbitBroker, list[VmAssigned], list[VmUnschedulable]]:
+def scheduler(
+    world: MemoryWorld, send_deletes: Callable[[Sequence[VmRecord]], Awaitable[None]] | None = None
+) -> tuple[RabbitBroker, list[VmAssigned], list[VmUnschedulable]]:
     broker = RabbitBroker()
     assigned: list[VmAssigned] = []
     refused: list[VmUnschedulable] = []
     publisher = Publisher(broker)
     subscribe(
         broker,
-        PlacementIntake(world.round, publisher, max_vms=500, max_delay=0.001),
+        PlacementIntake(world.round, publisher, send_deletes=send_deletes, max_vms=500, max_delay=0.001),
         MigrationIntake(world.round, publisher, max_moves=500, max_delay=0.001),
     )
 
@@ -83,6 +95,37 @@ async def test_messages_arriving_together_share_a_round_and_each_gets_its_own_an
     assert refused == []
     assert sum(rounds) == len(vms)
     assert len(rounds) < len(vms), rounds  # some messages shared a round
+
+
+async def test_a_vm_that_preempted_is_answered_by_vm_preempted_for_its_victims_and_vm_assigned() -> None:
+    """The victims' announcement once raised NameError (a local list named ``events`` hid the module
+    of that name): the message was delivered again, its VM announced without its victims, and their
+    deletes left to the outbox's sweeper."""
+    world = MemoryWorld.build()
+    await world.add_host("hv-1", HOST)
+    await world.add_running_vm(VM, "hv-1", name="low-1")
+    await world.add_running_vm(VM, "hv-1", name="low-2")  # the host is full (priority 0 both)
+    urgent = await world.add_vm(VM, name="urgent", priority=500)
+    deleted: list[VmRecord] = []
+
+    async def send_deletes(victims: Sequence[VmRecord]) -> None:  # the agents' exchange is not in the test broker
+        deleted.extend(victims)
+
+    broker, assigned, refused = scheduler(world, send_deletes)
+    preempted: list[VmPreempted] = []
+
+    @broker.subscriber(RabbitQueue("test.preempted", routing_key=topology.VM_PREEMPTED), topology.EXCHANGE)
+    async def on_preempted(event: VmPreempted) -> None:
+        preempted.append(event)
+
+    async with TestRabbitBroker(broker) as test_broker:
+        await test_broker.publish(VmCreate(vms=[urgent]), exchange=topology.EXCHANGE, routing_key=topology.VM_CREATE)
+    assert [(a.vm_id, a.hypervisor_id, a.preempted) for event in assigned for a in event.assignments] == [
+        (urgent.vm_id, "hv-1", True)
+    ]
+    assert [(e.preempted_by, e.hypervisor_id) for e in preempted] == [(urgent.vm_id, "hv-1")]
+    assert [(v.id, v.status) for v in deleted] == [(preempted[0].vm_id, VmStatus.PREEMPTED)]
+    assert refused == []
 
 
 async def test_a_vm_migrate_is_answered_by_vm_migrating_or_vm_migration_failed() -> None:

@@ -92,7 +92,8 @@ def test_the_client_imports_neither_the_database_nor_the_broker_nor_the_cli() ->
 
 def test_the_client_depends_on_httpx_and_pydantic_only() -> None:
     # vmsched-contract is the API's pydantic models (next test): nothing else comes with it.
-    assert dependencies("libs/client") == {"httpx", "pydantic", "vmsched-contract"}
+    # (and sniffio, which httpcore looks for at every request: see libs/client/pyproject.toml)
+    assert dependencies("libs/client") == {"httpx", "pydantic", "sniffio", "vmsched-contract"}
     assert dependencies("libs/contract") == {"pydantic"}
 
 

@@ -17,6 +17,7 @@ from vmsched_domain.lifecycle import Capacity, Event
 from vmsched_domain.live_migration import Order, Step
 from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import power_command, power_reported, start_requested, stop_requested
+from vmsched_gateway.identity import placed_on
 
 SOURCE, TARGET = "hv-src", "hv-dst"
 
@@ -117,6 +118,9 @@ def test_prepare_handover_finish_move_the_vm_and_release_the_source_only_at_the_
     assert done.change.transition.capacity is Capacity.RELEASE
     assert done.change.released_from == SOURCE
     assert orders(done) == [(SOURCE, CommandAction.CLEANUP_MIGRATION)]
+    # The source stays in the VM's history: its agent's report of the copy it cleaned up is heard.
+    assert [(entry["host"], entry["outcome"]) for entry in after.attempts] == [(SOURCE, "migrated")]
+    assert placed_on(after, SOURCE)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +210,56 @@ def test_a_migration_in_flight_too_long_is_rolled_back_with_or_without_a_target(
     assert unanswered.change.transition.capacity is Capacity.KEEP  # nothing was claimed
     assert unanswered.orders == ()
     assert unanswered.change.after.status is VmStatus.RUNNING
+
+
+@pytest.mark.parametrize("task", [Task.PREPARING, Task.HANDING_OVER, Task.FINISHING])
+def test_a_fenced_target_rolls_the_migration_back_at_once_as_a_failed_step(task: Task) -> None:
+    step = live_migration.host_fenced(claimed(task), {TARGET}, NOW, exclude_for=600)
+    assert step is not None
+    after = step.change.after
+    engaged = task is not Task.PREPARING
+    assert (after.status, after.hypervisor_id) == (VmStatus.RUNNING, SOURCE)
+    assert after.task is (Task.ROLLING_BACK if engaged else None)
+    assert step.change.transition.event is Event.MIGRATION_FAILED
+    assert step.change.released_from == TARGET
+    assert step.then is None
+    told = [(TARGET, CommandAction.ABORT_MIGRATION)]
+    if engaged:  # the source was told to hand over: it keeps (or resumes) the VM
+        told.append((SOURCE, CommandAction.ROLLBACK_MIGRATION))
+    assert orders(step) == told
+    assert step.failed == (live_migration.TARGET_FENCED, f"its target {TARGET} was fenced")
+
+
+@pytest.mark.parametrize("task", [Task.PREPARING, Task.HANDING_OVER, Task.FINISHING])
+def test_a_fenced_source_fails_the_vm_gives_both_shares_back_and_tells_only_the_target(task: Task) -> None:
+    step = live_migration.host_fenced(claimed(task), {SOURCE, "hv-other"}, NOW, exclude_for=600)
+    assert step is not None
+    assert [change.released_from for change in step.changes] == [TARGET, SOURCE]
+    failed = step.changes[-1].after
+    assert (failed.status, failed.hypervisor_id, failed.task, failed.migration_target) == (
+        VmStatus.FAILED,
+        SOURCE,
+        None,
+        None,
+    )
+    assert failed.attempts[-1]["outcome"] == "host fenced"  # as the host's other VMs: restart policy applies
+    assert SOURCE in failed.exclusions
+    assert orders(step) == [(TARGET, CommandAction.ABORT_MIGRATION)]  # nothing to the source: it is down
+    assert step.failed is not None
+    assert step.failed[0] == live_migration.SOURCE_FENCED
+
+
+def test_a_fenced_source_fails_a_vm_whose_target_is_not_chosen_yet_and_fencing_elsewhere_changes_nothing() -> None:
+    asked = live_migration.requested(running(), None, NOW)
+    assert asked is not None
+    step = live_migration.host_fenced(asked.after, {SOURCE}, NOW, exclude_for=600)
+    assert step is not None
+    assert [change.released_from for change in step.changes] == [None, SOURCE]  # no target was claimed
+    assert step.changes[-1].after.status is VmStatus.FAILED
+    assert step.orders == ()
+    assert live_migration.host_fenced(asked.after, {TARGET}, NOW, exclude_for=600) is None  # claimed nowhere yet
+    assert live_migration.host_fenced(claimed(), {"hv-other"}, NOW, exclude_for=600) is None
+    assert live_migration.host_fenced(running(), {SOURCE}, NOW, exclude_for=600) is None  # not migrating
 
 
 def test_the_command_a_step_waits_on_is_the_one_sent_again() -> None:

@@ -111,6 +111,19 @@ def test_a_silent_hosts_vm_settles_by_what_its_heartbeat_lists() -> None:
     assert [c.released_from if c else None for c in (listed, never_ran, lost)] == [None, None, "hv-1"]
 
 
+def test_a_heartbeat_taken_before_the_vm_started_says_nothing_of_it() -> None:
+    started = datetime.fromtimestamp(NOW - 10, UTC)
+    unknown = vm(VmStatus.UNKNOWN, started_at=started)
+    assert host_returned(unknown, False, NOW, heard_at=NOW - 30) is None  # taken before the start
+    assert host_returned(unknown, False, NOW, heard_at=NOW - 9) is None  # within the clocks' skew
+    lost = host_returned(unknown, False, NOW, heard_at=NOW)
+    assert lost is not None
+    assert lost.after.status is VmStatus.FAILED
+    listed = host_returned(unknown, True, NOW, heard_at=NOW - 30)  # what it lists is there, whenever taken
+    assert listed is not None
+    assert listed.after.status is VmStatus.RUNNING
+
+
 def test_a_lost_host_fails_unknown_vms_and_deletes_deleting_ones() -> None:
     failed = host_lost(vm(VmStatus.UNKNOWN), NOW, exclude_for=600)
     deleted = host_lost(vm(VmStatus.DELETING), NOW, exclude_for=600)

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from devtools.stack import Stack
-from tests.faults.conftest import online_fleet, submit, wait_settled
+from tests.faults.conftest import online_fleet, submit, wait_running, wait_settled
 from tests.faults.invariants import check
 from tests.servers import Servers
 from vmsched_agent.simulator import SimulatedFleet
@@ -42,6 +42,15 @@ def vms(kind: str, count: int, priority: int, **extra: object) -> list[dict[str,
     ]  # fmt: skip
 
 
+def table(rows: list[asyncpg.Record]) -> str:
+    """The suite's VMs, one a line: what a failure needs to be understood without a rerun."""
+    return "\n".join(
+        f"{row['name']:<20} {row['status']:<12} {row['hypervisor_id'] or '-':<16} "
+        f"preempted_by={row['preempted_by']} {row['status_reason'] or ''}"
+        for row in rows
+    )
+
+
 async def test_four_schedulers_preempting_members_of_one_group_take_no_more_than_its_budget(
     four_schedulers: Stack, budget_fleet: SimulatedFleet, servers: Servers
 ) -> None:
@@ -58,23 +67,27 @@ async def test_four_schedulers_preempting_members_of_one_group_take_no_more_than
         # ...and the rest of each host filled with VMs a little dearer (priority 1).
         others = await submit(api, vms("other", HOSTS * (HOST_CPU // VM_CPU - 1), 1), batch=4)
         await wait_settled(servers, others, timeout=120)
+        # The race needs every member available (a member not running uses the budget: the
+        # preemptors would rightly take none) and the fleet full (else a VM fits without preempting).
+        await wait_running(servers, members + others, at_least=len(members + others), timeout=60)
         high = await submit(api, vms("high", HIGH, 500), batch=1)  # four requests at once
         await wait_settled(servers, high, timeout=180)
         conn = await asyncpg.connect(servers.asyncpg_dsn)
         try:
-            statuses = await conn.fetch("SELECT status FROM vms WHERE id = ANY($1::uuid[])", high)
-            preempted = await conn.fetch(
-                "SELECT id, server_group FROM vms WHERE id = ANY($1::uuid[]) AND preempted_by IS NOT NULL",
-                members + others,
+            rows = await conn.fetch(
+                "SELECT id::text AS id, name, status, status_reason, hypervisor_id, preempted_by, server_group "
+                "FROM vms WHERE id = ANY($1::uuid[]) ORDER BY name",
+                members + others + high,
             )
-            placed = await conn.fetch("SELECT hypervisor_id FROM vms WHERE id = ANY($1::uuid[])", members)
         finally:
             await conn.close()
-        assert len({row["hypervisor_id"] for row in placed}) == HOSTS  # one member per host, as set up
-        assert [row["status"] for row in statuses] == ["running"] * HIGH
+        seen = f"\n{table(rows)}\nservice logs: {four_schedulers.log_dir}"
+        assert len({row["hypervisor_id"] for row in rows if row["id"] in members}) == HOSTS, seen  # as set up
+        assert [row["status"] for row in rows if row["id"] in high] == ["running"] * HIGH, seen
+        preempted = [row for row in rows if row["preempted_by"] is not None]
         members_taken = [row for row in preempted if row["server_group"] is not None]
         print(f"budget race: {len(preempted)} preempted, {len(members_taken)} of them members of the group")
-        assert len(preempted) == HIGH  # one victim per preemptor
-        assert len(members_taken) == 1  # the budget: one member unavailable at most (they never restart)
+        assert len(preempted) == HIGH, seen  # one victim per preemptor
+        assert len(members_taken) == 1, seen  # the budget: one member unavailable at most (they never restart)
         report = await check(servers.asyncpg_dsn, members + others + high, budget_fleet)
-        assert report.problems == [], report.problems
+        assert report.problems == [], f"{report.problems}{seen}"

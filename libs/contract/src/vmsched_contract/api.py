@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord
+from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord, PreemptionMove
 from vmsched_contract.fencing import FencedBy
 from vmsched_contract.groups import HOST_TOPOLOGY, GroupPolicy
 from vmsched_contract.messages import (
@@ -35,6 +35,7 @@ from vmsched_contract.messages import (
     Labels,
     LabelValue,
     Overcommit,
+    PreemptionOutcome,
     Priority,
     ProjectName,
     Resources,
@@ -384,6 +385,40 @@ class Placement(BaseModel):
     vm_id: UUID
     status: VmStatus
     decision: PlacementRecord | None = Field(description="null until a scheduler has decided")
+    preemption: PreemptionMove | None = Field(
+        default=None,
+        description="the preemption that moved VMs off a host to make room for this VM (it was then placed by a "
+        "decision of its own, the one above); null when none did",
+    )
+
+
+class VictimFate(BaseModel):
+    """What became of one victim of a preemption, as its row says now."""
+
+    vm_id: UUID
+    outcome: PreemptionOutcome = Field(
+        description="moved (live-migrated off the host, and still running elsewhere) or deleted (its agent was "
+        "told to delete it; then its restart policy applied)"
+    )
+    from_host: str = Field(description="the host it was preempted on")
+    status: VmStatus | None = Field(description="its status now; null when it is gone from the VM table")
+    host: str | None = Field(
+        description="where it is now: the host it runs on (moved, or restarted after a delete), the target "
+        "claimed while it is still moving; null when it runs nowhere"
+    )
+
+
+class PreemptionReplay(BaseModel):
+    """The preemption that made room for a VM by moving its victims, chosen again on its inputs."""
+
+    journal: JournalRef
+    decided_host: str = Field(description="the host whose VMs were moved off")
+    host: str | None = Field(description="the host the replay would free; null when none, or when unknown (same null)")
+    same: bool | None = Field(
+        description="the replay chose the recorded host and victims; null when the decision's journal entry was "
+        "pruned (VMSCHED_JOURNAL_RETENTION): the victims are still told"
+    )
+    victims: list[VictimFate] = Field(description="the victims moved then, and where they are now")
 
 
 class PlacementReplay(BaseModel):
@@ -412,6 +447,16 @@ class PlacementReplay(BaseModel):
         default=None,
         description="a preemption's replay: the VMs it preempts on its host (each preempted VM names the "
         "preemptor in preempted_by); null for other decisions",
+    )
+    fates: list[VictimFate] | None = Field(
+        default=None,
+        description="a preemption's replay: what became of the VMs it preempted then (deleted, and where "
+        "their restart policy took them); null for other decisions",
+    )
+    preemption: PreemptionReplay | None = Field(
+        default=None,
+        description="for a VM placed once the victims of a preemption by move had left: that preemption "
+        "replayed, its victims and where they went; null when no preemption moved VMs for it",
     )
 
 

@@ -125,3 +125,16 @@ class PlacementRecord(BaseModel):
         description="where the decision's inputs are kept (GET /v1/vms/{id}/placement/replay); null for a "
         "record written before the journal",
     )
+
+
+class PreemptionMove(BaseModel):
+    """A preemption that made room for a VM by moving its victims off a host (issue 27): kept with
+    the preemptor (``vms.preemption``), since the VM is placed later by a decision of its own once
+    the victims have left, and that later decision's record replaces the one of the preemption."""
+
+    model_config = ConfigDict(frozen=True)
+
+    journal: JournalRef | None = Field(description="the preemption's decision (kind preemption); null: not journaled")
+    host: str = Field(description="the host the victims were moved off")
+    victims: list[str] = Field(description="the VMs moved off the host for it (their ids)")
+    decided_at: datetime

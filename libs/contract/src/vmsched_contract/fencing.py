@@ -29,13 +29,18 @@ class HostFenced(Message):
 
 class HostFenceFailed(Message):
     """``host.fence_failed``: VMSCHED_FENCE_COMMAND did not fence a lost host (exit status not 0,
-    or no exit within VMSCHED_FENCE_TIMEOUT). Its VMs stay ``unknown`` until an operator fences it
-    (``POST /v1/hosts/{id}/fence``) or it comes back."""
+    or no exit within VMSCHED_FENCE_TIMEOUT). Its VMs stay ``unknown``; the command runs again at
+    ``next_try_at`` (with a backoff: VMSCHED_FENCE_RETRY_DELAY, VMSCHED_FENCE_RETRY_MAX_DELAY) until
+    it succeeds, an operator fences the host (``POST /v1/hosts/{id}/fence``) or the host comes back."""
 
     schema_version: Literal[1] = 1
     host_id: HostId
     exit_code: int | None = Field(description="the command's exit status; null when it timed out or did not start")
     detail: str
+    attempt: int = Field(default=1, ge=1, description="which try of this silence failed: 1 for the first")
+    next_try_at: datetime | None = Field(
+        default=None, description="when the command runs again unless the host is fenced or back first"
+    )
     at: datetime = Field(default_factory=utc_now)
 
 

@@ -694,8 +694,9 @@ class VmMigrated(_FromTo):
 
 
 class VmMigrationFailed(_FromTo):
-    """``vm.migration_failed``: the migration was rolled back: the VM runs on its source still; a
-    target claimed for it is free again."""
+    """``vm.migration_failed``: the migration was rolled back: the VM runs on its source still (unless
+    the reason is ``source_fenced``: then it failed with its source); a target claimed for it is free
+    again."""
 
     schema_version: Literal[1] = 1
     vm_id: UUID
@@ -704,7 +705,7 @@ class VmMigrationFailed(_FromTo):
     target: HostId | None = Field(default=None, alias="to", description="null when no target was claimed")
     reason: str = Field(
         description="the rule no host passed (cpu, server_group, migration, ...) or what failed: "
-        "prepare_migration, migrate, finish_migration, timeout"
+        "prepare_migration, migrate, finish_migration, timeout, target_fenced, source_fenced"
     )
     detail: str
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 class LostHostAction(StrEnum):
     FAIL_VMS = "fail_vms"  # its VMs fail and their restart policy applies
-    RUN_FENCE = "run_fence"  # run VMSCHED_FENCE_COMMAND; its VMs fail only once it succeeded
+    RUN_FENCE = "run_fence"  # run VMSCHED_FENCE_COMMAND (again); its VMs fail only once it succeeded
     ANNOUNCE_FENCE_NEEDED = "announce_fence_needed"  # host.fence_needed; its VMs stay unknown
     HOLD = "hold"  # nothing more to do: its VMs stay unknown until an operator fences it or it is back
 
@@ -38,18 +38,31 @@ class LostHost:
     labels: dict[str, str]
     fenced: bool  # fenced already (by an operator, or the command)
     tried: bool  # the gateway already ran the command or announced fence_needed in this silence
+    retry_due: bool = False  # the command failed (or its gateway died) and its next try is due
 
 
 def decide(policy: FencePolicy, host: LostHost) -> LostHostAction:
-    """What the gateway does about ``host`` now. The command runs (or fence_needed is announced) at
-    most once per silence: ``tried`` stays set until the host heartbeats again or is unfenced."""
+    """What the gateway does about ``host`` now. The command runs when the host is lost and again,
+    after each failure, once :func:`retry_delay` has passed (``retry_due``), until it succeeds or the
+    host is back; fence_needed is announced once per silence. ``tried`` stays set until the host
+    heartbeats again or is unfenced."""
     if host.fenced:
         return LostHostAction.FAIL_VMS
     if policy.has_command:
-        return LostHostAction.HOLD if host.tried else LostHostAction.RUN_FENCE
+        return LostHostAction.RUN_FENCE if not host.tried or host.retry_due else LostHostAction.HOLD
     if policy.restart_unfenced:
         return LostHostAction.FAIL_VMS
     return LostHostAction.HOLD if host.tried else LostHostAction.ANNOUNCE_FENCE_NEEDED
+
+
+def retry_delay(attempt: int, *, first: float, most: float) -> float:
+    """How long after its ``attempt``-th failure (1 for the first) the fence command runs again:
+    ``first``, doubled after each failure, never more than ``most`` (VMSCHED_FENCE_RETRY_DELAY and
+    VMSCHED_FENCE_RETRY_MAX_DELAY). A BMC that is down for an hour is asked a few dozen times, not
+    thousands."""
+    if attempt < 1:
+        raise ValueError(f"attempts count from 1, got {attempt}")
+    return min(most, first * 2.0 ** min(attempt - 1, 64))
 
 
 def restarts_vms(policy: FencePolicy, *, fenced: bool) -> bool:

@@ -14,7 +14,9 @@ step that fails, or a migration in flight longer than ``VMSCHED_MIGRATION_TIMEOU
 VM stays ``running`` on its source, the target's share is given back, the target is told to abort
 (drop what it prepared or took) and, once the source was told to hand over, the source to roll back
 (keep or resume the VM: task ``rolling_back`` until it reports the VM running, its command sent again
-meanwhile; if it cannot, the VM failed); ``vm.migration_failed`` says why.
+meanwhile; if it cannot, the VM failed); ``vm.migration_failed`` says why. A migration one of whose
+hosts is fenced is called off at once (:func:`host_fenced`): rolled back when its target is, rolled
+back and failed with the source's other VMs when its source is.
 
 Every function returns None when the report or the request does not apply to the VM as it is (a
 late, repeated or stale report, another migration's): the caller then changes nothing. The stores
@@ -23,6 +25,7 @@ lock the row, call one of these and write the change with :func:`vmsched_pg.vm_w
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -38,13 +41,17 @@ from vmsched_contract.messages import (
     VmStatusReport,
 )
 from vmsched_contract.status import Task, VmStatus
+from vmsched_domain import vm_changes
 from vmsched_domain.agent_commands import agent_command
 from vmsched_domain.lifecycle import Condition, Event, choose
 from vmsched_domain.records import VmRecord
-from vmsched_domain.vm_changes import Change
+from vmsched_domain.vm_changes import Change, with_history
 
 # The reason vm.migration_failed gives for a migration in flight too long.
 TIMEOUT = "timeout"
+# The reasons it gives for a migration called off because one of its hosts was fenced.
+TARGET_FENCED = "target_fenced"
+SOURCE_FENCED = "source_fenced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,14 @@ class Step:
     orders: tuple[Order, ...] = ()
     migrated: bool = False  # it runs on the target now (vm.migrated)
     failed: tuple[str, str] | None = None  # rolled back: (reason, detail) for vm.migration_failed
+    # Written after ``change``, in the same transaction: the VM, rolled back onto its fenced source,
+    # failed there (:func:`host_fenced`).
+    then: Change | None = None
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        """What to write, in order."""
+        return (self.change,) if self.then is None else (self.change, self.then)
 
     @property
     def source(self) -> str:
@@ -219,6 +234,9 @@ def _finished(vm: VmRecord, now: float) -> Step | None:
         status=transition.target,
         status_reason=None,
         hypervisor_id=vm.migration_target,
+        # The source stays in its history: its agent's last word of the VM (the copy it cleaned up)
+        # comes from a host vmsched placed the VM on.
+        attempts=with_history(vm, "migrated", f"live-migrated to {vm.migration_target}", now),
         started_at=_at(now),
         task=None,
         task_since=None,
@@ -292,6 +310,41 @@ def timed_out(vm: VmRecord, now: float, timeout: float) -> Step | None:
     else:
         detail = f"still {vm.task.value if vm.task else 'in flight'} after {timeout:g} s (VMSCHED_MIGRATION_TIMEOUT)"
     return rollback(vm, Event.MIGRATION_TIMED_OUT, (TIMEOUT, detail))
+
+
+def host_fenced(vm: VmRecord, fenced: Collection[str], now: float, *, exclude_for: float) -> Step | None:
+    """A host of the VM's migration is among ``fenced`` (declared down: docs/operations.md#fencing): the
+    migration is called off now rather than at VMSCHED_MIGRATION_TIMEOUT.
+
+    Its target fenced: rolled back as a failed step (:func:`rollback`: the VM runs on its source, the
+    target's share is given back, the target is told to abort and, once the source was told to hand
+    over, the source to keep the VM). Its source fenced: rolled back, then failed on the source as
+    the host's other VMs are (:func:`vmsched_domain.vm_changes.host_fenced`: the source's share given
+    back too, its restart policy applies); the target is told to abort, the source (down) nothing."""
+    if not in_flight(vm) or vm.task is None or vm.hypervisor_id is None:
+        return None
+    source = vm.hypervisor_id
+    if source not in fenced:
+        if vm.migration_target is None or vm.migration_target not in fenced:
+            return None
+        return rollback(vm, Event.MIGRATION_FAILED, (TARGET_FENCED, f"its target {vm.migration_target} was fenced"))
+    why = (SOURCE_FENCED, f"its source {source} was fenced")
+    if vm.migration_target is None:  # no target claimed yet: nothing moved, nothing to give back there
+        called_off = no_target(vm, vm.migrations, *why)
+        back = None if called_off is None else Step(called_off, failed=why)
+    else:
+        back = rollback(vm, Event.MIGRATION_FAILED, why)
+    if back is None:
+        return None
+    failed = vm_changes.host_fenced(back.change.after, now, exclude_for=exclude_for)
+    if failed is None:
+        return None
+    # A rollback in progress names its target; over now: nothing of the migration is left.
+    reason = f"{failed.after.status_reason} in the middle of migration {vm.migrations}"
+    after = replace(failed.after, status_reason=reason, task_since=None, migration_target=None)
+    ended = Change(failed.before, after, failed.transition)
+    orders = tuple(order for order in back.orders if order.host != source)
+    return replace(back, orders=orders, then=ended)
 
 
 def prepare_command(vm_id: UUID, name: str, resources: Resources, order: MigrationOrder) -> AgentCommand:

@@ -62,6 +62,7 @@ class VmRecord:
     gang_id: UUID | None = None  # the all-or-nothing batch it belongs to, if any
     priority: int = 0  # 0..1000: it may preempt VMs of lower priority
     preempted_by: UUID | None = None  # the VM that preempted it
+    preemption: dict[str, Any] | None = None  # the preemption that moved VMs to make room for it (PreemptionMove)
     project: str = DEFAULT_PROJECT  # the project that owns it
     task: Task | None = None  # what an agent was asked for it and has not answered
     task_since: datetime | None = None

@@ -10,8 +10,8 @@ nothing else can take it: the engine sees the room as allocated, and preemption 
 
 At ``ends_at`` (or on DELETE) the slots still held are released; slots a VM took stay that VM's.
 
-A held slot on a host that is lost (silent past ``VMSCHED_AGENT_LOST_TIMEOUT``, while other hosts are
-heard: the schedulers are not cut off) is ``lost``: its room goes with the host, and the scheduler
+A held slot on a host that is lost (fenced, or silent past ``VMSCHED_AGENT_LOST_TIMEOUT`` while other
+hosts are heard: the schedulers are not cut off) is ``lost``: its room goes with the host, and the scheduler
 places it again (the same slot id, on another host, by the same rules); until some host fits it the
 reservation counts it as ``lost`` and says so in ``status_reason``.
 """

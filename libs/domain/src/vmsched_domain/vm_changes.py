@@ -43,7 +43,7 @@ def _iso(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).isoformat()
 
 
-def _history(vm: VmRecord, outcome: str, message: str, now: float) -> list[dict[str, Any]]:
+def with_history(vm: VmRecord, outcome: str, message: str, now: float) -> list[dict[str, Any]]:
     """The VM's ``attempts`` with one more entry: what became of its attempt on its host."""
     entry = {"attempt": vm.attempt, "host": vm.hypervisor_id, "outcome": outcome, "message": message, "at": _iso(now)}
     return [*vm.attempts, entry]
@@ -71,7 +71,7 @@ def agent_failed(
     transition = choose(Event.AGENT_FAILED, vm.status, [retries])
     if transition is None:
         return None
-    history = _history(vm, "failed", message, now)
+    history = with_history(vm, "failed", message, now)
     if transition.target is VmStatus.PENDING:
         after = replace(
             vm,
@@ -123,11 +123,11 @@ def agent_deleted(vm: VmRecord, agent_id: str, now: float) -> Change | None:
             vm,
             status=VmStatus.FAILED,
             status_reason=vm.status_reason,
-            attempts=_history(vm, "preempted", vm.status_reason or "", now),
+            attempts=with_history(vm, "preempted", vm.status_reason or "", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
         return Change(vm, after, transition)
-    after = replace(vm, status=VmStatus.DELETED, status_reason=None, attempts=_history(vm, "deleted", "", now))
+    after = replace(vm, status=VmStatus.DELETED, status_reason=None, attempts=with_history(vm, "deleted", "", now))
     return Change(vm, after, transition)
 
 
@@ -149,8 +149,23 @@ def delete_requested(vm: VmRecord) -> Change | None:
     return Change(vm, replace(vm, status=transition.target, status_reason=reason), transition)
 
 
-def host_returned(vm: VmRecord, listed: bool, now: float) -> Change | None:
-    """A silent host heartbeats again; ``listed``: its heartbeat lists this VM."""
+# How far an agent's clock may run behind the services' before a heartbeat taken just after a VM
+# started reads as taken before it (NTP keeps hosts well within this).
+CLOCK_SKEW = 2.0
+
+
+def host_returned(vm: VmRecord, listed: bool, now: float, heard_at: float | None = None) -> Change | None:
+    """A silent host heartbeats again; ``listed``: its heartbeat lists this VM; ``heard_at``: when
+    the agent took that heartbeat. A heartbeat taken before the VM started running (one that waited
+    in a backlog while the host was marked offline) says nothing of it: the VM stays ``unknown`` for
+    the host's next heartbeat to settle, rather than failing a VM that may be running well."""
+    if (
+        not listed
+        and heard_at is not None
+        and vm.started_at is not None
+        and heard_at < vm.started_at.timestamp() + CLOCK_SKEW
+    ):
+        return None
     if listed:
         fact = Condition.LISTED
     elif vm.started_at is None:
@@ -170,7 +185,7 @@ def host_returned(vm: VmRecord, listed: bool, now: float) -> Change | None:
             vm,
             status=VmStatus.FAILED,
             status_reason=f"host {host} came back without it",
-            attempts=_history(vm, "lost by its host", f"host {host} came back without it", now),
+            attempts=with_history(vm, "lost by its host", f"host {host} came back without it", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)
@@ -187,13 +202,13 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             vm,
             status=VmStatus.DELETED,
             status_reason=f"deleted: host {host} was lost",
-            attempts=_history(vm, "deleted", f"host {host} was lost", now),
+            attempts=with_history(vm, "deleted", f"host {host} was lost", now),
         )
     elif vm.status is VmStatus.PREEMPTED:
         after = replace(
             vm,
             status=VmStatus.FAILED,
-            attempts=_history(vm, "preempted", f"host {host} was lost before it deleted the VM", now),
+            attempts=with_history(vm, "preempted", f"host {host} was lost before it deleted the VM", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     else:
@@ -202,7 +217,7 @@ def host_lost(vm: VmRecord, now: float, *, exclude_for: float) -> Change | None:
             status=VmStatus.FAILED,
             status_reason=f"agent lost connection: host {host} silent past AGENT_LOST_TIMEOUT",
             exclusions=_excluding(vm, host, now, exclude_for),
-            attempts=_history(vm, "agent lost connection", f"host {host} silent", now),
+            attempts=with_history(vm, "agent lost connection", f"host {host} silent", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)
@@ -221,14 +236,14 @@ def host_fenced(vm: VmRecord, now: float, *, exclude_for: float) -> Change | Non
             status=VmStatus.DELETED,
             status_reason=f"deleted: host {host} was fenced",
             task=None,
-            attempts=_history(vm, "deleted", f"host {host} was fenced", now),
+            attempts=with_history(vm, "deleted", f"host {host} was fenced", now),
         )
     elif vm.status is VmStatus.PREEMPTED:
         after = replace(
             vm,
             status=VmStatus.FAILED,
             task=None,
-            attempts=_history(vm, "preempted", f"host {host} was fenced before it deleted the VM", now),
+            attempts=with_history(vm, "preempted", f"host {host} was fenced before it deleted the VM", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     else:
@@ -238,7 +253,7 @@ def host_fenced(vm: VmRecord, now: float, *, exclude_for: float) -> Change | Non
             status_reason=f"host fenced: {host} was declared down",
             task=None,
             exclusions=_excluding(vm, host, now, exclude_for),
-            attempts=_history(vm, "host fenced", f"host {host} fenced", now),
+            attempts=with_history(vm, "host fenced", f"host {host} fenced", now),
             failed_at=datetime.fromtimestamp(now, UTC),
         )
     return Change(vm, after, transition)

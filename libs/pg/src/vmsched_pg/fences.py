@@ -1,11 +1,13 @@
 """Fenced hosts in PostgreSQL (docs/operations.md#fencing): fencing a host (an operator's, or the
 fence command's success), unfencing it, and what the gateway records while it tries to fence a lost
-host. A fenced host's status is ``fenced``: the schedulers' guard takes only ``online`` hosts, so
-nothing is placed on it, and the heartbeat upsert keeps the status while ``fenced_at`` is set."""
+host: each try (one replica at a time), its failure, and when the next try is due. A fenced host's
+status is ``fenced``: the schedulers' guard takes only ``online`` hosts, so nothing is placed on it,
+and the heartbeat upsert keeps the status while ``fenced_at`` is set."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -38,15 +40,30 @@ _UNFENCE = text(
     """
 )
 _EXISTS = text("SELECT EXISTS (SELECT 1 FROM hosts WHERE id = :id)")
-# One gateway replica acts on a lost host once per silence: the first to set fence_tried_at.
+# One gateway replica acts on a lost host at a time: the first of a silence (fence_tried_at cleared by
+# a heartbeat or an unfence), or a retry once fence_retry_at has passed. The try's attempt number is
+# counted afresh in a new silence; fence_retry_at is set at once to when the try must have ended (the
+# command's timeout and more), so that a gateway that dies in the middle of it leaves the next try due
+# then, to whichever replica comes first. NULL (no lease): never again in this silence.
 _CLAIM_TRY = text(
     f"""
-    UPDATE hosts SET fence_tried_at = now()
-     WHERE id = :id AND fence_tried_at IS NULL AND fenced_at IS NULL AND status = '{HostStatus.OFFLINE.value}'
-    RETURNING id
+    UPDATE hosts
+       SET fence_attempts = CASE WHEN fence_tried_at IS NULL THEN 1 ELSE fence_attempts + 1 END,
+           fence_tried_at = now(),
+           fence_retry_at = now() + make_interval(secs => CAST(:lease AS float8))
+     WHERE id = :id AND fenced_at IS NULL AND status = '{HostStatus.OFFLINE.value}'
+       AND (fence_tried_at IS NULL OR fence_retry_at <= now())
+    RETURNING fence_attempts
     """
 )
-_FENCE_FAILED = text("UPDATE hosts SET fence_error = :error WHERE id = :id AND fenced_at IS NULL")
+# Only the try that failed (a new silence's first try, or a fence, leaves it alone).
+_FENCE_FAILED = text(
+    """
+    UPDATE hosts SET fence_error = :error, fence_retry_at = now() + make_interval(secs => :retry_after)
+     WHERE id = :id AND fenced_at IS NULL AND fence_tried_at IS NOT NULL AND fence_attempts = :attempt
+    RETURNING fence_retry_at
+    """
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +98,19 @@ class FenceStore:
                 return None
         return host_from_row(row)
 
-    async def claim_try(self, host_id: str) -> bool:
-        """Whether this caller is the one to act on the lost host now (once per silence)."""
+    async def claim_try(self, host_id: str, *, lease: float | None = None) -> int | None:
+        """The attempt number (1 for a silence's first) if this caller is the one to act on the lost
+        host now, else None. ``lease``: seconds after which, unless :meth:`record_failure` says
+        otherwise, the host may be tried again (the try must have ended by then); None: not again in
+        this silence."""
         async with self.engine.begin() as connection:
-            return (await connection.execute(_CLAIM_TRY, {"id": host_id})).first() is not None
+            row = (await connection.execute(_CLAIM_TRY, {"id": host_id, "lease": lease})).first()
+        return None if row is None else int(row.fence_attempts)
 
-    async def record_failure(self, host_id: str, error: str) -> None:
+    async def record_failure(self, host_id: str, attempt: int, error: str, *, retry_after: float) -> datetime | None:
+        """Try ``attempt`` failed with ``error``: the next is due ``retry_after`` seconds from now
+        (PostgreSQL's clock), when; None if the try is over anyway (the host fenced or back)."""
+        params = {"id": host_id, "attempt": attempt, "error": error, "retry_after": retry_after}
         async with self.engine.begin() as connection:
-            await connection.execute(_FENCE_FAILED, {"id": host_id, "error": error})
+            row = (await connection.execute(_FENCE_FAILED, params)).first()
+        return None if row is None else row.fence_retry_at

@@ -108,6 +108,8 @@ class VmRow(Base):
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     # The VM that preempted it, while and after it is preempted.
     preempted_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # The preemption that moved VMs off a host to make room for this VM (vmsched_contract.decision.PreemptionMove).
+    preemption: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # The project that owns it (the token's that asked for it): only that project's tokens see it.
     project: Mapped[str] = mapped_column(String(63), server_default=DEFAULT_PROJECT)
     # What vmsched asked of an agent for the VM and awaits (vmsched_contract.status.Task), and since
@@ -146,6 +148,11 @@ class VmRow(Base):
 
 class HostRow(Base):
     __tablename__ = "hosts"
+    # Every heartbeat rewrites its host's row (a thousand hosts every 10 s: 100 updates a second).
+    # Room left on each page keeps the new version on the old one's page (a HOT update: the hosts'
+    # only index, the key, is not touched), which frees the old one without VACUUM; at 100 the
+    # table grew between autovacuums (migration 0033).
+    __table_args__ = {"postgresql_with": {"fillfactor": "50"}}
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
@@ -209,9 +216,14 @@ class HostRow(Base):
     fenced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     fenced_by: Mapped[str | None] = mapped_column(String(16))
     # When the gateway last acted on this host being lost (ran VMSCHED_FENCE_COMMAND, or announced
-    # host.fence_needed): once per silence, cleared when the host heartbeats again or is unfenced.
+    # host.fence_needed); cleared when the host heartbeats again or is unfenced (a new silence).
     fence_tried_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     fence_error: Mapped[str | None] = mapped_column(Text)  # the last fence command's failure
+    # The fence command's tries in this silence (counted afresh once fence_tried_at was cleared), and
+    # when it may run again: after a failure, with a backoff; while it runs, once it must have ended
+    # (a gateway that died meanwhile). NULL: not again (fence_needed is announced once).
+    fence_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    fence_retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The storage pools its last heartbeat lists: [{name, kind, capacity_gb, tags}] by name
     # (vmsched_redis.storage_pools.pools_json); a shared pool's numbers are its storage_pools row's.
     storage_pools: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))

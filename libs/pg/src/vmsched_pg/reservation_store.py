@@ -111,15 +111,20 @@ async def due_reservations(connection: AsyncConnection, limit: int = 100) -> lis
     return [row.id for row in await connection.execute(_DUE, {"limit": limit})]
 
 
-# Held slots on hosts silent past the lost timeout, while some host was heard within the offline
-# timeout: when none is, it is the schedulers that hear nothing (the gateway or the broker cut off),
-# not the hosts that are gone (the gateway's FailureGrace reasons the same way about VMs).
+# Held slots on hosts that are lost: fenced (declared down by an operator or the fence command: lost
+# at once, whatever anyone hears, as the gateway fails their VMs at once), or silent past the lost
+# timeout while some host was heard within the offline timeout: when none is, it is the schedulers
+# that hear nothing (the gateway or the broker cut off), not the hosts that are gone (the gateway's
+# FailureGrace reasons the same way about VMs).
 _LOCK_LOST = text(
     f"""
-    SELECT s.id, s.reservation_id, s.hypervisor_id FROM reservation_slots s JOIN hosts h ON h.id = s.hypervisor_id
-     WHERE s.status = '{SlotStatus.HELD.value}' AND h.status = '{HostStatus.OFFLINE.value}'
-       AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
-       AND EXISTS (SELECT 1 FROM hosts a WHERE a.last_heartbeat >= now() - make_interval(secs => :heard))
+    SELECT s.id, s.reservation_id, s.hypervisor_id, h.fenced_at IS NOT NULL AS fenced
+      FROM reservation_slots s JOIN hosts h ON h.id = s.hypervisor_id
+     WHERE s.status = '{SlotStatus.HELD.value}'
+       AND (h.fenced_at IS NOT NULL
+            OR (h.status = '{HostStatus.OFFLINE.value}'
+                AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
+                AND EXISTS (SELECT 1 FROM hosts a WHERE a.last_heartbeat >= now() - make_interval(secs => :heard))))
      ORDER BY s.id LIMIT :limit FOR UPDATE OF s SKIP LOCKED
     """
 )
@@ -141,19 +146,20 @@ class LostSlot:
     id: UUID
     reservation_id: UUID
     host_id: str
+    fenced: bool = False  # its host was fenced (rather than silent past the lost timeout)
 
 
 async def lose_slots(
     connection: AsyncConnection, *, lost_after: float, heard_within: float, limit: int = 500
 ) -> list[LostSlot]:
-    """In the caller's transaction, mark ``lost`` the held slots of hosts silent for ``lost_after``
-    seconds (unless no host at all was heard within ``heard_within``): their room leaves the host's
-    allocations, and each reservation says what it lost. The caller releases their claims in Redis
-    once committed, and has them placed again (:mod:`vmsched_scheduler.lost_slots`)."""
+    """In the caller's transaction, mark ``lost`` the held slots of fenced hosts and of hosts silent
+    for ``lost_after`` seconds (unless no host at all was heard within ``heard_within``): their room
+    leaves the host's allocations, and each reservation says what it lost. The caller releases their
+    claims in Redis once committed, and has them placed again (:mod:`vmsched_scheduler.lost_slots`)."""
     rows = (await connection.execute(_LOCK_LOST, {"lost": lost_after, "heard": heard_within, "limit": limit})).all()
     if not rows:
         return []
-    lost = [LostSlot(row.id, row.reservation_id, row.hypervisor_id) for row in rows]
+    lost = [LostSlot(row.id, row.reservation_id, row.hypervisor_id, row.fenced) for row in rows]
     await connection.execute(_LOCK_HOSTS, {"hosts": sorted({slot.host_id for slot in lost})})
     ids = [slot.id for slot in lost]
     await connection.execute(_SHRINK_HOSTS, {"ids": ids})
@@ -162,7 +168,7 @@ async def lose_slots(
     for slot in lost:
         by_reservation.setdefault(slot.reservation_id, []).append(slot)
     for reservation_id, slots in sorted(by_reservation.items()):
-        hosts = ", ".join(sorted({slot.host_id for slot in slots}))
+        hosts = ", ".join(sorted({f"{slot.host_id} (fenced)" if slot.fenced else slot.host_id for slot in slots}))
         reason = f"{len(slots)} held slot(s) lost with host {hosts}; being placed again"
         await connection.execute(_SAY_LOST, {"id": reservation_id, "reason": reason})
     return lost

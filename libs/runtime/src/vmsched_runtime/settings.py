@@ -155,6 +155,10 @@ class Settings(BaseSettings):
     # are restarted elsewhere only once it fenced the host (or an operator did).
     fence_command: Annotated[str, Field(min_length=1)] | None = None
     fence_timeout: PositiveSeconds = 60.0  # a fence command still running after this has failed
+    # A fence command that failed runs again while the host stays silent: FENCE_RETRY_DELAY after the
+    # first failure, twice as long after each next one, never more than FENCE_RETRY_MAX_DELAY apart.
+    fence_retry_delay: PositiveSeconds = 30.0
+    fence_retry_max_delay: PositiveSeconds = 600.0
     # With no fence command: whether a lost host's VMs are restarted anyway (true: the behaviour
     # before fencing existed) or kept unknown until an operator fences the host (host.fence_needed).
     restart_unfenced: bool = True
@@ -243,6 +247,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{ENV_PREFIX}AGENT_LOST_TIMEOUT ({self.agent_lost_timeout:g}) must be longer than "
                 f"{ENV_PREFIX}AGENT_OFFLINE_TIMEOUT ({self.agent_offline_timeout:g})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fence_backoff_grows(self) -> Settings:
+        if self.fence_retry_max_delay < self.fence_retry_delay:
+            raise ValueError(
+                f"{ENV_PREFIX}FENCE_RETRY_MAX_DELAY ({self.fence_retry_max_delay:g}) must not be shorter than "
+                f"{ENV_PREFIX}FENCE_RETRY_DELAY ({self.fence_retry_delay:g})"
             )
         return self
 

@@ -47,6 +47,10 @@ class AgentQueues:
         self._connection: AbstractConnection | None = None
         self._lock = asyncio.Lock()
 
+    def known(self, host_id: str) -> bool:
+        """Whether ``agent.<host_id>`` was declared since this process last connected."""
+        return host_id in self._declared
+
     async def ensure(self, host_id: str, *, again: bool = False) -> bool:
         """Declare ``agent.<host_id>`` (and bind it) the first time this process needs it since it
         last connected to the broker, or ``again``: the queue may have been deleted since

@@ -91,7 +91,14 @@ def build_app(settings: Settings) -> FastStream:
             snapshot,
             publisher,
             FencePolicy(has_command=settings.fence_command is not None, restart_unfenced=settings.restart_unfenced),
-            None if settings.fence_command is None else FenceCommand(settings.fence_command, settings.fence_timeout),
+            None
+            if settings.fence_command is None
+            else FenceCommand(
+                settings.fence_command,
+                settings.fence_timeout,
+                retry_delay=settings.fence_retry_delay,
+                retry_max_delay=settings.fence_retry_max_delay,
+            ),
         ),
         hearing,
     )
@@ -154,7 +161,11 @@ def build_app(settings: Settings) -> FastStream:
         background.start(health.watch_broker())
         background.start(health.forever())
         background.start(
-            tasks.sweep_forever(migration_timeout=settings.migration_timeout, resend_after=settings.resend_stale_after)
+            tasks.sweep_forever(
+                migration_timeout=settings.migration_timeout,
+                resend_after=settings.resend_stale_after,
+                exclude_for=settings.exclude_for,
+            )
         )
         background.start(drains.forever())
         background.start(rebalances.forever())

@@ -5,6 +5,8 @@ hold there. A heartbeat from an agent process that does not hold its host id is 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,9 @@ from vmsched_runtime.logs import get_logger
 
 log = get_logger("vmsched_gateway")
 
+# Seconds a stopping gateway gives the queue declarations still to do.
+DRAIN_DECLARING = 5.0
+
 
 @dataclass
 class HeartbeatFold:
@@ -37,6 +42,10 @@ class HeartbeatFold:
     offline_timeout: float
     conflicts: ConflictNotices = field(default_factory=lambda: ConflictNotices(time.monotonic))
     batches: Batcher[AgentHeartbeat, AgentRefused | None] = field(init=False)
+    # Hosts whose command queue is to be declared (True: again, a host new to PostgreSQL), and the
+    # task declaring them, one at a time.
+    _undeclared: dict[str, bool] = field(default_factory=dict, init=False)
+    _declaring: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.batches = Batcher(self._fold, name="heartbeats", max_size=500, max_delay=0.05)
@@ -54,6 +63,11 @@ class HeartbeatFold:
 
     async def drain(self) -> None:
         await self.batches.drain()
+        if self._declaring is not None:
+            # A few seconds to finish (a new host's agent waits for its queue); the rest are declared
+            # by the next process, or by the commands that need them.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._declaring, timeout=DRAIN_DECLARING)
 
     async def _fold(self, beats: list[AgentHeartbeat]) -> Sequence[AgentRefused | None]:
         folded = await self.store.fold_heartbeats(beats, takeover_after=self.offline_timeout)
@@ -62,9 +76,10 @@ class HeartbeatFold:
             if host.inserted:
                 log.info("new host", host=host.host_id)
                 # Perhaps a host an operator deleted, whose queue went with it: declared again.
-                await self.queues.ensure(host.host_id, again=True)
-            else:
-                await self.queues.ensure(host.host_id)
+                self._undeclared[host.host_id] = True
+            elif not self.queues.known(host.host_id):
+                self._undeclared.setdefault(host.host_id, False)
+        self._declare_soon()
         await self.snapshot.record_heartbeats(
             [_host_write(newest[host.host_id], host) for host in folded.hosts],
             bump_interval=self.offline_timeout / 3,
@@ -87,6 +102,21 @@ class HeartbeatFold:
             await self.orphans.found(host_id, vm, fenced=host_id in fenced)
         refusals = {id(refused.beat): await self._conflict(refused) for refused in folded.refused}
         return [refusals.get(id(beat)) for beat in beats]
+
+    def _declare_soon(self) -> None:
+        """Declare the hosts' command queues beside the folding, not in it: a gateway that starts
+        declares every host's queue once (two round trips each), and a thousand of them in the fold
+        held every heartbeat behind them for a minute, long enough for hundreds of hosts to be
+        marked offline. Nothing waits for these: a command declares its queue first (relay.py),
+        and an agent waits for its queue to exist."""
+        if self._undeclared and (self._declaring is None or self._declaring.done()):
+            self._declaring = asyncio.create_task(self._declare_all(), name="declare agent queues")
+
+    async def _declare_all(self) -> None:
+        while self._undeclared:
+            host_id = next(iter(self._undeclared))
+            again = self._undeclared.pop(host_id)
+            await self.queues.ensure(host_id, again=again)
 
     async def _conflict(self, refused: Refused) -> AgentRefused:
         beat = refused.beat

@@ -138,7 +138,9 @@ _ON_LOST_HOSTS = text(
 # Unfenced hosts silent past the lost timeout that still hold VMs the loss would change.
 _LOST_HOSTS = text(
     f"""
-    SELECT h.id, h.labels, h.fence_tried_at IS NOT NULL AS tried FROM hosts h
+    SELECT h.id, h.labels, h.fence_tried_at IS NOT NULL AS tried,
+           h.fence_tried_at IS NOT NULL AND h.fence_retry_at <= now() AS retry_due
+      FROM hosts h
      WHERE h.status = '{HostStatus.OFFLINE.value}' AND h.fenced_at IS NULL
        AND (h.last_heartbeat IS NULL OR h.last_heartbeat < now() - make_interval(secs => :lost))
        AND EXISTS (SELECT 1 FROM vms v WHERE v.hypervisor_id = h.id AND v.status IN {sql_in(sources(Event.HOST_LOST))})
@@ -248,10 +250,16 @@ class HostStore:
                 vm_from_row(row)
                 for row in await connection.execute(_UNKNOWN_ON, {"hosts": [beat.agent_id for beat in ordered]})
             ]
+            heard_at = {beat.agent_id: beat.sent_at.timestamp() for beat in ordered}
             changes = [
                 change
                 for vm in unknown
-                if (change := host_returned(vm, (vm.hypervisor_id, vm.id) in listed, now)) is not None
+                if (
+                    change := host_returned(
+                        vm, (vm.hypervisor_id, vm.id) in listed, now, heard_at.get(vm.hypervisor_id or "")
+                    )
+                )
+                is not None
             ]
             returned = await vm_writes.apply(connection, changes) if changes else []
         hosts = [
@@ -295,7 +303,10 @@ class HostStore:
         """Unfenced hosts silent for ``lost_after`` seconds whose VMs the loss would change."""
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_LOST_HOSTS, {"lost": lost_after})).all()
-        return [LostHost(row.id, dict(row.labels or {}), fenced=False, tried=row.tried) for row in rows]
+        return [
+            LostHost(row.id, dict(row.labels or {}), fenced=False, tried=row.tried, retry_due=bool(row.retry_due))
+            for row in rows
+        ]
 
     async def lose(
         self, lost_after: float, *, hosts: Sequence[str], exclude_for: float, limit: int = 500

@@ -1,6 +1,7 @@
 """The gateway's writes of what agents report about a VM's task (a migration's step, a stop, a
 start), through :mod:`vmsched_domain.live_migration` and the lifecycle, and its sweeps of tasks: those
-unanswered for a while (their command is sent again) and migrations in flight too long (rolled back).
+unanswered for a while (their command is sent again), migrations in flight too long (rolled back) and
+migrations one of whose hosts is fenced (rolled back, or failed with their source).
 
 One VM at a time: the row locked, the change computed by the pure functions, written with
 :func:`vmsched_pg.vm_writes.apply` (which gives a host's share back in the same transaction).
@@ -9,10 +10,11 @@ One VM at a time: the row locked, the change computed by the pure functions, wri
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from vmsched_contract.messages import VmStatusReport
 from vmsched_contract.status import VmStatus
@@ -30,6 +32,16 @@ _TIMED_OUT = text(
     SELECT {VM_COLUMNS} FROM vms
      WHERE task IS NOT NULL AND status = '{VmStatus.MIGRATING.value}'
        AND task_since < now() - make_interval(secs => :timeout)
+     ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
+    """
+)
+_FENCED_HOSTS = text("SELECT id FROM hosts WHERE fenced_at IS NOT NULL")
+# Migrations from or to one of the fenced hosts (usually there are none: this is not asked then).
+_TOUCHING_FENCED = text(
+    f"""
+    SELECT {VM_COLUMNS} FROM vms
+     WHERE task IS NOT NULL AND status = '{VmStatus.MIGRATING.value}'
+       AND (hypervisor_id = ANY(CAST(:hosts AS text[])) OR migration_target = ANY(CAST(:hosts AS text[])))
      ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
     """
 )
@@ -92,11 +104,20 @@ class TaskStore:
         now = time.time()
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_TIMED_OUT, {"timeout": timeout, "limit": limit})).all()
-            steps = [
-                step for row in rows if (step := live_migration.timed_out(vm_from_row(row), now, timeout)) is not None
-            ]
-            landed = {change.after.id for change in await vm_writes.apply(connection, [s.change for s in steps])}
-        return [step for step in steps if step.change.after.id in landed]
+            return await _write(connection, rows, lambda vm: live_migration.timed_out(vm, now, timeout))
+
+    async def fence_migrations(self, *, exclude_for: float, limit: int = 500) -> list[Step]:
+        """Migrations from or to a fenced host, called off (committed): rolled back, or, their source
+        fenced, rolled back and failed (:func:`vmsched_domain.live_migration.host_fenced`)."""
+        now = time.time()
+        async with self.engine.begin() as connection:
+            fenced = {row.id for row in await connection.execute(_FENCED_HOSTS)}
+            if not fenced:
+                return []
+            rows = (await connection.execute(_TOUCHING_FENCED, {"hosts": sorted(fenced), "limit": limit})).all()
+            return await _write(
+                connection, rows, lambda vm: live_migration.host_fenced(vm, fenced, now, exclude_for=exclude_for)
+            )
 
     async def migration_uris(self, hosts: Collection[str]) -> dict[str, str]:
         """The migration URI each of ``hosts`` announces (hosts that announce none are left out)."""
@@ -109,3 +130,12 @@ class TaskStore:
         async with self.engine.begin() as connection:
             rows = (await connection.execute(_TOUCH_STALE_TASKS, {"stale": stale_after, "limit": limit})).all()
         return [vm_from_row(row) for row in rows]
+
+
+async def _write(
+    connection: AsyncConnection, rows: Sequence[Row[Any]], step_of: Callable[[VmRecord], Step | None]
+) -> list[Step]:
+    """The step each locked row makes, written in the caller's transaction; those that landed."""
+    steps = [step for row in rows if (step := step_of(vm_from_row(row))) is not None]
+    landed = {change.after.id for change in await vm_writes.apply(connection, [c for s in steps for c in s.changes])}
+    return [step for step in steps if step.change.after.id in landed]

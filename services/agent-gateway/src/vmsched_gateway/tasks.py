@@ -1,6 +1,7 @@
 """What follows a VM's task, once PostgreSQL says so: a migration's next command, its end (the claims
 moved or given back in Redis, ``vm.migrated`` or ``vm.migration_failed``), a stop or start done; and
-the sweeps that send a task's command again or roll back a migration in flight too long."""
+the sweeps that send a task's command again, roll back a migration in flight too long, and call off
+at once a migration from or to a fenced host."""
 
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ class Tasks:
                 log.warning("VM failed", status=vm.status.value, reason=vm.status_reason)
             elif capacity is Capacity.RELEASE_TARGET:
                 await self.snapshot.release(target_claim_id(vm.id))
+            if step.then is not None:  # then failed on its fenced source: its share there given back too
+                await self.snapshot.release(vm.id)
+                log.warning("VM failed", status=step.then.after.status.value, reason=step.then.after.status_reason)
             for order in step.orders:
                 await self.send(order)
             number = step.change.before.migrations
@@ -123,8 +127,11 @@ class Tasks:
         await self.queues.ensure(order.host)
         await self.publisher.command(order.host, command)
 
-    async def sweep(self, *, migration_timeout: float, resend_after: float) -> None:
-        """Roll back migrations in flight too long; send again what tasks have waited on too long."""
+    async def sweep(self, *, migration_timeout: float, resend_after: float, exclude_for: float) -> None:
+        """Call off migrations from or to a fenced host, roll back those in flight too long; send again
+        what tasks have waited on too long."""
+        for step in await self.store.fence_migrations(exclude_for=exclude_for):
+            await self.carry_out(step)
         for step in await self.store.time_out_migrations(migration_timeout):
             await self.carry_out(step)
         now = time.time()
@@ -140,10 +147,14 @@ class Tasks:
                     log.warning(f"{action.value} unanswered; sending it again", host=vm.hypervisor_id)
                     await self.publisher.command(vm.hypervisor_id, vm.command(action))
 
-    async def sweep_forever(self, *, migration_timeout: float, resend_after: float, interval: float = 1.0) -> None:
+    async def sweep_forever(
+        self, *, migration_timeout: float, resend_after: float, exclude_for: float, interval: float = 1.0
+    ) -> None:
         while True:
             try:
-                await self.sweep(migration_timeout=migration_timeout, resend_after=resend_after)
+                await self.sweep(
+                    migration_timeout=migration_timeout, resend_after=resend_after, exclude_for=exclude_for
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a server hiccup must not end the duty; the next round retries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -162,6 +163,16 @@ class Repository:
         if row is None or (project is not None and row.project != project):
             return None
         return vm_from_row(row)
+
+    @retry_on_dead_connection
+    async def get_vms(self, vm_ids: Sequence[UUID], project: str | None = None) -> dict[UUID, VmRecord]:
+        """Those of the VMs that exist and are ``project``'s (any project's for None), by id."""
+        if not vm_ids:
+            return {}
+        query = text(f"{_VM_SELECT} WHERE id = ANY(CAST(:ids AS uuid[]))")
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query, {"ids": list(vm_ids)})).all()
+        return {row.id: vm_from_row(row) for row in rows if project is None or row.project == project}
 
     @retry_on_dead_connection
     async def list_vms(

@@ -28,8 +28,18 @@ OUTAGE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+# query_canceled: the server's statement_timeout (vmsched_pg.engine) cut a statement that waited
+# too long, for a lock most often (a sweep that holds many rows): rolled back, and asking again
+# is safe. Only the API reads it so; a consumer's retry of it stays its own choice.
+STATEMENT_TIMED_OUT = "57014"
+
+
+def _timed_out(error: Exception) -> bool:
+    return isinstance(error, DBAPIError) and getattr(error.orig, "sqlstate", None) == STATEMENT_TIMED_OUT
+
+
 async def answer_outage(request: Request, error: Exception) -> JSONResponse:
-    if not is_transient(error):
+    if not (is_transient(error) or _timed_out(error)):
         log.error("request failed", path=request.url.path, error=repr(error))
         return JSONResponse({"detail": "internal error"}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
     log.warning("request failed: a server did not answer", path=request.url.path, error=repr(error))

@@ -7,7 +7,9 @@ failed move (rolled back onto the host) is not moved again for the same preempto
 The choice of victims is the preemption's (vmsched_placement.preemption); moving them is tried only
 when the host's agent can migrate and the engine finds a target for each (the migration's scheduler
 then chooses the target as for any migration). The moves start in one transaction under the victims'
-row locks and their groups' disruption budgets, the way a drain starts a migration.
+row locks and their groups' disruption budgets, the way a drain starts a migration. The preemptor
+keeps the preemption (``vms.preemption``: its journal entry, the host, the victims): it is placed
+later by a decision of its own, and a replay of it still names the victims and where they went.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -23,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
+from vmsched_contract.decision import JournalRef, PreemptionMove
 from vmsched_contract.messages import PreemptionOutcome, VmPreempted
 from vmsched_contract.status import VmStatus
 from vmsched_domain import live_migration
@@ -34,6 +38,7 @@ from vmsched_scheduler.budget_guard import disrupted, refused
 from vmsched_scheduler.group_guard import LOCK_GROUPS
 
 _MOVING_FOR = text(f"SELECT count(*) FROM vms WHERE preempted_by = :id AND status = '{VmStatus.MIGRATING.value}'")
+_KEEP_PREEMPTION = text("UPDATE vms SET preemption = CAST(:preemption AS jsonb) WHERE id = :id")
 
 
 class Evictions(Protocol):
@@ -42,10 +47,17 @@ class Evictions(Protocol):
         ...
 
     async def evict(
-        self, preemptor: UUID, attempt: int, host_id: str, victims: Sequence[UUID], priority: int
+        self,
+        preemptor: UUID,
+        attempt: int,
+        host_id: str,
+        victims: Sequence[UUID],
+        priority: int,
+        journal: JournalRef | None = None,
     ) -> list[VmRecord] | None:
-        """Start moving ``victims`` off ``host_id`` for ``preemptor`` (still pending at ``attempt``);
-        the victims as committed, or None when nothing was started (anything changed meanwhile)."""
+        """Start moving ``victims`` off ``host_id`` for ``preemptor`` (still pending at ``attempt``),
+        whose preemption (``journal``: its decision) it keeps; the victims as committed, or None when
+        nothing was started (anything changed meanwhile)."""
         ...
 
     async def announce(self, moving: Sequence[VmRecord], priority: int) -> None:
@@ -63,7 +75,13 @@ class PostgresEvictions:
             return int((await connection.execute(_MOVING_FOR, {"id": preemptor})).scalar_one())
 
     async def evict(
-        self, preemptor: UUID, attempt: int, host_id: str, victims: Sequence[UUID], priority: int
+        self,
+        preemptor: UUID,
+        attempt: int,
+        host_id: str,
+        victims: Sequence[UUID],
+        priority: int,
+        journal: JournalRef | None = None,
     ) -> list[VmRecord] | None:
         now = time.time()
         async with self.engine.begin() as connection:
@@ -89,6 +107,13 @@ class PostgresEvictions:
                 await connection.execute(LOCK_GROUPS, {"ids": sorted(taking)})
                 if refused(await budgets(connection, list(taking)), taking) is not None:
                     return None
+            kept = PreemptionMove(
+                journal=journal,
+                host=host_id,
+                victims=[str(vm_id) for vm_id in victims],
+                decided_at=datetime.fromtimestamp(now, UTC),
+            )
+            await connection.execute(_KEEP_PREEMPTION, {"id": preemptor, "preemption": kept.model_dump_json()})
             return [change.after for change in await vm_writes.apply(connection, changes)]
 
     async def announce(self, moving: Sequence[VmRecord], priority: int) -> None:

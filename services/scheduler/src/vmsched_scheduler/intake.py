@@ -127,7 +127,8 @@ class PlacementIntake:
 
     async def _announce_preempted(self, priority: int, victims: Sequence[VmRecord]) -> None:
         """``vm.preempted`` for each victim, and its agent's delete command."""
-        events = [
+        # Not named ``events``: a local of that name would hide the module and raise NameError here.
+        announcements = [
             self.publisher.publish(
                 events.VM_PREEMPTED,
                 VmPreempted(
@@ -142,7 +143,7 @@ class PlacementIntake:
             for victim in victims
             if victim.preempted_by is not None
         ]
-        await asyncio.gather(*events, self.send_deletes(victims))
+        await asyncio.gather(*announcements, self.send_deletes(victims))
 
     async def _settle(self, item: RoundItem) -> Outcome:
         return await until_settled(lambda: self._batcher.submit(item), _later, self.later_limit, f"VM {item.vm.vm_id}")

@@ -437,8 +437,13 @@ class PostgresLedger:
             rows = await connection.execute(_LOCK_HOSTS, {"hosts": [placement.host_id]})
             labels = {row.id: row.labels or {} for row in rows}
             landed = await apply(connection, changes)  # their room goes back to the host...
+            if len(landed) != len(changes):
+                # A victim not taken: the preemptor would not fit, and is not placed (not PLACED with
+                # no victims after a rollback, which the caller would announce as placed).
+                await transaction.rollback()
+                return PlacementResult(Committed.VICTIM_MOVED), []
             result = (await self._settle_placements(connection, [placement], labels))[placement.vm_id]
-            if result.outcome is not Committed.PLACED or len(landed) != len(changes):
+            if result.outcome is not Committed.PLACED:
                 await transaction.rollback()  # ...and stays theirs unless the preemptor takes it
                 return result, []
         return result, [change.after for change in landed]

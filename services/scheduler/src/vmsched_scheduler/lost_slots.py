@@ -1,6 +1,7 @@
-"""Held reservation slots whose host was lost (vmsched_domain.reservations): marked ``lost`` (their
-room left with the host), then placed again on other hosts by the one round, each under its own
-slot id, with the reservation's selector and size, as the reservation was placed in the first place.
+"""Held reservation slots whose host was lost (vmsched_domain.reservations: fenced, or silent past the
+lost timeout): marked ``lost`` (their room left with the host), then placed again on other hosts by
+the one round, each under its own slot id, with the reservation's selector and size, as the
+reservation was placed in the first place.
 
 Each reservation's lost slots go together, all or nothing (as its slots first did); while no host
 takes them they stay ``lost``, counted in the reservation's ``lost`` with the round's reason in its
@@ -155,6 +156,7 @@ class LostSlots:
                 "reservation slots lost with their host; placing them again",
                 slots=len(lost),
                 hosts=sorted({slot.host_id for slot in lost}),
+                fenced=sorted({slot.host_id for slot in lost if slot.fenced}),
                 reservations=sorted({str(slot.reservation_id) for slot in lost}),
             )
         return lost

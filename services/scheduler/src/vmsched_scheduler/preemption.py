@@ -74,7 +74,9 @@ async def _moved(
         )
         if decide(rnd.fleet.fleet, target, context, fallbacks=0).host_id is None:
             return False
-    moving = await evictions.evict(choice.vm.vm_id, choice.vm.attempt, host_id, victim_ids, choice.vm.priority)
+    moving = await evictions.evict(
+        choice.vm.vm_id, choice.vm.attempt, host_id, victim_ids, choice.vm.priority, choice.journal
+    )
     if not moving:
         return False
     await evictions.announce(moving, choice.vm.priority)

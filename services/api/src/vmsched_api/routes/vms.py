@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
@@ -13,10 +14,11 @@ from pydantic import ValidationError
 
 from vmsched_amqp import events
 from vmsched_api.broker_flow import BROKER_REFUSAL, refuse_while_broker_blocks
-from vmsched_api.deps import ServicesDep
+from vmsched_api.deps import Services, ServicesDep
 from vmsched_api.group_store import UnknownServerGroup
 from vmsched_api.identity.audit import AuditStub, mark_audited
 from vmsched_api.identity.auth import VmsReader, VmsWriter
+from vmsched_api.preemption_fates import fates
 from vmsched_api.quota import QuotaExceeded
 from vmsched_api.refusals import QUOTA_REFUSAL, refusals
 from vmsched_api.repository import to_vm
@@ -26,6 +28,7 @@ from vmsched_contract.api import (
     MigrateRequest,
     Placement,
     PlacementReplay,
+    PreemptionReplay,
     Vm,
     VmBatch,
     VmBatchRequest,
@@ -33,8 +36,8 @@ from vmsched_contract.api import (
     VmPage,
     VmRequest,
 )
-from vmsched_contract.decision import Candidate, PlacementRecord
-from vmsched_contract.messages import ProjectName, VmDeleted
+from vmsched_contract.decision import Candidate, JournalRef, PlacementRecord, PreemptionMove
+from vmsched_contract.messages import PreemptionOutcome, ProjectName, VmDeleted
 from vmsched_contract.scopes import Scope
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
@@ -212,7 +215,8 @@ async def get_placement(vm_id: UUID, services: ServicesDep, principal: VmsReader
             decision = PlacementRecord.model_validate(vm.placement)
         except ValidationError:  # written by a version before the typed record: nothing to show
             log.warning("placement record in an older shape", vm_id=str(vm_id))
-    return Placement(vm_id=vm_id, status=vm.status, decision=decision)
+    moved = None if vm.preemption is None else PreemptionMove.model_validate(vm.preemption)
+    return Placement(vm_id=vm_id, status=vm.status, decision=decision, preemption=moved)
 
 
 @router.get("/{vm_id}/placement/replay", response_model=PlacementReplay, responses=refusals(404, 409, 410))
@@ -228,7 +232,9 @@ async def replay_placement(
     the strategy, the round-robin cursor, the seed), from the decision journal: the same host, or,
     with ``?strategy=``, the host another strategy would have chosen. A preemption is chosen again
     with its victims (the strategy plays no part in it); a VM that took a reservation's slot replays
-    the decision that placed the slot. ``usage: approximate`` when ``?strategy=`` ranks by measured
+    the decision that placed the slot. A VM placed once the victims of a preemption by move had left
+    its host replays that preemption too (``preemption``), naming each victim and where it went.
+    ``usage: approximate`` when ``?strategy=`` ranks by measured
     usage the decision did not read (the journal keeps usage only for decisions that read it). 409
     when the decision was not journaled (a record older than the journal) or its journal is
     incomplete; 410 when its entry was pruned (older than
@@ -242,21 +248,40 @@ async def replay_placement(
         record = None
     if record is None or record.journal is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"VM {vm_id} has no journaled decision to replay")
+    inputs = await _inputs(services, vm, record.journal, record.decided_at)
+    visible = principal.project_filter(None)
+    moved = None if vm.preemption is None else PreemptionMove.model_validate(vm.preemption)
+    if inputs.preemption is not None:
+        replayed = await _replay_preemption(services, vm_id, record, inputs, visible)
+    else:
+        replayed = _replay_placement(vm_id, record, inputs, strategy)
+    if moved is not None and moved.journal is not None:
+        deleted = frozenset(replayed.victims or ()) if inputs.preemption is not None else frozenset()
+        replayed.preemption = await _replay_move(services, vm, moved, moved.journal, visible, deleted)
+    return replayed
+
+
+async def _inputs(services: Services, vm: VmRecord, journal: JournalRef, decided_at: datetime) -> Inputs:
+    """The inputs of ``vm``'s decision ``journal``, rebuilt: 410 when pruned, 409 when its chain has
+    a hole."""
     try:
         async with services.engine.connect() as connection:
-            bodies = await chain(connection, record.journal.replica, record.journal.seq)
+            bodies = await chain(connection, journal.replica, journal.seq)
     except PrunedEntry as error:
         retention = services.settings.journal_retention
         raise HTTPException(
             status.HTTP_410_GONE,
             f"{error}: decisions are kept {retention:g} s (VMSCHED_JOURNAL_RETENTION); "
-            f"this one was made at {record.decided_at.isoformat()}",
+            f"this one was made at {decided_at.isoformat()}",
         ) from None
     except IncompleteChain as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    inputs = rebuild(bodies, str(vm_id), vm.name)
-    if inputs.preemption is not None:
-        return _replay_preemption(vm_id, record, inputs)
+    return rebuild(bodies, str(vm.id), vm.name)
+
+
+def _replay_placement(
+    vm_id: UUID, record: PlacementRecord, inputs: Inputs, strategy: Strategy | None
+) -> PlacementReplay:
     request = inputs.request if strategy is None else replace(inputs.request, strategy=strategy)
     decision = decide(inputs.fleet, request, inputs.context)
     decided = record.candidates[0] if record.candidates else None
@@ -265,6 +290,7 @@ async def replay_placement(
         Candidate(host=host, score=None if scores is None else scores[position])
         for position, host in enumerate(decision.ranked)
     ]
+    assert record.journal is not None
     return PlacementReplay(
         vm_id=vm_id,
         journal=record.journal,
@@ -281,11 +307,16 @@ async def replay_placement(
     )
 
 
-def _replay_preemption(vm_id: UUID, record: PlacementRecord, inputs: Inputs) -> PlacementReplay:
-    """A preemption chosen again: the hosts it could free, the residents it read, its seed's draw."""
+async def _replay_preemption(
+    services: Services, vm_id: UUID, record: PlacementRecord, inputs: Inputs, visible: str | None
+) -> PlacementReplay:
+    """A preemption chosen again: the hosts it could free, the residents it read, its seed's draw;
+    with what became of the victims it deleted."""
     assert record.journal is not None
     victims = replay_preemption(inputs)
     host = None if victims is None else victims.host_id
+    ids = [] if victims is None else [UUID(v.vm_id) for v in victims.vms]
+    now = await services.repository.get_vms(ids, visible)
     return PlacementReplay(
         vm_id=vm_id,
         journal=record.journal,
@@ -298,7 +329,37 @@ def _replay_preemption(vm_id: UUID, record: PlacementRecord, inputs: Inputs) -> 
         candidates=[] if host is None else [Candidate(host=host, score=None)],
         same=host == record.host,
         hosts=len(inputs.fleet),
-        victims=None if victims is None else [UUID(v.vm_id) for v in victims.vms],
+        victims=None if victims is None else ids,
+        fates=None if host is None else fates(ids, host, PreemptionOutcome.DELETED, now),
+    )
+
+
+async def _replay_move(
+    services: Services,
+    vm: VmRecord,
+    moved: PreemptionMove,
+    journal: JournalRef,
+    visible: str | None,
+    deleted: frozenset[UUID],
+) -> PreemptionReplay:
+    """The preemption that moved VMs off a host for ``vm``, chosen again, with where its victims
+    went (``deleted``: those the preemptor deleted after their move rolled back). Its victims are
+    told even when its journal entry is gone (pruned): the replay's host and ``same`` are then null."""
+    recorded = [UUID(v) for v in moved.victims]
+    now = await services.repository.get_vms(recorded, visible)
+    told = fates(recorded, moved.host, PreemptionOutcome.MOVED, now, deleted)
+    try:
+        victims = replay_preemption(await _inputs(services, vm, journal, moved.decided_at))
+    except HTTPException:
+        return PreemptionReplay(journal=journal, decided_host=moved.host, host=None, same=None, victims=told)
+    host = None if victims is None else victims.host_id
+    again = set() if victims is None else {UUID(v.vm_id) for v in victims.vms}
+    return PreemptionReplay(
+        journal=journal,
+        decided_host=moved.host,
+        host=host,
+        same=host == moved.host and again == set(recorded),
+        victims=told,
     )
 
 

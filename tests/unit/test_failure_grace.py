@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmsched_gateway.health import FailureGrace, HealthCheck
+from vmsched_gateway.hearing import BrokerHearing
 
 TIMEOUT = 15.0
 
@@ -45,13 +46,16 @@ def test_failing_is_allowed_exactly_a_timeout_after_the_last_blind_moment(start:
 async def test_a_check_that_fails_counts_as_a_cut_off() -> None:
     """The gateway cut from PostgreSQL cannot check, nor fold heartbeats: once it can again, every host
     looks silent since the cut began, and a first heartbeat folded would end a cut-off the check never
-    noticed (tests/faults/test_partitions.py: gateway-database-refused failed VMs of healthy hosts)."""
+    noticed (tests/faults/test_partitions.py: gateway-database-refused failed VMs of healthy hosts,
+    and later marked every one offline as it healed)."""
     grace = FailureGrace.starting(now=0.0, timeout=TIMEOUT)  # long since allowed to fail
     nothing = cast("Any", None)
-    check = HealthCheck(nothing, nothing, nothing, nothing, nothing, nothing, grace, nothing, nothing, nothing)
+    hearing = BrokerHearing.starting(now=time.monotonic(), offline_timeout=5.0)
+    check = HealthCheck(nothing, nothing, nothing, nothing, nothing, nothing, grace, nothing, nothing, hearing)
     checked = asyncio.Event()
 
     async def unreachable() -> None:
+        hearing.heard(time.monotonic())  # the broker is heard all along
         checked.set()
         raise ConnectionRefusedError(111, "Connect call failed")
 
@@ -62,5 +66,15 @@ async def test_a_check_that_fails_counts_as_a_cut_off() -> None:
     duty.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await duty
+    after = time.monotonic()
 
     assert not grace.allows_failing(before + TIMEOUT - 0.001)
+    # Nor is any host taken for offline before the fleet has had an offline timeout to be folded again.
+    moment = after
+    while moment < after + 5.0:  # the broker heard every half second meanwhile
+        hearing.heard(moment)
+        if moment < before + 5.0:
+            assert hearing.offline_after(moment) is None
+        moment += 0.5
+    hearing.heard(after + 5.0)
+    assert hearing.offline_after(after + 5.0) is not None

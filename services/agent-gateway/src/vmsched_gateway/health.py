@@ -193,6 +193,9 @@ class HealthCheck:
                 # A gateway that cannot check (its PostgreSQL or Redis away) cannot fold heartbeats
                 # either: once it can again, every host looks silent since the cut began, and the
                 # first heartbeats folded would end a cut-off it never noticed. It is as blind as
-                # when it hears no agent at all.
-                self.grace.cut_off(time.monotonic())
+                # when it hears no agent at all, and as deaf as when cut from the broker: no host is
+                # taken for offline before the fleet has had an offline timeout to be folded again.
+                now = time.monotonic()
+                self.grace.cut_off(now)
+                self.hearing.blind(now)
             await asyncio.sleep(interval)

@@ -18,7 +18,8 @@ itself has heard nothing, so no host silent only since the gateway's last messag
 Once it hears again, a host is not taken for offline for one more offline timeout: the heartbeats of
 the whole fleet come back over a heartbeat interval, and a host whose heartbeat comes last must not
 be marked offline for the silence of the cut. The gateway's :class:`~vmsched_gateway.health.FailureGrace`
-is cut off with every deaf moment, so nothing is failed for a lost timeout after one either.
+is cut off with every deaf moment, so nothing is failed for a lost timeout after one either. A
+health check that fails (PostgreSQL or Redis away: no heartbeat could be folded) holds the same way.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ class BrokerHearing:
             return False
         self._deaf_at(now)
         return True
+
+    def blind(self, now: float) -> None:
+        """The gateway could not check its hosts (its PostgreSQL or Redis away), so could not fold
+        their heartbeats either: held as after a deaf spell."""
+        self._deaf_at(now)
 
     def offline_after(self, now: float) -> float | None:
         """The silence (seconds) after which a host is offline now, or None while no host may be

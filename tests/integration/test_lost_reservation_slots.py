@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 from devtools.stack import Stack
 from tests.fleets import enrolled_fleet
@@ -22,6 +23,7 @@ from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_agent.simulator import SimulatedFleet
 from vmsched_contract.messages import Resources
+from vmsched_redis.snapshot import Snapshot
 
 
 @pytest.fixture
@@ -45,7 +47,9 @@ async def online(admin: httpx.AsyncClient, fleet: SimulatedFleet, host_id: str) 
 
 
 async def lose(servers: Servers, fleet: SimulatedFleet, host_id: str) -> None:
-    """The host falls silent, and is taken to have been silent for an hour."""
+    """The host falls silent, and is taken to have been silent for an hour: offline in PostgreSQL
+    and in the snapshot, as the gateway marks it (a snapshot left saying "online" would have the
+    schedulers wait for the gateway to mark it, for other tests' VMs too)."""
     await fleet.cut_off(host_id)
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
@@ -54,6 +58,11 @@ async def lose(servers: Servers, fleet: SimulatedFleet, host_id: str) -> None:
         )
     finally:
         await conn.close()
+    redis = Redis.from_url(servers.redis_url, decode_responses=True)
+    try:
+        await Snapshot(redis, servers.redis_key_prefix).set_host_fields(host_id, {"status": "offline"})
+    finally:
+        await redis.aclose()
 
 
 async def held_on(admin: httpx.AsyncClient, suite: str, count: int, cpu: int) -> dict[str, Any]:

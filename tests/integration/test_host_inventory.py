@@ -228,18 +228,16 @@ async def test_heartbeats_are_folded_while_the_hosts_queues_are_still_being_decl
 ) -> None:
     # A gateway that starts declares every host's command queue once; with a slow broker, folding
     # waited for every declaration, and hosts whose heartbeats queued behind went offline.
-    hosts = [f"hv-q{n}" for n in range(5)]
-    first = _fold(private_engine, snapshot)  # the hosts are known: their queues exist
-    await asyncio.gather(*(first.on_heartbeat(AgentHeartbeat(agent_id=h, capacity=CAPACITY)) for h in hosts))
-    await first.drain()
     declarations = asyncio.Event()
     queues = DeclaredQueues(blocked=declarations)
-    restarted = _fold(private_engine, snapshot, queues)  # a gateway that starts knows no queue
+    fold = _fold(private_engine, snapshot, queues)
+    hosts = [f"hv-q{n}" for n in range(5)]
     async with asyncio.timeout(10):
-        await asyncio.gather(*(restarted.on_heartbeat(AgentHeartbeat(agent_id=h, capacity=CAPACITY)) for h in hosts))
+        await asyncio.gather(*(fold.on_heartbeat(AgentHeartbeat(agent_id=h, capacity=CAPACITY)) for h in hosts))
+    assert all(host is not None for host in (await snapshot.read_hosts(hosts)).values())
     assert queues.declared == []  # none declared yet, and no heartbeat waited for one
     declarations.set()
-    await restarted.drain()
+    await fold.drain()
     assert sorted(queues.declared) == hosts
 
 

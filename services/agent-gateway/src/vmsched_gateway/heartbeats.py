@@ -75,9 +75,8 @@ class HeartbeatFold:
         for host in folded.hosts:
             if host.inserted:
                 log.info("new host", host=host.host_id)
-                # Declared at once (its agent waits for its queue), and again: perhaps a host an
-                # operator deleted, whose queue went with it.
-                await self.queues.ensure(host.host_id, again=True)
+                # Perhaps a host an operator deleted, whose queue went with it: declared again.
+                self._undeclared[host.host_id] = True
             elif not self.queues.known(host.host_id):
                 self._undeclared.setdefault(host.host_id, False)
         self._declare_soon()
@@ -105,13 +104,11 @@ class HeartbeatFold:
         return [refusals.get(id(beat)) for beat in beats]
 
     def _declare_soon(self) -> None:
-        """Declare the known hosts' command queues beside the folding, not in it: a gateway that
-        restarts declares every host's queue once (two round trips each), and a thousand of them in
-        the fold held every heartbeat behind them for a minute, long enough for hundreds of hosts to
-        be marked offline. Nothing waits for these queues (they exist: the host was known before): a
-        command declares its queue first (relay.py). A new host's queue is declared in the fold, as
-        its agent waits for it: in the background, behind a busy gateway's other work, a thousand
-        new hosts waited over two minutes."""
+        """Declare the hosts' command queues beside the folding, not in it: a gateway that starts
+        declares every host's queue once (two round trips each), and a thousand of them in the fold
+        held every heartbeat behind them for a minute, long enough for hundreds of hosts to be
+        marked offline. Nothing waits for these: a command declares its queue first (relay.py),
+        and an agent waits for its queue to exist."""
         if self._undeclared and (self._declaring is None or self._declaring.done()):
             self._declaring = asyncio.create_task(self._declare_all(), name="declare agent queues")
 

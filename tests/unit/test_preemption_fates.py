@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+from tests.unit.test_vm_changes import vm
 from vmsched_api.preemption_fates import fates, where_now
-from vmsched_contract.messages import PreemptionOutcome, Resources, RestartPolicy
+from vmsched_contract.messages import PreemptionOutcome
 from vmsched_contract.status import VmStatus
 from vmsched_domain.records import VmRecord
 
@@ -13,28 +14,7 @@ MOVED, DELETED = PreemptionOutcome.MOVED, PreemptionOutcome.DELETED
 
 
 def victim(status: VmStatus, host: str | None = "h1", target: str | None = None) -> VmRecord:
-    return VmRecord(
-        id=uuid.uuid4(),
-        name="victim",
-        status=status,
-        status_reason=None,
-        hypervisor_id=host,
-        resources=Resources(cpu=1, memory_mb=512, disk_gb=1),
-        labels={},
-        strategy=None,
-        restart_policy=RestartPolicy.ON_FAILURE,
-        restart_count=0,
-        attempt=1,
-        failures=0,
-        exclusions={},
-        attempts=[],
-        placement=None,
-        created_at=None,
-        scheduled_at=None,
-        started_at=None,
-        failed_at=None,
-        migration_target=target,
-    )
+    return vm(status, host, migration_target=target)
 
 
 def test_a_moved_victim_is_where_it_runs_now() -> None:

@@ -148,6 +148,11 @@ def loop_in_a_thread() -> Iterator[asyncio.AbstractEventLoop]:
     yield loop
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=5)
+    # The loop may stop before it ran what a test left on it (a verdict asked of a stuck loop, then
+    # given up on): those tasks are finished here, as asyncio.run would, rather than destroyed pending.
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+        loop.run_until_complete(asyncio.wait([task]))
     loop.close()
 
 

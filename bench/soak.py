@@ -11,8 +11,9 @@ PostgreSQL database and Redis key prefix (removed afterwards), and 1,000 simulat
   ``SOAK_POPULATION`` (3,000) are alive, the oldest deleted at the same rate;
 - a live migration every 2 minutes, a host drained (evacuated, then ended) every 5 minutes, a service
   restarted (SIGTERM, then started again: scheduler, gateway, API in turn) every 10 minutes;
-- every 10 seconds: each service's resident memory, the depth of every queue, the size of every
-  PostgreSQL table, the memory of the installation's Redis keys, and each request's answer and time.
+- every 10 seconds: each service's resident memory, the depth of every queue and the size of every
+  PostgreSQL table; every minute, the memory of the installation's Redis keys; each request's answer
+  and time.
 
 It passes when nothing is lost (every VM asked for and accepted ends running or, once deleted,
 deleted; the invariants of tests/faults/invariants.py hold), the p99 of time to ``scheduled`` of each
@@ -66,6 +67,9 @@ DURATION = MINUTES * 60
 WINDOW = 300.0 if MINUTES >= 30 else 120.0
 WARM_UP = min(300.0, WINDOW)
 SAMPLE_EVERY = 10.0
+# Redis's keys are weighed less often: MEMORY USAGE of each of some 10,000 keys took a quarter of a core
+# every 10 s, on the machine that runs what it measures.
+REDIS_EVERY = 60.0
 # A short run (under 30 minutes) drains and restarts more often, so that it still does each a few times.
 MIGRATE_EVERY = 120.0 if MINUTES >= 30 else DURATION / 6
 DRAIN_EVERY = 300.0 if MINUTES >= 30 else DURATION / 4
@@ -88,9 +92,10 @@ class Sample:
     pids: dict[str, int]
     queues: dict[str, int]
     tables_mb: dict[str, float]
-    redis_mb: float
-    redis_keys: int
-    redis_kinds: dict[str, int]  # keys by what follows the prefix (claim, host, ...)
+    # Weighed every REDIS_EVERY seconds, None in the samples between.
+    redis_mb: float | None
+    redis_keys: int | None
+    redis_kinds: dict[str, int] | None  # keys by what follows the prefix (claim, host, ...)
 
 
 @dataclass
@@ -283,12 +288,18 @@ async def redis_usage(redis_url: str, prefix: str) -> tuple[float, int, dict[str
 
 
 async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, deadline: float) -> None:
+    weighed_at = -REDIS_EVERY
     while time.monotonic() < deadline:
         pids = {name: service.pid for name, service in stack.services.items() if service.process is not None}
         try:
-            redis_mb, redis_keys, redis_kinds = await redis_usage(
-                env["VMSCHED_REDIS_URL"], env["VMSCHED_REDIS_KEY_PREFIX"]
-            )
+            redis_mb: float | None = None
+            redis_keys: int | None = None
+            redis_kinds: dict[str, int] | None = None
+            if run.now() - weighed_at >= REDIS_EVERY:
+                weighed_at = run.now()
+                redis_mb, redis_keys, redis_kinds = await redis_usage(
+                    env["VMSCHED_REDIS_URL"], env["VMSCHED_REDIS_KEY_PREFIX"]
+                )
             run.samples.append(
                 Sample(
                     at=run.now(),
@@ -354,8 +365,9 @@ def second_half_growth(run: Run) -> dict[str, float]:
         for table, size in first.tables_mb.items()
         if size and table in last.tables_mb
     }
-    if first.redis_mb:
-        growth["redis"] = last.redis_mb / first.redis_mb
+    weighed = [s.redis_mb for s in half if s.redis_mb is not None]
+    if len(weighed) >= 2 and weighed[0]:
+        growth["redis"] = weighed[-1] / weighed[0]
     return growth
 
 
@@ -384,7 +396,8 @@ def draw(run: Run, p99s: Sequence[float], path: Path) -> None:
     tables = sorted({t for s in run.samples for t in s.tables_mb}, key=lambda t: -run.samples[-1].tables_mb.get(t, 0))
     for table in tables[:5]:
         axes[1][1].plot(minutes, [s.tables_mb.get(table, float("nan")) for s in run.samples], label=f"pg {table}")
-    axes[1][1].plot(minutes, [s.redis_mb for s in run.samples], label="redis keys", linestyle="--")
+    weighed = [s for s in run.samples if s.redis_mb is not None]
+    axes[1][1].plot([s.at / 60 for s in weighed], [s.redis_mb for s in weighed], label="redis keys", linestyle="--")
     axes[1][1].set(title="storage (MiB)", xlabel="minutes")
     for axis in itertools.chain(*axes):
         axis.legend(fontsize=7)
@@ -465,8 +478,8 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
         "memory_growth": {k: round(v, 3) for k, v in memory.items()},
         "second_half_growth": {k: round(v, 3) for k, v in growth.items()},
         "redis_keys_by_kind": {
-            "halfway": next((s.redis_kinds for s in run.samples if s.at >= DURATION / 2), {}),
-            "end": run.samples[-1].redis_kinds if run.samples else {},
+            "halfway": next((s.redis_kinds for s in run.samples if s.at >= DURATION / 2 and s.redis_kinds), {}),
+            "end": next((s.redis_kinds for s in reversed(run.samples) if s.redis_kinds), {}),
         },
         "events": run.events,
         "samples": [asdict(s) for s in run.samples],

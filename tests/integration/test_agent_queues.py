@@ -16,7 +16,7 @@ from tests.integration.amqp_tools import drop_connection, queue_exists
 from tests.servers import Servers
 from vmsched_amqp import topology
 from vmsched_amqp.broker import declare_topology, make_broker
-from vmsched_gateway.agent_queues import AgentQueues
+from vmsched_gateway.agent_queues import DECLARE_BATCH, AgentQueues
 from vmsched_runtime.settings import Settings
 
 
@@ -87,3 +87,54 @@ async def test_a_reconnection_declares_no_agent_queue_again_and_the_next_use_doe
     assert await queues.ensure(host_id)  # declared again: the reconnection emptied the cache
     assert await queue_exists(servers.amqp_url, topology.agent_queue_name(host_id))
     await delete_queue(servers, host_id)
+
+
+async def queued(servers: Servers, host_id: str) -> int:
+    """Messages waiting in ``agent.<host_id>``."""
+    connection = await aio_pika.connect(servers.amqp_url)
+    async with connection:
+        queue = await (await connection.channel()).declare_queue(topology.agent_queue_name(host_id), passive=True)
+        return int(queue.declaration_result.message_count or 0)
+
+
+async def test_many_queues_are_declared_and_bound_a_batch_per_round_trip(
+    broker: RabbitBroker, servers: Servers
+) -> None:
+    hosts = [new_host() for _ in range(2 * DECLARE_BATCH + 7)]  # three batches, the last one short
+    queues = AgentQueues(broker)
+    await queues.ensure_many(dict.fromkeys(hosts, False))
+
+    assert all(queues.known(host_id) for host_id in hosts)
+    connection = await aio_pika.connect(servers.amqp_url)
+    async with connection:  # each queue bound: a command routed by its host id lands in it
+        channel = await connection.channel(publisher_confirms=True)
+        agents = await channel.get_exchange(topology.AGENTS_EXCHANGE.name)
+        for host_id in hosts:
+            await agents.publish(aio_pika.Message(b"{}"), routing_key=host_id)
+    assert [await queued(servers, host_id) for host_id in hosts] == [1] * len(hosts)
+    for host_id in hosts:
+        await delete_queue(servers, host_id)
+
+
+async def test_a_batch_with_a_refused_queue_declares_the_others_and_knows_which_was_refused(
+    broker: RabbitBroker, servers: Servers
+) -> None:
+    before, refused, after = new_host(), new_host(), new_host()
+    connection = await aio_pika.connect(servers.amqp_url)
+    async with connection:  # declared otherwise (no dead-letter exchange): RabbitMQ refuses ours
+        await (await connection.channel()).declare_queue(topology.agent_queue_name(refused), durable=True)
+    clock = Clock()
+    queues = AgentQueues(broker, retry_refused_after=5.0, clock=clock)
+
+    await queues.ensure_many({before: False, refused: False, after: False})
+
+    assert (queues.known(before), queues.known(refused), queues.known(after)) == (True, False, True)
+    assert await queue_exists(servers.amqp_url, topology.agent_queue_name(after))
+    await delete_queue(servers, refused)
+    await queues.ensure_many({refused: False})  # refused a moment ago: not asked again yet
+    assert not await queue_exists(servers.amqp_url, topology.agent_queue_name(refused))
+    clock.now += 5.5
+    await queues.ensure_many({refused: False})
+    assert queues.known(refused)
+    for host_id in (before, refused, after):
+        await delete_queue(servers, host_id)

@@ -43,7 +43,7 @@ class HeartbeatFold:
     conflicts: ConflictNotices = field(default_factory=lambda: ConflictNotices(time.monotonic))
     batches: Batcher[AgentHeartbeat, AgentRefused | None] = field(init=False)
     # Hosts whose command queue is to be declared (True: again, a host new to PostgreSQL), and the
-    # task declaring them, one at a time.
+    # task declaring them, a batch at a time.
     _undeclared: dict[str, bool] = field(default_factory=dict, init=False)
     _declaring: asyncio.Task[None] | None = field(default=None, init=False)
 
@@ -114,9 +114,8 @@ class HeartbeatFold:
 
     async def _declare_all(self) -> None:
         while self._undeclared:
-            host_id = next(iter(self._undeclared))
-            again = self._undeclared.pop(host_id)
-            await self.queues.ensure(host_id, again=again)
+            hosts, self._undeclared = self._undeclared, {}
+            await self.queues.ensure_many(hosts)
 
     async def _conflict(self, refused: Refused) -> AgentRefused:
         beat = refused.beat

@@ -89,6 +89,7 @@ SETTLE_WITHIN = 180.0
 class Sample:
     at: float  # seconds since the churn began
     rss_mb: dict[str, float]
+    cpu_s: dict[str, float]  # CPU seconds each process has used (the soak's own as "soak")
     pids: dict[str, int]
     queues: dict[str, int]
     tables_mb: dict[str, float]
@@ -211,9 +212,10 @@ async def progress_forever(run: Run, deadline: float) -> None:
         seen = collections.Counter(run.answers)
         took = [t * 1000 for at, t in run.latencies if at >= now - 60]
         latency = f"POST p50 {percentile(took, 50):.0f} ms, p99 {percentile(took, 99):.0f} ms" if took else "no POST"
+        used = ", ".join(f"{name} {n:.2f}" for name, n in sorted(cores(run, 60).items(), key=lambda kv: -kv[1]))
         print(
             f"[{now:7.0f} s] {done['POST 202'] / 60:.1f} creates/s, {done['DELETE 202'] / 60:.1f} deletes/s, "
-            f"{len(run.alive)} alive; {latency}",
+            f"{len(run.alive)} alive; {latency}; cores: {used}",
             flush=True,
         )
 
@@ -238,6 +240,27 @@ def restart(stack: Stack, name: str, run: Run) -> None:
 
 
 # -- watching ------------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time ``pid`` has used, in seconds (proc(5): fields 14 and 15 of stat)."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cores(run: Run, over: float) -> dict[str, float]:
+    """Cores each process used over the last ``over`` seconds of samples (a service restarted
+    meanwhile counted for its processes' time, not the gap between them)."""
+    if not run.samples:
+        return {}
+    samples = [s for s in run.samples if s.at >= run.samples[-1].at - over]
+    used: dict[str, float] = collections.defaultdict(float)
+    for before, after in itertools.pairwise(samples):
+        for name, seconds in after.cpu_s.items():
+            if name in before.cpu_s and before.pids.get(name) == after.pids.get(name):
+                used[name] += seconds - before.cpu_s[name]
+    span = samples[-1].at - samples[0].at
+    return {name: seconds / span for name, seconds in used.items()} if span > 0 else {}
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -291,6 +314,7 @@ async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, 
     weighed_at = -REDIS_EVERY
     while time.monotonic() < deadline:
         pids = {name: service.pid for name, service in stack.services.items() if service.process is not None}
+        pids["soak"] = os.getpid()
         try:
             redis_mb: float | None = None
             redis_keys: int | None = None
@@ -304,6 +328,7 @@ async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, 
                 Sample(
                     at=run.now(),
                     rss_mb={name: rss_mb(pid) for name, pid in pids.items()},
+                    cpu_s={name: cpu_seconds(pid) for name, pid in pids.items()},
                     pids=pids,
                     queues=await queue_depths(env["VMSCHED_AMQP_URL"]),
                     tables_mb=await table_sizes(dsn),
@@ -457,7 +482,7 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
     failures += [
         f"{name} memory grew {ratio:.2f}x"
         for name, ratio in memory.items()
-        if ratio > MEMORY_LIMIT and name != "agents"  # the simulated fleet is the harness, not vmsched
+        if ratio > MEMORY_LIMIT and name not in ("agents", "soak")  # the fleet and the load are the harness
     ]
     failures += [
         f"{name} grew {ratio:.2f}x over the second half"
@@ -476,6 +501,7 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
         "p99_to_scheduled_ms_per_window": [round(p, 1) for p in p99s],
         "post_p99_ms": round(percentile([t * 1000 for _, t in run.latencies], 99), 1),
         "memory_growth": {k: round(v, 3) for k, v in memory.items()},
+        "cores_per_process": {k: round(v, 2) for k, v in cores(run, DURATION).items()},
         "second_half_growth": {k: round(v, 3) for k, v in growth.items()},
         "redis_keys_by_kind": {
             "halfway": next((s.redis_kinds for s in run.samples if s.at >= DURATION / 2 and s.redis_kinds), {}),

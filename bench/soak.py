@@ -7,7 +7,8 @@ What runs: the API, one scheduler and the gateway (devtools.Stack) on an own Rab
 PostgreSQL database and Redis key prefix (removed afterwards), and 1,000 simulated hosts
 (``SOAK_HOSTS``) in a process of their own. Then, for the whole run:
 
-- churn: VMs asked for at ``SOAK_RATE`` (50) a second, one ``POST /v1/vms`` each; once
+- churn: VMs asked for at ``SOAK_RATE`` (50) a second, one ``POST /v1/vms`` each (from
+  bench/wire_client.py, which costs the machine next to nothing); once
   ``SOAK_POPULATION`` (3,000) are alive, the oldest deleted at the same rate;
 - a live migration every 2 minutes, a host drained (evacuated, then ended) every 5 minutes, a service
   restarted (SIGTERM, then started again: scheduler, gateway, API in turn) every 10 minutes;
@@ -53,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.e2e.isolation import isolated  # noqa: E402
 from bench.e2e_stats import percentile  # noqa: E402
+from bench.wire_client import WireClient  # noqa: E402
 from devtools.stack import Stack, api_client, free_port, wait_for  # noqa: E402
 from tests.faults.invariants import check  # noqa: E402
 
@@ -76,6 +78,11 @@ DRAIN_EVERY = 300.0 if MINUTES >= 30 else DURATION / 4
 RESTART_EVERY = 600.0 if MINUTES >= 30 else DURATION / 3.5
 # Requests in flight at most, each way: enough that the rate holds while an answer takes half a second.
 SENDERS = 32
+# Seconds a churn request may take before it is counted as unanswered.
+ANSWER_WITHIN = 60.0
+# What a request without an answer raises: the API restarting (refused, or the connection closed
+# mid-answer), or no answer in ANSWER_WITHIN.
+ANSWERLESS = (OSError, asyncio.IncompleteReadError, TimeoutError)
 # One row per VM, request, decision or drain ever (the journal is pruned after VMSCHED_JOURNAL_RETENTION,
 # 7 days): they grow with the churn by design.
 HISTORY_TABLES = {"vms", "audit", "decision_journal", "host_drains"}
@@ -127,7 +134,7 @@ def vm_body(rng: random.Random, index: int) -> dict[str, Any]:
     }
 
 
-async def create_forever(api: httpx.AsyncClient, run: Run, deadline: float, counter: itertools.count[int]) -> None:
+async def create_forever(api: WireClient, run: Run, deadline: float, counter: itertools.count[int]) -> None:
     rng = random.Random(next(counter))
     interval = SENDERS / RATE
     next_at = time.monotonic()
@@ -135,33 +142,36 @@ async def create_forever(api: httpx.AsyncClient, run: Run, deadline: float, coun
         index = next(counter)
         started = time.monotonic()
         try:
-            response = await api.post("/v1/vms", json=vm_body(rng, index))
-            run.answers[f"POST {response.status_code}"] += 1
-            if response.status_code == 202:
+            body = json.dumps(vm_body(rng, index)).encode()
+            response = await asyncio.wait_for(api.post("/v1/vms", body), ANSWER_WITHIN)
+            run.answers[f"POST {response.status}"] += 1
+            if response.status == 202:
                 vm_id = response.json()["id"]
                 run.accepted.append(vm_id)
                 run.alive.append(vm_id)
             run.latencies.append((run.now(), time.monotonic() - started))
-        except httpx.HTTPError as error:  # a restart of the API: counted, not retried
+        except ANSWERLESS as error:  # a restart of the API: counted, not retried
             run.answers[f"POST {type(error).__name__}"] += 1
+            await api.aclose()
         next_at += interval
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def delete_forever(api: httpx.AsyncClient, run: Run, deadline: float) -> None:
+async def delete_forever(api: WireClient, run: Run, deadline: float) -> None:
     interval = SENDERS / RATE
     next_at = time.monotonic()
     while time.monotonic() < deadline:
         if len(run.alive) > POPULATION:
             vm_id = run.alive.popleft()
             try:
-                response = await api.delete(f"/v1/vms/{vm_id}")
-                run.answers[f"DELETE {response.status_code}"] += 1
-                if response.status_code not in (202, 409):
+                response = await asyncio.wait_for(api.delete(f"/v1/vms/{vm_id}"), ANSWER_WITHIN)
+                run.answers[f"DELETE {response.status}"] += 1
+                if response.status not in (202, 409):
                     run.alive.append(vm_id)
-            except httpx.HTTPError as error:
+            except ANSWERLESS as error:
                 run.answers[f"DELETE {type(error).__name__}"] += 1
                 run.alive.append(vm_id)
+                await api.aclose()
         next_at += interval
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -456,15 +466,22 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
     began_at = datetime.now(UTC)
     deadline = time.monotonic() + DURATION
     counter = itertools.count()
-    limits = httpx.Limits(max_connections=2 * SENDERS + 8)
-    async with api_client(stack.api_url, stack.token, timeout=60, limits=limits) as api:
+    # The churn on the load generator's cheap client, one keep-alive connection per sender: httpx
+    # spent most of this process's CPU in its connection pool (a core, on the machine it measures).
+    address = urlsplit(stack.api_url)
+    host, port = address.hostname or "127.0.0.1", address.port or 80
+    creators = [WireClient(host, port, stack.token) for _ in range(SENDERS)]
+    deleters = [WireClient(host, port, stack.token) for _ in range(SENDERS)]
+    async with api_client(stack.api_url, stack.token, timeout=60) as api:
         await asyncio.gather(
-            *(create_forever(api, run, deadline, counter) for _ in range(SENDERS)),
-            *(delete_forever(api, run, deadline) for _ in range(SENDERS)),
+            *(create_forever(client, run, deadline, counter) for client in creators),
+            *(delete_forever(client, run, deadline) for client in deleters),
             disturb_forever(api, stack, run, deadline),
             progress_forever(run, deadline),
             sample_forever(stack, env, dsn, run, deadline),
         )
+    for client in creators + deleters:
+        await client.aclose()
     run.note("churn over; settling")
     left = await settle(dsn, run.accepted)
     report = await check(dsn, run.accepted)

@@ -4,7 +4,7 @@ written as prepared bytes, answers read by their Content-Length.
 httpx spends 1-2 ms of CPU on a request (docs/performance.md: the load generator's column), as much
 as the API it measures; on a 2-core machine that shares every process, the load generator's CPU is
 taken from the system under test. This client spends tens of microseconds. It speaks only what the
-benchmarks send: a JSON POST or a GET, and an answer with a Content-Length (as uvicorn sends).
+benchmarks send: a JSON POST, a GET or a DELETE, and an answer with a Content-Length (as uvicorn sends).
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ class WireClient:
 
     async def get(self, path: str) -> Answer:
         return await self._exchange(f"GET {path} HTTP/1.1\r\n{self._head}\r\n".encode())
+
+    async def delete(self, path: str) -> Answer:
+        return await self._exchange(f"DELETE {path} HTTP/1.1\r\n{self._head}Content-Length: 0\r\n\r\n".encode())
 
     async def _exchange(self, request: bytes) -> Answer:
         for attempt in (1, 2):

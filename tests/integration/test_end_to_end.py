@@ -311,8 +311,12 @@ async def test_a_vm_an_agent_runs_that_vmsched_holds_elsewhere_is_deleted_there_
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
         async with conn.transaction():  # as if vmsched had failed both while their hosts were cut off
-            await conn.execute("UPDATE vms SET hypervisor_id = $2 WHERE id = $1", uuid.UUID(moved["id"]), elsewhere)
-            await conn.execute("UPDATE vms SET status = 'failed' WHERE id = $1", uuid.UUID(gone["id"]))
+            await conn.execute(
+                "UPDATE vms SET hypervisor_id = $2, updated_at = now() WHERE id = $1", uuid.UUID(moved["id"]), elsewhere
+            )
+            await conn.execute(
+                "UPDATE vms SET status = 'failed', updated_at = now() WHERE id = $1", uuid.UUID(gone["id"])
+            )
     finally:
         await conn.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -40,12 +40,13 @@ class DeclaredQueues:
     def known(self, host_id: str) -> bool:
         return host_id in self.declared
 
-    async def ensure(self, host_id: str, *, again: bool = False) -> None:
+    async def ensure_many(self, hosts: Mapping[str, bool]) -> None:
         if self.blocked is not None:
             await self.blocked.wait()
-        self.declared.append(host_id)
-        if again:
-            self.declared_again.append(host_id)
+        for host_id, again in hosts.items():
+            self.declared.append(host_id)
+            if again:
+                self.declared_again.append(host_id)
 
 
 class NoOrphans:
@@ -69,7 +70,7 @@ def _fold(engine: AsyncEngine, snapshot: Snapshot, queues: DeclaredQueues | None
     return HeartbeatFold(
         store=HostStore(engine),
         snapshot=snapshot,
-        queues=queues or DeclaredQueues(),  # type: ignore[arg-type]
+        queues=queues or DeclaredQueues(),
         orphans=NoOrphans(),  # type: ignore[arg-type]
         publisher=anything,
         offline_timeout=15.0,

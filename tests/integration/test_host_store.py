@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from vmsched_contract.fencing import FencedBy
 from vmsched_contract.messages import AgentHeartbeat, Resources
 from vmsched_contract.status import VmStatus
+from vmsched_domain.vm_changes import CLOCK_SKEW
 from vmsched_gateway.host_store import HostStore
 from vmsched_pg.fences import FenceStore, NotFenced
 
@@ -179,10 +180,30 @@ async def test_orphans_are_the_vms_an_agent_runs_that_postgresql_holds_elsewhere
         await connection.execute(text("UPDATE vms SET status = 'failed' WHERE id = :id"), {"id": failed})
     unmanaged = uuid.uuid4()  # a VM vmsched never placed: not ours to delete
 
-    orphans = await store.orphans([("hv-p1", [here, moved, unmanaged]), ("hv-p3", [failed])])
+    later = datetime.now(UTC) + timedelta(seconds=5)  # heartbeats taken after every change above
+
+    orphans = await store.orphans([("hv-p1", later, [here, moved, unmanaged]), ("hv-p3", later, [failed])])
 
     assert sorted((host, row.id) for host, row in orphans) == sorted([("hv-p1", moved), ("hv-p3", failed)])
     assert {row.name for _, row in orphans} == {"v"}  # enough for the delete command
+
+
+async def test_a_heartbeat_taken_before_a_vm_changed_says_nothing_of_it(private_engine: AsyncEngine) -> None:
+    """A heartbeat that waited in a backlog while the VM's delete was reported still lists the VM:
+    not an orphan (it would be reported, or deleted as the policy says, for nothing). The host's next
+    heartbeat, taken after the delete, says whether the VM is still there."""
+    store = HostStore(private_engine)
+    vm = await host_with_vm(private_engine, "hv-o1", silent_for=1)
+    taken_before = datetime.now(UTC)
+    async with private_engine.begin() as connection:
+        await connection.execute(
+            text("UPDATE vms SET status = 'deleted', updated_at = now() WHERE id = :id"), {"id": vm}
+        )
+
+    assert await store.orphans([("hv-o1", taken_before, [vm])]) == []
+    assert await store.orphans([("hv-o1", datetime.now(UTC), [vm])]) == []  # within the clocks' skew
+    taken_after = datetime.now(UTC) + timedelta(seconds=CLOCK_SKEW + 1)
+    assert [(host, row.id) for host, row in await store.orphans([("hv-o1", taken_after, [vm])])] == [("hv-o1", vm)]
 
 
 async def test_a_fenced_host_has_every_vm_it_holds_failed_at_once_and_stays_fenced_when_its_agent_is_back(
@@ -215,7 +236,10 @@ async def test_a_fenced_host_has_every_vm_it_holds_failed_at_once_and_stays_fenc
     )
     assert [(host.host_id, host.fenced) for host in folded.hosts] == [("hv-f1", True)]
     assert folded.returned == []
-    assert [(host, vm.id) for host, vm in await store.orphans([("hv-f1", [running])])] == [("hv-f1", running)]
+    next_beat = datetime.now(UTC) + timedelta(seconds=10)
+    assert [(host, vm.id) for host, vm in await store.orphans([("hv-f1", next_beat, [running])])] == [
+        ("hv-f1", running)
+    ]
     async with private_engine.connect() as connection:
         assert await connection.scalar(text("SELECT status FROM hosts WHERE id = 'hv-f1'")) == "fenced"
     # Nor does a silence make it offline: it stays fenced until an operator unfences it.

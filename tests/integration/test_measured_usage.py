@@ -54,7 +54,7 @@ async def test_the_gateway_folds_usage_into_the_snapshot_beside_the_allocation_i
     fold = HeartbeatFold(
         store=HostStore(private_engine),
         snapshot=snapshot,
-        queues=DeclaredQueues(),  # type: ignore[arg-type]
+        queues=DeclaredQueues(),
         orphans=NoOrphans(),  # type: ignore[arg-type]
         publisher=anything,
         offline_timeout=3 * BUMP,

@@ -10,6 +10,7 @@ and 4,000 scheduled VMs, and no scan of it may read more rows than the statement
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import TextClause, text
@@ -96,7 +97,14 @@ def _hot_statements(pending: list[Any], scheduled: list[Any]) -> dict[str, tuple
         ),
         "published marks": (_MARK_PUBLISHED, {"ids": [str(vm) for vm in pending]}),
         "running reports": (_MARK_RUNNING, {"ids": scheduled, "agents": ["hv-p1"] * NAMED}),
-        "a heartbeat's VMs": (_ORPHANS, {"hosts": ["hv-elsewhere"] * NAMED, "vm_ids": scheduled}),  # all orphans
+        "a heartbeat's VMs": (  # all orphans
+            _ORPHANS,
+            {
+                "hosts": ["hv-elsewhere"] * NAMED,
+                "taken": [datetime.now(UTC) + timedelta(minutes=1)] * NAMED,
+                "vm_ids": scheduled,
+            },
+        ),
     }
 
 

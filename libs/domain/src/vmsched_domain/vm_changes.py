@@ -149,8 +149,8 @@ def delete_requested(vm: VmRecord) -> Change | None:
     return Change(vm, replace(vm, status=transition.target, status_reason=reason), transition)
 
 
-# How far an agent's clock may run behind the services' before a heartbeat taken just after a VM
-# started reads as taken before it (NTP keeps hosts well within this).
+# How far an agent's clock and the services' may differ (NTP keeps hosts well within this): a heartbeat
+# is taken for one taken after a VM started, or changed, only when its time is this much later.
 CLOCK_SKEW = 2.0
 
 

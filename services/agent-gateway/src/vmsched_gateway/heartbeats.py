@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentConflict, AgentHeartbeat, HostStatus
-from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.host_store import HostFacts, HostStore
 from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
 from vmsched_gateway.instances import ConflictNotices, Refused
@@ -32,11 +32,19 @@ log = get_logger("vmsched_gateway")
 DRAIN_DECLARING = 5.0
 
 
+class QueueDeclarations(Protocol):
+    """What the fold asks of the hosts' command queues (vmsched_gateway.agent_queues.AgentQueues)."""
+
+    def known(self, host_id: str) -> bool: ...
+
+    async def ensure_many(self, hosts: Mapping[str, bool]) -> None: ...
+
+
 @dataclass
 class HeartbeatFold:
     store: HostStore
     snapshot: Snapshot
-    queues: AgentQueues
+    queues: QueueDeclarations
     orphans: Orphans
     publisher: Publisher
     offline_timeout: float
@@ -96,7 +104,7 @@ class HeartbeatFold:
             released = [change.after.id for change in folded.returned if change.released_from]
             await self.snapshot.release_many(released)
             await publish_implied(self.publisher, [change.after for change in folded.returned])
-        reported = [(beat.agent_id, beat.vm_ids) for beat in newest.values() if beat.vm_ids]
+        reported = [(beat.agent_id, beat.sent_at, beat.vm_ids) for beat in newest.values() if beat.vm_ids]
         fenced = {host.host_id for host in folded.hosts if host.fenced}
         for host_id, vm in await self.store.orphans(reported):
             await self.orphans.found(host_id, vm, fenced=host_id in fenced)

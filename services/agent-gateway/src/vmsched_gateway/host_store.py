@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 from sqlalchemy import text
@@ -24,7 +25,7 @@ from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import labels_json, taints_json, taints_of
 from vmsched_domain.lifecycle import HOLDS_CAPACITY, HOLDS_TARGET, Event, sources, sql_in
 from vmsched_domain.records import VmRecord
-from vmsched_domain.vm_changes import Change, host_fenced, host_lost, host_returned
+from vmsched_domain.vm_changes import CLOCK_SKEW, Change, host_fenced, host_lost, host_returned
 from vmsched_gateway.instances import Holder, Refused, settle
 from vmsched_pg import vm_writes
 from vmsched_pg.inventory import overlay
@@ -158,13 +159,18 @@ _ON_FENCED_HOSTS = text(
 # VMs an agent says it runs that PostgreSQL does not hold on that host (a VM migrating to it is held
 # there too). VMs PostgreSQL has never heard of are left alone: the hypervisor may run VMs vmsched
 # does not manage.
+# A heartbeat taken before the VM's last change (give or take the clocks' skew) says nothing of it:
+# one that waited in a backlog while the VM's delete was reported on the status queue still lists it.
+# The host's next heartbeat does, if the VM is still there.
 _ORPHANS = text(
     f"""
     SELECT r.host_id AS reported_by, {columns(VM_FIELDS, "v")}
-      FROM unnest(CAST(:hosts AS text[]), CAST(:vm_ids AS uuid[])) AS r(host_id, vm_id)
+      FROM unnest(CAST(:hosts AS text[]), CAST(:vm_ids AS uuid[]), CAST(:taken AS timestamptz[]))
+           AS r(host_id, vm_id, taken_at)
       JOIN vms v ON v.id = r.vm_id
      WHERE (v.hypervisor_id IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_CAPACITY)})
        AND (v.migration_target IS DISTINCT FROM r.host_id OR v.status NOT IN {sql_in(HOLDS_TARGET)})
+       AND v.updated_at < r.taken_at - make_interval(secs => {CLOCK_SKEW})
     """
 )
 
@@ -339,12 +345,17 @@ class HostStore:
             ]
             return await vm_writes.apply(connection, changes) if changes else []
 
-    async def orphans(self, reported: Sequence[tuple[str, Sequence[UUID]]]) -> list[tuple[str, VmRecord]]:
-        """For each (host, VMs its agent runs), those PostgreSQL does not hold there: (host, row)."""
-        pairs = [(host_id, vm_id) for host_id, vm_ids in reported for vm_id in vm_ids]
-        if not pairs:
+    async def orphans(self, reported: Sequence[tuple[str, datetime, Sequence[UUID]]]) -> list[tuple[str, VmRecord]]:
+        """For each (host, when its agent took the heartbeat, VMs it runs), those PostgreSQL does not
+        hold there and did not change since: (host, row)."""
+        triples = [(host_id, taken_at, vm_id) for host_id, taken_at, vm_ids in reported for vm_id in vm_ids]
+        if not triples:
             return []
-        params = {"hosts": [host for host, _ in pairs], "vm_ids": [vm for _, vm in pairs]}
+        params = {
+            "hosts": [host for host, _, _ in triples],
+            "taken": [taken_at for _, taken_at, _ in triples],
+            "vm_ids": [vm for _, _, vm in triples],
+        }
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_ORPHANS, params)).all()
         return [(row.reported_by, vm_from_row(row)) for row in rows]

@@ -49,6 +49,7 @@ class Orphans:
         self.repeat_after = repeat_after
         self.clock = clock
         self._last: dict[tuple[str, str], float] = {}
+        self._pruned_at = clock()
 
     async def found(self, host_id: str, vm: VmRecord, *, fenced: bool = False) -> None:
         """Report (and, as the policy says, delete) a VM ``host_id``'s agent runs that vmsched does not
@@ -58,7 +59,11 @@ class Orphans:
         key = (host_id, str(vm.id))
         if now - self._last.get(key, float("-inf")) < self.repeat_after:
             return
-        self._last = {k: at for k, at in self._last.items() if now - at < self.repeat_after}
+        if now - self._pruned_at >= self.repeat_after:
+            # Once per repeat_after, not at every call: thousands of orphans at once (a backlog's)
+            # made each call copy the whole dict.
+            self._last = {k: at for k, at in self._last.items() if now - at < self.repeat_after}
+            self._pruned_at = now
         self._last[key] = now
         kind = classify(vm)
         delete = fenced or deletes(self.policy, kind)

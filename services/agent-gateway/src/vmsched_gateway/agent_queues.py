@@ -79,9 +79,9 @@ class AgentQueues:
         async with self._lock:
             try:
                 channel = await (await self._declaring_channel()).get_underlay_channel()
+                arguments = topology.agent_queue_arguments()
                 for host_id in host_ids:
                     name = topology.agent_queue_name(host_id)
-                    arguments = topology.agent_queue_arguments()
                     await channel.queue_declare(name, durable=True, arguments=arguments, nowait=True)
                     await channel.queue_bind(name, topology.AGENTS_EXCHANGE.name, routing_key=host_id, nowait=True)
                 # A channel's methods are answered in order: this answer comes after every one above

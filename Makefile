@@ -21,8 +21,12 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
+# make test: two workers (pytest-xdist), each with its own vhost, database and key prefix (tests/servers.py),
+# a module's tests on one worker (--dist loadfile: a module's stack or fleet is started once); then the
+# few tests marked alone, which would disturb the other worker, by themselves.
 test: .venv/.synced servers ## the suite on the real servers, but the long multi-stack runs (test-faults) and the servers of their own (test-cluster)
-	$(PY) -m pytest -m "not own_servers and not slow"
+	$(PY) -m pytest -m "not own_servers and not slow and not alone" -n 2 --dist loadfile
+	$(PY) -m pytest -m "alone and not own_servers and not slow"
 
 test-faults: .venv/.synced servers ## kill -9, SIGTERM, a Redis flush, a broker restart, four-scheduler races, two cells: whole stacks mid-run (CI runs it after make test)
 	$(PY) -m pytest -m "slow and not own_servers"

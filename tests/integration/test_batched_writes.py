@@ -16,10 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.integration.rows import insert_vm
 from vmsched_amqp.failures import is_transient
 from vmsched_contract.decision import PlacementRecord
-from vmsched_contract.messages import AgentHeartbeat, Resources
+from vmsched_contract.messages import AgentHeartbeat, ReportedStatus, Resources
 from vmsched_contract.strategy import Strategy
 from vmsched_gateway.host_store import HostStore
-from vmsched_gateway.report_store import ReportStore
+from vmsched_gateway.report_store import AgentReport, ReportStore
 from vmsched_pg.engine import create_engine
 from vmsched_pg.outbox import published_marks
 from vmsched_scheduler.ledger import PostgresLedger
@@ -66,6 +66,39 @@ async def test_running_reports_apply_together_and_each_says_whether_it_applied(p
     assert not again.applied
     assert again.vm is not None
     assert again.vm.status == "running"
+
+
+async def test_deleted_and_failed_reports_apply_together_each_seeing_the_ones_before_it(
+    private_engine: AsyncEngine,
+) -> None:
+    store = ReportStore(private_engine, max_attempts=3, exclude_for=600)
+    deleted = await _vm(private_engine, "deleting", "hv-a")
+    elsewhere = await _vm(private_engine, "deleting", "hv-b")  # the report comes from hv-a: not its host
+    failed = await _vm(private_engine, "scheduled", "hv-a")
+    unknown = uuid.uuid4()
+
+    results = await store.report_many(
+        [
+            AgentReport(deleted, "hv-a", ReportedStatus.DELETED),
+            AgentReport(elsewhere, "hv-a", ReportedStatus.DELETED),
+            AgentReport(failed, "hv-a", ReportedStatus.FAILED, "disk image missing"),
+            AgentReport(unknown, "hv-a", ReportedStatus.DELETED),
+            AgentReport(deleted, "hv-a", ReportedStatus.DELETED),  # again: it finds the first applied
+        ]
+    )
+
+    changed = [None if r.change is None else r.change.after.status.value for r in results]
+    assert changed[:2] == ["deleted", None]
+    assert changed[2] in ("pending", "failed")  # tried again elsewhere, or not, as the lifecycle says
+    assert changed[3:] == [None, None]
+    assert results[3].vm is None  # nothing to say about a VM PostgreSQL does not know
+    assert results[4].vm is not None
+    assert results[4].vm.status == "deleted"  # the second report saw the first
+    assert [await _status(private_engine, vm) for vm in (deleted, elsewhere, failed)] == [
+        "deleted",
+        "deleting",
+        changed[2],
+    ]
 
 
 async def test_concurrent_batches_of_running_reports_do_not_deadlock(private_engine: AsyncEngine) -> None:

@@ -11,9 +11,13 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from devtools.stack import wait_for
 from tests.servers import Servers
+
+# The alarm blocks every publisher on the broker, another worker's tests' too.
+pytestmark = pytest.mark.alone
 
 # Longest a request may take during the alarm: well under a client's patience.
 ANSWER_WITHIN = 7.0

@@ -61,11 +61,13 @@ def in_memory_services(settings: Settings, **stores: Any) -> Services:
             "publisher": untouchable,
             "published": untouchable,
             "intake": untouchable,
+            "deletes": untouchable,
             "authenticator": Authenticator(bootstrap=settings.bootstrap_token, store=untouchable),
             "rate_limiter": RateLimiter(settings.rate_limit, settings.rate_burst),
             "audit": audit,
             "tokens": untouchable,
             "projects": untouchable,
+            "readiness": untouchable,
             **stores,
         }
     )

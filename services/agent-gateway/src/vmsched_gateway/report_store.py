@@ -1,8 +1,10 @@
 """The gateway's writes of what agents report about VMs (``vm.status``), through the lifecycle.
 
-"running" is most of the traffic (one per placed VM) and is applied in batches; the rest are one VM
-at a time: the row locked, the change computed by :mod:`vmsched_domain.vm_changes`, written with
-:func:`vmsched_pg.vm_writes.apply` (which gives capacity back in the same transaction).
+"running" is most of the traffic (one per placed VM) and is applied in batches of one statement.
+"deleted" (one per deleted VM) and "failed" are applied in batches too, one transaction each: the
+rows locked, each change computed by :mod:`vmsched_domain.vm_changes`, written with
+:func:`vmsched_pg.vm_writes.apply` (which gives capacity back in the same transaction). One at a time,
+each cost five round trips and a transaction, the most of any work the gateway did under churn.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ class RunningReport:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentReport:
+    """A "failed" or "deleted" report of ``vm_id`` from ``agent_id``."""
+
+    vm_id: UUID
+    agent_id: str
+    status: ReportedStatus
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Reported:
     vm: VmRecord | None  # the VM before the report (None: unknown to vmsched)
     change: Change | None  # what the report changed (None: nothing)
@@ -85,23 +97,27 @@ class ReportStore:
                 current = {row.id: vm_from_row(row) for row in await connection.execute(_SELECT_VMS, {"ids": missed})}
         return [RunningReport(vm_id in applied, None if vm_id in applied else current.get(vm_id)) for vm_id in ids]
 
-    async def report(self, vm_id: UUID, agent_id: str, status: ReportedStatus, message: str) -> Reported:
-        """A "failed" or "deleted" report: the VM as it was, and the change the report made (None
-        when it changed nothing: late, repeated, or from a host the VM is not on)."""
+    async def report_many(self, reports: Sequence[AgentReport]) -> list[Reported]:
+        """ "failed" and "deleted" reports, in order, in one transaction: for each, the VM as it was
+        and the change the report made (None when it changed nothing: late, repeated, or from a host
+        the VM is not on). Two reports of one VM see each other, as they would one after the other."""
         now = time.time()
         async with self.engine.begin() as connection:
-            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
-            if row is None:
-                return Reported(None, None)
-            vm = vm_from_row(row)
-            change: Change | None
-            if status is ReportedStatus.DELETED:
-                change = agent_deleted(vm, agent_id, now)
-            else:
-                change = agent_delete_failed(vm, agent_id, message) or agent_failed(
-                    vm, agent_id, message, now, max_attempts=self.max_attempts, exclude_for=self.exclude_for
-                )
-            if change is None:
-                return Reported(vm, None)
-            landed = await vm_writes.apply(connection, [change])
-        return Reported(vm, landed[0] if landed else None)
+            locked = await connection.execute(vm_writes.LOCK_VMS, {"ids": sorted({r.vm_id for r in reports})})
+            current = {row.id: vm_from_row(row) for row in locked}
+            made: list[tuple[VmRecord | None, Change | None]] = []
+            for report in reports:
+                vm = current.get(report.vm_id)
+                change = None if vm is None else self._change(vm, report, now)
+                if change is not None:
+                    current[report.vm_id] = change.after
+                made.append((vm, change))
+            landed = {id(change) for change in await vm_writes.apply(connection, [c for _, c in made if c])}
+        return [Reported(vm, change if id(change) in landed else None) for vm, change in made]
+
+    def _change(self, vm: VmRecord, report: AgentReport, now: float) -> Change | None:
+        if report.status is ReportedStatus.DELETED:
+            return agent_deleted(vm, report.agent_id, now)
+        return agent_delete_failed(vm, report.agent_id, report.message) or agent_failed(
+            vm, report.agent_id, report.message, now, max_attempts=self.max_attempts, exclude_for=self.exclude_for
+        )

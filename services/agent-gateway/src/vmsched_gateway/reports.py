@@ -25,7 +25,7 @@ from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.identity import MessageKind, Refusal, placed_on, refuse
 from vmsched_gateway.orphans import Orphans
 from vmsched_gateway.preemptors import Preemptors
-from vmsched_gateway.report_store import ReportStore, RunningReport
+from vmsched_gateway.report_store import AgentReport, Reported, ReportStore, RunningReport
 from vmsched_gateway.tasks import Tasks
 from vmsched_pg.outbox import publish_rows
 from vmsched_redis.snapshot import Snapshot
@@ -44,12 +44,15 @@ class StatusReports:
     tasks: Tasks
     preemptors: Preemptors | None = None
     running: Batcher[tuple[UUID, str], RunningReport] = field(init=False)
+    others: Batcher[AgentReport, Reported] = field(init=False)  # "deleted" and "failed"
 
     def __post_init__(self) -> None:
         self.running = Batcher(self.store.mark_running, name="running_reports", max_size=256, max_delay=0.005)
+        self.others = Batcher(self.store.report_many, name="status_reports", max_size=256, max_delay=0.005)
 
     async def drain(self) -> None:
         await self.running.drain()
+        await self.others.drain()
 
     async def on_status(self, report: VmStatusReport) -> None:
         """Apply ``report``; raises :class:`~vmsched_gateway.identity.AgentRefused` (the consumer
@@ -64,7 +67,9 @@ class StatusReports:
             if report.status is ReportedStatus.RUNNING:
                 await self._running(report)
                 return
-            reported = await self.store.report(report.vm_id, report.agent_id, report.status, report.message)
+            reported = await self.others.submit(
+                AgentReport(report.vm_id, report.agent_id, report.status, report.message)
+            )
             change = reported.change
             if change is None:
                 _check_placed(reported.vm, report)

@@ -16,6 +16,7 @@ from faststream_fastapi import FastStreamAPI
 from vmsched_amqp import events, topology
 from vmsched_amqp.broker import declare_event_stream, declare_topology, make_broker, ready_messages
 from vmsched_amqp.publishing import Publisher
+from vmsched_amqp.readiness import broker_check
 from vmsched_api.dashboard import add_dashboard
 from vmsched_api.deps import Services
 from vmsched_api.docs_pages import add_documentation
@@ -48,15 +49,17 @@ from vmsched_api.routes import (
 from vmsched_api.routes import settings as settings_routes
 from vmsched_api.server_outage import add_outage_answers
 from vmsched_api.vm_acceptance import VmAcceptance
+from vmsched_api.vm_deletes import VmDeletes
 from vmsched_api.vm_intake import VmIntake
 from vmsched_contract.api import ErrorDetail
-from vmsched_pg.engine import create_engine
+from vmsched_pg.engine import create_engine, database_check
 from vmsched_pg.outbox import published_marks, republish_unpublished
 from vmsched_pg.schema_upgrade import upgrade_schema
-from vmsched_redis.connections import connect_redis
+from vmsched_redis.connections import connect_redis, redis_check
 from vmsched_redis.snapshot import Snapshot
 from vmsched_runtime.heap import freeze_startup_objects
 from vmsched_runtime.logs import get_logger
+from vmsched_runtime.readiness import Readiness
 from vmsched_runtime.settings import Settings
 from vmsched_runtime.telemetry import instrument_fastapi
 
@@ -171,11 +174,16 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
             publisher=publisher,
             published=marks,
             intake=VmIntake(VmAcceptance(engine), publisher, marks),
+            deletes=VmDeletes(engine),
             authenticator=Authenticator(bootstrap=settings.bootstrap_token, store=token_store, cache=token_cache),
             rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
             audit=AuditLog(engine),
             tokens=token_store,
             projects=ProjectStore(engine),
+            # The same checks, asked the same way, as every other service's /readyz.
+            readiness=Readiness(
+                {"database": database_check(engine), "redis": redis_check(redis), "broker": broker_check(broker)}
+            ),
         )
         app.state.services = live
         sweeper = asyncio.create_task(sweep_unpublished(live))
@@ -188,6 +196,7 @@ def build_app(settings: Settings, *, migrate: bool = True, services: Services | 
                 task.cancel()
             await asyncio.gather(sweeper, listener, return_exceptions=True)
             await live.intake.drain()
+            await live.deletes.drain()
             await live.audit.drain()
             await live.published.drain()
             await redis.aclose()

@@ -16,9 +16,11 @@ from vmsched_api.identity.rate_limit import RateLimiter
 from vmsched_api.identity.store import TokenStore
 from vmsched_api.project_store import ProjectStore
 from vmsched_api.repository import Repository
+from vmsched_api.vm_deletes import VmDeletes
 from vmsched_api.vm_intake import VmIntake
 from vmsched_pg.outbox import PublishedMarks
 from vmsched_redis.snapshot import Snapshot
+from vmsched_runtime.readiness import Readiness
 from vmsched_runtime.settings import Settings
 
 
@@ -32,11 +34,13 @@ class Services:
     publisher: Publisher
     published: PublishedMarks
     intake: VmIntake
+    deletes: VmDeletes
     authenticator: Authenticator
     rate_limiter: RateLimiter
     audit: AuditLog
     tokens: TokenStore
     projects: ProjectStore
+    readiness: Readiness
 
 
 async def _services(request: Request) -> Services:

@@ -22,8 +22,7 @@ from vmsched_domain.fit import RESOURCES
 from vmsched_domain.inventory import RATIOS
 from vmsched_domain.records import HostRecord, VmRecord
 from vmsched_domain.usage import MeasuredUsage
-from vmsched_domain.vm_changes import Change, delete_requested
-from vmsched_pg import vm_actions, vm_writes
+from vmsched_pg import vm_actions
 from vmsched_pg.engine import retry_on_dead_connection
 from vmsched_pg.inventory import overlay
 from vmsched_pg.models import SchedulerSettingRow
@@ -208,21 +207,6 @@ class Repository:
         return items, next_cursor
 
     @retry_on_dead_connection
-    async def request_delete(self, vm_id: UUID, project: str | None = None) -> tuple[VmRecord, Change | None] | None:
-        """The lifecycle's ``delete_requested``: a VM on a host goes ``deleting`` (its agent must act),
-        one on none ``deleted`` at once. Returns the VM as it is now and the change, if any; None if
-        there is no such VM of ``project`` (of any project for None)."""
-        async with self.engine.begin() as connection:
-            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).first()
-            if row is None or (project is not None and row.project != project):
-                return None
-            vm = vm_from_row(row)
-            change = delete_requested(vm)
-            if change is None or not await vm_writes.apply(connection, [change]):
-                return vm, None
-        return change.after, change
-
-    @retry_on_dead_connection
     async def request_migration(
         self, vm_id: UUID, target_host: str | None, project: str | None = None
     ) -> VmRecord | None:
@@ -308,8 +292,3 @@ class Repository:
         )
         async with self.engine.begin() as connection:
             await connection.execute(statement)
-
-    @retry_on_dead_connection
-    async def ping(self) -> None:
-        async with self.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))

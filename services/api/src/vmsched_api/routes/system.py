@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
 from fastapi import APIRouter, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -27,23 +26,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(services: ServicesDep, response: Response) -> dict[str, str]:
-    """Readiness: PostgreSQL, Redis and the broker all answer (503 otherwise, naming which)."""
-    checks: dict[str, str] = {}
-
-    async def check(name: str, probe: Awaitable[object]) -> None:
-        try:
-            answered = await asyncio.wait_for(probe, timeout=2.0)
-            checks[name] = "ok" if answered is not False else "unreachable"
-        except Exception as error:
-            checks[name] = f"unreachable: {type(error).__name__}"
-
-    await check("database", services.repository.ping())
-    await check("redis", services.snapshot.redis.ping())
-    # A round trip, not the connection's own idea of itself (which a silent partition does not change).
-    await check("broker", services.publisher.answers(timeout=2.0))
-    if any(value != "ok" for value in checks.values()):
+    """Readiness: PostgreSQL, Redis and the broker each answer a question (503 otherwise, naming which
+    and why). All are asked at once, each for 1.5 s at most, and the verdict is kept 1.5 s
+    (:mod:`vmsched_runtime.readiness`): a server whose packets are dropped makes a probe wait no longer."""
+    verdict = await services.readiness.verdict()
+    if not verdict.ready:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    return checks
+    return dict(verdict.checks)
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -371,10 +371,10 @@ async def _replay_move(
 )
 async def delete_vm(vm_id: UUID, services: ServicesDep, principal: VmsWriter) -> Vm:
     await refuse_while_broker_blocks(services.publisher)
-    found = await services.repository.request_delete(vm_id, principal.project_filter(None))
-    if found is None:
+    asked = await services.deletes.request(vm_id, principal.project_filter(None))
+    if asked is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no VM {vm_id}")
-    vm, change = found
+    vm, change = asked.vm, asked.change
     if change is None and vm.status is VmStatus.MIGRATING:
         raise HTTPException(status.HTTP_409_CONFLICT, f"VM {vm_id} is migrating; delete it once the migration ends")
     if change is not None and vm.status is VmStatus.DELETING:

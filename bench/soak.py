@@ -357,9 +357,20 @@ async def sample_forever(stack: Stack, env: dict[str, str], dsn: str, run: Run, 
 
 
 # -- the verdict ---------------------------------------------------------------------------------
-async def placement_p99s(dsn: str, run: Run, began_at: datetime) -> list[float]:
+# Seconds of the finer p99s, kept in the result to see what a restart, a drain or a migration costs.
+FINE = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Placements:
+    p99s: list[float]  # per full WINDOW of steady churn, in ms
+    fine: list[tuple[float, float, int]]  # per FINE seconds of the run: (start, p99 in ms, VMs)
+
+
+async def placement_p99s(dsn: str, run: Run, began_at: datetime) -> Placements:
     """p99 of created -> scheduled, in ms, per full WINDOW of steady churn: from when the population
-    was reached and deletes began (before that the first minute only creates, on a lighter machine)."""
+    was reached and deletes began (before that the first minute only creates, on a lighter machine);
+    and per FINE seconds of the whole run."""
     steady = run.steady_at or 0.0
     conn = await asyncpg.connect(dsn)
     try:
@@ -372,12 +383,18 @@ async def placement_p99s(dsn: str, run: Run, began_at: datetime) -> list[float]:
     finally:
         await conn.close()
     windows: dict[int, list[float]] = collections.defaultdict(list)
+    buckets: dict[int, list[float]] = collections.defaultdict(list)
     for row in rows:
+        took = float(row["took"]) * 1000
+        buckets[int(float(row["at"]) // FINE)].append(took)
         at = float(row["at"]) - steady
         if at >= 0:
-            windows[int(at // WINDOW)].append(float(row["took"]) * 1000)
+            windows[int(at // WINDOW)].append(took)
     full = int((DURATION - steady) // WINDOW)
-    return [percentile(windows[w], 99) for w in range(full) if windows[w]]
+    return Placements(
+        [percentile(windows[w], 99) for w in range(full) if windows[w]],
+        [(b * FINE, round(percentile(buckets[b], 99), 1), len(buckets[b])) for b in sorted(buckets)],
+    )
 
 
 def memory_growth(run: Run) -> dict[str, float]:
@@ -495,7 +512,8 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
     run.note("churn over; settling")
     left = await settle(dsn, run.accepted)
     report = await check(dsn, run.accepted)
-    p99s = await placement_p99s(dsn, run, began_at)
+    placements = await placement_p99s(dsn, run, began_at)
+    p99s = placements.p99s
     memory = memory_growth(run)
     growth = second_half_growth(run)
     draw(run, p99s, ROOT / "docs" / "img" / "soak.png")
@@ -526,6 +544,7 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
         "by_status": report.by_status,
         "answers": dict(run.answers),
         "p99_to_scheduled_ms_per_window": [round(p, 1) for p in p99s],
+        "p99_to_scheduled_ms_per_30s": placements.fine,
         "post_p99_ms": round(percentile([t * 1000 for _, t in run.latencies], 99), 1),
         "memory_growth": {k: round(v, 3) for k, v in memory.items()},
         "cores_per_process": {k: round(v, 2) for k, v in cores(run, DURATION).items()},

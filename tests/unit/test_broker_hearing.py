@@ -1,6 +1,6 @@
 """When the gateway may take a host's silence for the host's: only while it hears the broker (the
-heartbeats of any host, or its own probe), and only for a silence it listened to for a whole offline
-timeout."""
+heartbeats of any host, or its own probe) and folds the heartbeats it hears, and only for a silence
+it listened to for a whole offline timeout."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from vmsched_gateway import health
 from vmsched_gateway.health import FailureGrace, HealthCheck
-from vmsched_gateway.hearing import BrokerHearing
+from vmsched_gateway.hearing import BrokerHearing, FoldProgress
 from vmsched_gateway.host_store import SilenceCheck
 from vmsched_runtime.settings import Settings
 
@@ -165,12 +165,14 @@ def broker(*, up: bool) -> Any:
     return SimpleNamespace(_connection=SimpleNamespace(is_closed=False, connected=connected))
 
 
-def health_check(hosts: FakeHosts, hearing: BrokerHearing, grace: FailureGrace, *, up: bool) -> HealthCheck:
+def health_check(
+    hosts: FakeHosts, hearing: BrokerHearing, grace: FailureGrace, *, up: bool, folding: FoldProgress | None = None
+) -> HealthCheck:
     nothing = cast("Any", None)
     settings = Settings(agent_offline_timeout=OFFLINE, agent_lost_timeout=60)
     return HealthCheck(
         cast("Any", hosts), cast("Any", FakeSweeps()), nothing, broker(up=up), nothing, settings, grace, nothing,
-        nothing, hearing,
+        nothing, hearing, folding or FoldProgress(),
     )  # fmt: skip
 
 
@@ -212,3 +214,56 @@ async def test_a_gateway_that_hears_counts_a_hosts_silence_past_its_own(assignme
     await health_check(hosts, hearing, FailureGrace.starting(now, timeout=60), up=True).once()
     assert len(hosts.silences) == 1
     assert OFFLINE + 1.0 <= hosts.silences[0] < OFFLINE + 1.5
+
+
+async def test_a_gateway_whose_heartbeats_wait_to_be_folded_marks_no_host_offline_and_fails_nothing(
+    assignments_waiting: None,
+) -> None:
+    now = time.monotonic()
+    hosts = FakeHosts()
+    hearing = BrokerHearing.starting(now - 100, OFFLINE)
+    listen(hearing, now - 100, now - 1.0)  # it hears the broker well
+    folding = FoldProgress()
+    folding.folded(now - 100)
+    folding.submitted(now - 4.0)  # heartbeats have waited 4 s, and nothing was folded since (Redis silent)
+    grace = FailureGrace.starting(now - 1000, timeout=60)
+
+    await health_check(hosts, hearing, grace, up=True, folding=folding).once()
+
+    assert hosts.silences == []
+    assert not grace.allows_failing(now + 59)
+    # Folded again: hosts may be taken for offline once the fleet had an offline timeout to be folded.
+    folding.folded(now + 1)
+    folding.answered()
+    assert hearing.offline_after(now + 2) is None
+    listen(hearing, now, now + OFFLINE + 1)
+    assert hearing.offline_after(now + OFFLINE + 1) is not None
+
+
+def test_heartbeats_folded_steadily_are_not_behind() -> None:
+    folding = FoldProgress()
+    for moment in range(100):  # a heartbeat a second for each of 50 hosts, folded in batches every second
+        for _ in range(50):
+            folding.submitted(float(moment))
+        assert not folding.behind(moment + 0.9, by=3.0)
+        folding.folded(moment + 0.9)
+        for _ in range(50):
+            folding.answered()
+    assert folding.waiting == 0
+    assert not folding.behind(1000.0, by=3.0)  # nothing waits: nothing is behind
+
+
+def test_heartbeats_that_wait_longer_than_the_limit_are_behind_even_when_one_fold_failed() -> None:
+    folding = FoldProgress()
+    folding.folded(0.0)
+    folding.submitted(10.0)
+    assert not folding.behind(12.9, by=3.0)
+    assert folding.behind(13.1, by=3.0)
+    folding.failed()  # its fold failed (a timeout): not folded
+    folding.answered()
+    assert folding.behind(13.5, by=3.0)  # nothing waits, but what came was lost
+    folding.submitted(14.0)  # the next waits behind the same silent server
+    assert folding.behind(14.5, by=3.0)
+    folding.folded(15.0)
+    folding.answered()
+    assert not folding.behind(20.0, by=3.0)

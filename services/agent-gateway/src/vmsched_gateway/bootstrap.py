@@ -101,6 +101,7 @@ def build_app(settings: Settings) -> FastStream:
             ),
         ),
         hearing,
+        fold.progress,
     )
     speakers = Speakers(settings.agent_auth, vhost_of(settings.amqp_url))
 

@@ -41,7 +41,7 @@ from vmsched_domain.vm_changes import Change
 from vmsched_gateway.agent_queues import AgentQueues
 from vmsched_gateway.command_ratios import CommandRatios
 from vmsched_gateway.fencing import LostHosts
-from vmsched_gateway.hearing import BrokerHearing
+from vmsched_gateway.hearing import BrokerHearing, FoldProgress
 from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.metrics import BROKER_UNHEARD, HOSTS_SILENT, VMS_LOST
 from vmsched_gateway.sweep_store import SweepStore
@@ -90,13 +90,16 @@ class HealthCheck:
     queues: AgentQueues
     lost: LostHosts
     hearing: BrokerHearing
+    folding: FoldProgress = field(default_factory=FoldProgress)  # the heartbeat fold's (HeartbeatFold.progress)
     _deaf: bool = field(default=False, init=False)
+    _behind: bool = field(default=False, init=False)
 
     async def once(self) -> None:
         now = time.monotonic()
         settings = self.settings
         if self._cut_from_broker(now):
             return
+        self._check_folding(now)
         offline_after = self.hearing.offline_after(now)
         if offline_after is None:  # listening again for too short a while: as blind as when deaf
             self.grace.cut_off(now)
@@ -153,6 +156,23 @@ class HealthCheck:
             else:
                 log.warning("hearing the broker again; hosts are marked offline again after an offline timeout")
         return deaf
+
+    def _check_folding(self, now: float) -> None:
+        """Heartbeats heard and not folded for a while (the fold waits on a silent server) leave the
+        hosts' rows stale: held as when blind, no host taken for offline; says so once per spell."""
+        behind = self.folding.behind(now, self.hearing.deaf_after)
+        if behind:
+            self.hearing.blind(now)
+            self.grace.cut_off(now)
+        if behind != self._behind:
+            self._behind = behind
+            if behind:
+                log.error(
+                    "heartbeats wait to be folded: no host is marked offline, no VM failed, until they are",
+                    waiting=self.folding.waiting,
+                )
+            else:
+                log.warning("heartbeats folded again; hosts are marked offline again after an offline timeout")
 
     async def _settle(self, changes: list[Change], what: str) -> None:
         if not changes:

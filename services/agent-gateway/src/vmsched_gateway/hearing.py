@@ -19,7 +19,11 @@ Once it hears again, a host is not taken for offline for one more offline timeou
 the whole fleet come back over a heartbeat interval, and a host whose heartbeat comes last must not
 be marked offline for the silence of the cut. The gateway's :class:`~vmsched_gateway.health.FailureGrace`
 is cut off with every deaf moment, so nothing is failed for a lost timeout after one either. A
-health check that fails (PostgreSQL or Redis away: no heartbeat could be folded) holds the same way.
+health check that fails (PostgreSQL or Redis away: no heartbeat could be folded) holds the same way,
+and so does a gateway that hears heartbeats but has not folded them for ``deaf_after`` seconds
+(:class:`FoldProgress`): its fold waits on a server whose packets are dropped (Redis, with the
+hosts' rows already written for the first batch and none since), and the hosts whose heartbeats
+wait behind it are not silent.
 """
 
 from __future__ import annotations
@@ -83,3 +87,37 @@ class BrokerHearing:
 
     def _deaf_at(self, now: float) -> None:
         self.hold_until = max(self.hold_until, now + self.offline_timeout)
+
+
+@dataclass
+class FoldProgress:
+    """Whether the heartbeats that arrive are folded: how many wait (submitted, not yet folded or
+    failed), whether a fold failed since the last one that ended well, and since when nothing was
+    folded while heartbeats waited or were lost."""
+
+    waiting: int = 0
+    unfolded: bool = False  # a fold failed since the last one that ended well: its heartbeats were not written
+    since: float = 0.0  # monotonic seconds: the last fold that ended well, or when heartbeats began to wait
+
+    def submitted(self, now: float) -> None:
+        if self.waiting == 0 and not self.unfolded:
+            self.since = now
+        self.waiting += 1
+
+    def answered(self) -> None:
+        """A heartbeat submitted is folded, or its fold failed."""
+        self.waiting -= 1
+
+    def folded(self, now: float) -> None:
+        """A batch of heartbeats was written (the hosts' rows and their snapshot)."""
+        self.since = now
+        self.unfolded = False
+
+    def failed(self) -> None:
+        """A batch of heartbeats could not be written."""
+        self.unfolded = True
+
+    def behind(self, now: float, by: float) -> bool:
+        """Whether heartbeats wait, or were lost to a failed fold, and nothing was folded for more
+        than ``by`` seconds."""
+        return (self.waiting > 0 or self.unfolded) and now - self.since > by

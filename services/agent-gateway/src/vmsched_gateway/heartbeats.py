@@ -15,6 +15,7 @@ from typing import Protocol
 from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentConflict, AgentHeartbeat, HostStatus
+from vmsched_gateway.hearing import FoldProgress
 from vmsched_gateway.host_store import HostFacts, HostStore
 from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
 from vmsched_gateway.instances import ConflictNotices, Refused
@@ -50,6 +51,8 @@ class HeartbeatFold:
     offline_timeout: float
     conflicts: ConflictNotices = field(default_factory=lambda: ConflictNotices(time.monotonic))
     batches: Batcher[AgentHeartbeat, AgentRefused | None] = field(init=False)
+    # Read by the health check: hosts whose heartbeats wait here are not silent (vmsched_gateway.hearing).
+    progress: FoldProgress = field(default_factory=FoldProgress)
     # Hosts whose command queue is to be declared (True: again, a host new to PostgreSQL), and the
     # task declaring them, a batch at a time.
     _undeclared: dict[str, bool] = field(default_factory=dict, init=False)
@@ -65,7 +68,14 @@ class HeartbeatFold:
         if age > self.offline_timeout:
             log.warning("stale heartbeat ignored", host=beat.agent_id, age_seconds=round(age, 1))
             return
-        refused = await self.batches.submit(beat)
+        self.progress.submitted(time.monotonic())
+        try:
+            refused = await self.batches.submit(beat)
+        except Exception:
+            self.progress.failed()
+            raise
+        finally:
+            self.progress.answered()
         if refused is not None:
             raise refused
 
@@ -92,6 +102,7 @@ class HeartbeatFold:
             [_host_write(newest[host.host_id], host) for host in folded.hosts],
             bump_interval=self.offline_timeout / 3,
         )
+        self.progress.folded(time.monotonic())
         if folded.returned:
             for change in folded.returned:
                 VMS_RETURNED.labels(change.after.status.value).inc()

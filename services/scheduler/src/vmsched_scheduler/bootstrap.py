@@ -135,6 +135,9 @@ def build_app(settings: Settings) -> SchedulerApp:
     async def on_ready(background: BackgroundTasks) -> None:
         # Restore claims and allocations from PostgreSQL before the first decision.
         report = await reconcile(engine, snapshot)
+        # The fleet read whole before the first message, not by it: a replica restarted under load
+        # would hold the VMs the broker hands it behind a full read of every host.
+        await fleet.refresh(force_full=True)
         log.info("scheduler ready", hosts=report.hosts, restored_claims=report.restored_claims)
         background.start(reconcile_forever(engine, snapshot, settings.reconcile_interval))
         background.start(fleet.reload_forever(settings.snapshot_full_refresh))

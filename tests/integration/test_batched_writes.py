@@ -22,6 +22,7 @@ from vmsched_gateway.host_store import HostStore
 from vmsched_gateway.report_store import AgentReport, ReportStore
 from vmsched_pg.engine import create_engine
 from vmsched_pg.outbox import published_marks
+from vmsched_runtime.batching import ItemFailed, each_alone_on_failure
 from vmsched_scheduler.ledger import PostgresLedger
 from vmsched_scheduler.ports import Committed, Placement
 
@@ -98,6 +99,34 @@ async def test_deleted_and_failed_reports_apply_together_each_seeing_the_ones_be
         "deleted",
         "deleting",
         changed[2],
+    ]
+
+
+async def test_a_report_postgresql_refuses_fails_alone_and_the_rest_of_its_batch_applies(
+    private_engine: AsyncEngine,
+) -> None:
+    store = ReportStore(private_engine, max_attempts=3, exclude_for=600)
+    deleted, refused, failed = (
+        await _vm(private_engine, "deleting", "hv-p"),
+        await _vm(private_engine, "scheduled", "hv-p"),
+        await _vm(private_engine, "scheduled", "hv-p"),
+    )
+    reports = [
+        AgentReport(deleted, "hv-p", ReportedStatus.DELETED),
+        AgentReport(refused, "hv-p", ReportedStatus.FAILED, "no\x00disk"),  # jsonb takes no NUL: refused
+        AgentReport(failed, "hv-p", ReportedStatus.FAILED, "disk image missing"),
+    ]
+    with pytest.raises(DBAPIError):  # together, the one refused report fails them all
+        await store.report_many(reports)
+
+    results = await each_alone_on_failure(store.report_many, reports, everyones=is_transient)
+
+    assert isinstance(results[1], ItemFailed)
+    assert isinstance(results[1].error, DBAPIError)
+    assert [await _status(private_engine, vm) for vm in (deleted, refused, failed)] == [
+        "deleted",
+        "scheduled",
+        "pending",
     ]
 
 

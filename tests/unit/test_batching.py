@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import pytest
 
-from vmsched_runtime.batching import Batcher
+from vmsched_runtime.batching import Batcher, each_alone_on_failure
 
 
 async def test_concurrent_submissions_share_one_flush() -> None:
@@ -140,3 +141,49 @@ async def test_with_no_delay_a_lone_item_waits_for_no_timer(monkeypatch: pytest.
     assert await asyncio.gather(*(batcher.submit(n) for n in (2, 3, 4))) == [2, 3, 4]
     assert await batcher.submit(5) == 5
     assert flushes == [[1], [2, 3, 4], [5]]
+
+
+class Refused(Exception):
+    """What the server says of one bad item (a value it does not take)."""
+
+
+async def test_one_bad_item_fails_alone_and_the_others_of_its_batch_go_through() -> None:
+    flushes: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        flushes.append(items)
+        if 13 in items:
+            raise Refused("13 is refused")
+        return [item * 10 for item in items]
+
+    batcher = Batcher(
+        partial(each_alone_on_failure, flush, everyones=lambda error: isinstance(error, ConnectionError)),
+        name="test",
+        max_size=100,
+        max_delay=0.01,
+    )
+    outcomes = await asyncio.gather(*(batcher.submit(i) for i in (11, 12, 13, 14)), return_exceptions=True)
+
+    assert outcomes[:2] == [110, 120]
+    assert isinstance(outcomes[2], Refused)
+    assert outcomes[3] == 140
+    assert flushes == [[11, 12, 13, 14], [11], [12], [13], [14]]  # together, then each alone
+
+
+async def test_a_failure_of_everyones_fails_the_batch_without_a_try_per_item() -> None:
+    flushes: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        flushes.append(items)
+        raise ConnectionError("database unreachable")
+
+    batcher = Batcher(
+        partial(each_alone_on_failure, flush, everyones=lambda error: isinstance(error, ConnectionError)),
+        name="test",
+        max_size=100,
+        max_delay=0.01,
+    )
+    outcomes = await asyncio.gather(*(batcher.submit(i) for i in range(3)), return_exceptions=True)
+
+    assert all(isinstance(outcome, ConnectionError) for outcome in outcomes)
+    assert flushes == [[0, 1, 2]]

@@ -253,17 +253,26 @@ def test_heartbeats_folded_steadily_are_not_behind() -> None:
     assert not folding.behind(1000.0, by=3.0)  # nothing waits: nothing is behind
 
 
-def test_heartbeats_that_wait_longer_than_the_limit_are_behind_even_when_one_fold_failed() -> None:
+def test_heartbeats_that_wait_longer_than_the_limit_are_behind() -> None:
     folding = FoldProgress()
     folding.folded(0.0)
     folding.submitted(10.0)
     assert not folding.behind(12.9, by=3.0)
     assert folding.behind(13.1, by=3.0)
-    folding.failed()  # its fold failed (a timeout): not folded
-    folding.answered()
-    assert folding.behind(13.5, by=3.0)  # nothing waits, but what came was lost
-    folding.submitted(14.0)  # the next waits behind the same silent server
-    assert folding.behind(14.5, by=3.0)
-    folding.folded(15.0)
+    folding.folded(13.5)
     folding.answered()
     assert not folding.behind(20.0, by=3.0)
+
+
+def test_a_failed_fold_holds_only_for_a_while_and_a_fleet_silent_after_it_is_taken_for_silent() -> None:
+    folding = FoldProgress()
+    folding.submitted(10.0)
+    folding.failed(11.0)  # its heartbeats were not written (and are not delivered again)
+    folding.answered()
+    assert folding.behind(11.5, by=3.0)  # nothing waits, but what came was lost
+    assert not folding.behind(14.5, by=3.0)  # no fold since, none failing: the fleet went silent
+    hearing = BrokerHearing.starting(0.0, OFFLINE)
+    listen(hearing, 0.0, 40.0)
+    hearing.blind(11.5)  # what the health check did while the fold was failing
+    assert hearing.offline_after(11.5 + OFFLINE - 0.1) is None
+    assert hearing.offline_after(11.5 + OFFLINE + 0.1) is not None  # silent hosts are offline again

@@ -75,7 +75,7 @@ _RELEASE = text(
 def _timestamp(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    # asyncpg reads a naive datetime as UTC; so does this.
+    # Every datetime of a record is aware (read from timestamptz, or made in UTC); a naive one is taken for UTC.
     return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).isoformat()
 
 

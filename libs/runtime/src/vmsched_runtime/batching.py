@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from vmsched_runtime.metrics import BATCH_SIZE
@@ -25,18 +26,54 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(frozen=True, slots=True)
+class ItemFailed:
+    """A flush's answer for one item that failed alone: its caller has ``error`` raised."""
+
+    error: Exception
+
+
+async def each_alone_on_failure(
+    flush: Callable[[list[T]], Awaitable[Sequence[R]]],
+    items: list[T],
+    *,
+    everyones: Callable[[Exception], bool],
+) -> list[R | ItemFailed]:
+    """``flush`` of ``items`` together; if that fails, of each item alone, so that one bad item (a
+    value the server refuses, a row locked past the statement timeout) fails alone rather than with
+    its batch, and again with every batch its redelivery lands in. A failure ``everyones`` says
+    belongs to every item (the server away, a deadlock: the batch is worth trying again whole)
+    fails the batch at once, without a round trip per item."""
+    try:
+        return list(await flush(items))
+    except Exception as error:
+        if len(items) == 1 or everyones(error):
+            raise
+    answers: list[R | ItemFailed] = []
+    for item in items:
+        try:
+            (answer,) = await flush([item])
+        except Exception as error:
+            if everyones(error):
+                raise
+            answers.append(ItemFailed(error))
+        else:
+            answers.append(answer)
+    return answers
+
+
 class Batcher(Generic[T, R]):
     def __init__(
         self,
-        flush: Callable[[list[T]], Awaitable[Sequence[R]]],
+        flush: Callable[[list[T]], Awaitable[Sequence[R | ItemFailed]]],
         *,
         name: str,
         max_size: int = 256,
         max_delay: float = 0.005,
         max_in_flight: int = 1,
     ) -> None:
-        """``flush`` returns one result per item, in order. ``name`` labels the batch sizes in
-        ``vmsched_batch_size``."""
+        """``flush`` returns one result per item, in order (an :class:`ItemFailed` is raised to its
+        caller alone). ``name`` labels the batch sizes in ``vmsched_batch_size``."""
         if max_size < 1 or max_in_flight < 1:
             raise ValueError("max_size and max_in_flight must be at least 1")
         self._flush = flush
@@ -90,7 +127,11 @@ class Batcher(Generic[T, R]):
                 raise
             return
         for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(result, ItemFailed):
+                future.set_exception(result.error)
+            else:
                 future.set_result(result)
 
     async def drain(self) -> None:

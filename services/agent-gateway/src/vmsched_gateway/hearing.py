@@ -92,15 +92,15 @@ class BrokerHearing:
 @dataclass
 class FoldProgress:
     """Whether the heartbeats that arrive are folded: how many wait (submitted, not yet folded or
-    failed), whether a fold failed since the last one that ended well, and since when nothing was
-    folded while heartbeats waited or were lost."""
+    failed) and since when nothing was folded while they did, and when a fold last failed (its
+    heartbeats were not written: the consumer does not take them again)."""
 
     waiting: int = 0
-    unfolded: bool = False  # a fold failed since the last one that ended well: its heartbeats were not written
     since: float = 0.0  # monotonic seconds: the last fold that ended well, or when heartbeats began to wait
+    failed_at: float | None = None
 
     def submitted(self, now: float) -> None:
-        if self.waiting == 0 and not self.unfolded:
+        if self.waiting == 0:
             self.since = now
         self.waiting += 1
 
@@ -111,13 +111,15 @@ class FoldProgress:
     def folded(self, now: float) -> None:
         """A batch of heartbeats was written (the hosts' rows and their snapshot)."""
         self.since = now
-        self.unfolded = False
 
-    def failed(self) -> None:
+    def failed(self, now: float) -> None:
         """A batch of heartbeats could not be written."""
-        self.unfolded = True
+        self.failed_at = now
 
     def behind(self, now: float, by: float) -> bool:
-        """Whether heartbeats wait, or were lost to a failed fold, and nothing was folded for more
-        than ``by`` seconds."""
-        return (self.waiting > 0 or self.unfolded) and now - self.since > by
+        """Whether heartbeats have waited more than ``by`` seconds with nothing folded, or a fold
+        failed within the last ``by`` seconds. Only as long as that lasts: a fleet that falls silent
+        after a failure is taken for silent again, an offline timeout later (BrokerHearing.blind)."""
+        stalled = self.waiting > 0 and now - self.since > by
+        failing = self.failed_at is not None and now - self.failed_at <= by
+        return stalled or failing

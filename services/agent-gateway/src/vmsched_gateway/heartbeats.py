@@ -16,7 +16,7 @@ from vmsched_amqp import events
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import AgentConflict, AgentHeartbeat, HostStatus
 from vmsched_gateway.hearing import FoldProgress
-from vmsched_gateway.host_store import HostFacts, HostStore
+from vmsched_gateway.host_store import Folded, HostFacts, HostStore
 from vmsched_gateway.identity import AgentRefused, MessageKind, Refusal, refuse
 from vmsched_gateway.instances import ConflictNotices, Refused
 from vmsched_gateway.metrics import VMS_RETURNED
@@ -71,9 +71,6 @@ class HeartbeatFold:
         self.progress.submitted(time.monotonic())
         try:
             refused = await self.batches.submit(beat)
-        except Exception:
-            self.progress.failed()
-            raise
         finally:
             self.progress.answered()
         if refused is not None:
@@ -88,21 +85,13 @@ class HeartbeatFold:
                 await asyncio.wait_for(self._declaring, timeout=DRAIN_DECLARING)
 
     async def _fold(self, beats: list[AgentHeartbeat]) -> Sequence[AgentRefused | None]:
-        folded = await self.store.fold_heartbeats(beats, takeover_after=self.offline_timeout)
-        newest = folded.accepted
-        for host in folded.hosts:
-            if host.inserted:
-                log.info("new host", host=host.host_id)
-                # Perhaps a host an operator deleted, whose queue went with it: declared again.
-                self._undeclared[host.host_id] = True
-            elif not self.queues.known(host.host_id):
-                self._undeclared.setdefault(host.host_id, False)
-        self._declare_soon()
-        await self.snapshot.record_heartbeats(
-            [_host_write(newest[host.host_id], host) for host in folded.hosts],
-            bump_interval=self.offline_timeout / 3,
-        )
+        try:
+            folded = await self._write(beats)
+        except Exception:
+            self.progress.failed(time.monotonic())
+            raise
         self.progress.folded(time.monotonic())
+        newest = folded.accepted
         if folded.returned:
             for change in folded.returned:
                 VMS_RETURNED.labels(change.after.status.value).inc()
@@ -121,6 +110,24 @@ class HeartbeatFold:
             await self.orphans.found(host_id, vm, fenced=host_id in fenced)
         refusals = {id(refused.beat): await self._conflict(refused) for refused in folded.refused}
         return [refusals.get(id(beat)) for beat in beats]
+
+    async def _write(self, beats: list[AgentHeartbeat]) -> Folded:
+        """The hosts' rows in PostgreSQL, then their snapshot in Redis."""
+        folded = await self.store.fold_heartbeats(beats, takeover_after=self.offline_timeout)
+        newest = folded.accepted
+        for host in folded.hosts:
+            if host.inserted:
+                log.info("new host", host=host.host_id)
+                # Perhaps a host an operator deleted, whose queue went with it: declared again.
+                self._undeclared[host.host_id] = True
+            elif not self.queues.known(host.host_id):
+                self._undeclared.setdefault(host.host_id, False)
+        self._declare_soon()
+        await self.snapshot.record_heartbeats(
+            [_host_write(newest[host.host_id], host) for host in folded.hosts],
+            bump_interval=self.offline_timeout / 3,
+        )
+        return folded
 
     def _declare_soon(self) -> None:
         """Declare the hosts' command queues beside the folding, not in it: a gateway that starts

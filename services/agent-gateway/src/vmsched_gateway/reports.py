@@ -6,9 +6,11 @@ migration's commands, a stop or a start go to :mod:`vmsched_gateway.tasks`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from uuid import UUID
 
 from vmsched_amqp import events
+from vmsched_amqp.failures import is_transient
 from vmsched_amqp.publishing import Publisher
 from vmsched_contract.messages import (
     MIGRATION_ACTIONS,
@@ -29,7 +31,7 @@ from vmsched_gateway.report_store import AgentReport, Reported, ReportStore, Run
 from vmsched_gateway.tasks import Tasks
 from vmsched_pg.outbox import publish_rows
 from vmsched_redis.snapshot import Snapshot
-from vmsched_runtime.batching import Batcher
+from vmsched_runtime.batching import Batcher, each_alone_on_failure
 from vmsched_runtime.logs import bound, get_logger
 
 log = get_logger("vmsched_gateway")
@@ -48,7 +50,13 @@ class StatusReports:
 
     def __post_init__(self) -> None:
         self.running = Batcher(self.store.mark_running, name="running_reports", max_size=256, max_delay=0.005)
-        self.others = Batcher(self.store.report_many, name="status_reports", max_size=256, max_delay=0.005)
+        # A report PostgreSQL refuses fails alone, not with its batch (and every batch its redelivery joins).
+        self.others = Batcher(
+            partial(each_alone_on_failure, self.store.report_many, everyones=is_transient),
+            name="status_reports",
+            max_size=256,
+            max_delay=0.005,
+        )
 
     async def drain(self) -> None:
         await self.running.drain()

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from vmsched_amqp.failures import is_transient
 from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import Change, delete_requested
 from vmsched_pg import vm_writes
 from vmsched_pg.engine import retry_on_dead_connection
 from vmsched_pg.rows import vm_from_row
-from vmsched_runtime.batching import Batcher
+from vmsched_runtime.batching import Batcher, each_alone_on_failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +62,18 @@ def decide(found: Mapping[UUID, VmRecord], asks: Sequence[DeleteAsk]) -> tuple[l
 
 
 class VmDeletes:
-    def __init__(self, engine: AsyncEngine, *, max_group: int = 256) -> None:
+    def __init__(self, engine: AsyncEngine, *, max_group: int = 256, max_in_flight: int = 3) -> None:
         self.engine = engine
-        # No timer: a request that finds no group in flight starts one at once.
+        # No timer: a request that finds no group in flight starts one at once. A few groups at a time,
+        # so that one waiting on a row locked elsewhere does not hold every delete behind it (groups
+        # lock their rows in id order: they cannot deadlock each other). A request PostgreSQL refuses
+        # fails alone, not with its group.
         self._groups: Batcher[DeleteAsk, Asked | None] = Batcher(
-            self._delete_group, name="vm_deletes", max_size=max_group, max_delay=0.0
+            partial(each_alone_on_failure, self._delete_group, everyones=is_transient),
+            name="vm_deletes",
+            max_size=max_group,
+            max_delay=0.0,
+            max_in_flight=max_in_flight,
         )
 
     async def request(self, vm_id: UUID, project: str | None) -> Asked | None:

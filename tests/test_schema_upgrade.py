@@ -39,3 +39,15 @@ async def test_models_match_the_migrations(migrated: Servers) -> None:
     finally:
         await engine.dispose()
     assert differences == []
+
+
+async def test_the_hosts_table_leaves_room_on_each_page_and_is_vacuumed_often(migrated: Servers) -> None:
+    """Each heartbeat updates its host's row: half of each page is left for the new versions (HOT
+    updates), and the table is vacuumed after 100 dead versions whatever its size (migrations 0033 and
+    0034; the soak's tables rule, docs/reliability.md)."""
+    connection = await asyncpg.connect(migrated.asyncpg_dsn)
+    try:
+        options = await connection.fetchval("SELECT reloptions FROM pg_class WHERE relname = 'hosts'")
+    finally:
+        await connection.close()
+    assert set(options) == {"fillfactor=50", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=100"}

@@ -108,7 +108,8 @@ async def fleets(cells: Cells) -> AsyncIterator[None]:
     ):
         for stack, count in ((cells.a, 3), (cells.b, 2)):
             await hosts_online(stack, count)
-        # The router has read both summaries with every host in them.
+        # The router has read both summaries with every host in them (the cells' own summaries having
+        # them is not enough: the router may have read one just before its hosts came).
         async with cells.client() as router:
             await eventually(
                 lambda: summaries(cells),
@@ -118,9 +119,11 @@ async def fleets(cells: Cells) -> AsyncIterator[None]:
             )
             await eventually(
                 lambda: router.get("/readyz"),
-                lambda r: all(c["state"] == "ok" for c in r.json()["cells"].values()),
+                lambda r: (
+                    {name: c.get("schedulable_hosts") for name, c in r.json()["cells"].items()} == {"a": 3, "b": 2}
+                ),
                 timeout=30,
-                what="both cells ready in the router",
+                what="both cells in the router, with every host",
             )
         yield
 

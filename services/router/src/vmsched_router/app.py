@@ -136,7 +136,12 @@ def system_routes() -> APIRouter:
         except Exception as error:
             store = f"unreachable: {type(error).__name__}"
         cells = {
-            name: {"state": "ok", "load": round(cell.summary.load(), 4), "waiting": cell.summary.waiting}
+            name: {
+                "state": "ok",
+                "load": round(cell.summary.load(), 4),
+                "waiting": cell.summary.waiting,
+                "schedulable_hosts": cell.summary.schedulable_hosts,
+            }
             if cell.summary is not None
             else {"state": cell.problem or "unreachable"}
             for name, cell in routing.table.cells.items()

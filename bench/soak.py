@@ -22,7 +22,8 @@ window of steady churn (from when the population is reached) stays within 1.2x o
 each service's memory stays within 15% of what it used after warm-up, and the tables and Redis stop
 growing: over the second half of the run, each table but the history (``vms``, ``audit``,
 ``decision_journal``, ``host_drains``: one row per VM, request, decision or drain ever, kept by
-design) grows by less than 5%, and Redis's keys' memory by less than 5%. It writes the figures over
+design) grows by less than 5%, and Redis's keys' memory by less than 5%, with PostgreSQL's autovacuum
+on, as in production (turned on for the run when the server has it off, and back off after). It writes the figures over
 time to ``docs/img/soak.png`` and its numbers to ``bench/results/soak-<date>.json``; docs/reliability.md
 shows the last.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import json
 import os
@@ -38,7 +40,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -487,8 +489,18 @@ async def settle(dsn: str, vm_ids: list[str]) -> int:
         await conn.close()
 
 
+def _server_dsn(env: dict[str, str]) -> str:
+    """The run's server, through its ``postgres`` database (the run's own is made by the API)."""
+    url = urlsplit(_plain_dsn(env))
+    return url._replace(path="/postgres").geturl()
+
+
+def _plain_dsn(env: dict[str, str]) -> str:
+    return env["VMSCHED_DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
 async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
-    dsn = env["VMSCHED_DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://", 1)
+    dsn = _plain_dsn(env)
     run = Run()
     began_at = datetime.now(UTC)
     deadline = time.monotonic() + DURATION
@@ -560,10 +572,46 @@ async def soak(stack: Stack, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def autovacuum_on(dsn: str) -> Iterator[str]:
+    """PostgreSQL's autovacuum on for the run, as in production (the tables rule means nothing
+    without it), and the server's own setting back afterwards. This machine's test server has it off
+    (/etc/postgresql/15/main/conf.d/90-ci.conf), which every soak before 2026-11-28 ran with.
+    Yields what the run had: "on", "on (turned on for the run)", or why it is off."""
+
+    async def ask(*statements: str) -> str:
+        conn = await asyncpg.connect(dsn)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+            return str(await conn.fetchval("SHOW autovacuum"))
+        finally:
+            await conn.close()
+
+    if asyncio.run(ask()) == "on":
+        yield "on"
+        return
+    try:
+        turned = asyncio.run(ask("ALTER SYSTEM SET autovacuum = on", "SELECT pg_reload_conf()"))
+        # The server reloads its configuration in a moment, not before pg_reload_conf() returns.
+        deadline = time.monotonic() + 10
+        while turned != "on" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            turned = asyncio.run(ask())
+    except asyncpg.PostgresError as error:  # not a superuser: said in the result, the tables rule unjudged
+        yield f"off ({error}; run ALTER SYSTEM SET autovacuum = on as a superuser first)"
+        return
+    try:
+        yield "on (turned on for the run)" if turned == "on" else f"off (still {turned} after ALTER SYSTEM)"
+    finally:
+        asyncio.run(ask("ALTER SYSTEM RESET autovacuum", "SELECT pg_reload_conf()"))
+
+
 def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="vmsched-soak-"))
     print(f"soak: {MINUTES:g} min, {HOSTS} hosts, {RATE:g}/s; logs in {workdir}", flush=True)
-    with isolated(VMSCHED_REPUBLISH_AFTER="5") as iso:
+    with isolated(VMSCHED_REPUBLISH_AFTER="5") as iso, autovacuum_on(_server_dsn(iso.env)) as autovacuum:
+        print(f"PostgreSQL's autovacuum: {autovacuum}", flush=True)
         stack = Stack(env={**iso.env, "VMSCHED_RATE_LIMIT": "0"}, log_dir=workdir, api_port=free_port())
         with stack.running(schedulers=SCHEDULERS):
             stack.start_agents(
@@ -572,6 +620,10 @@ def main() -> int:
             )  # fmt: skip
             wait_for(lambda: hosts_online(stack) >= HOSTS, 600, f"{HOSTS} hosts online", interval=2)
             result = asyncio.run(soak(stack, iso.env))
+            result["autovacuum"] = autovacuum
+            if not autovacuum.startswith("on"):
+                result["failures"].append(f"the tables rule needs autovacuum on: {autovacuum}")
+                result["passed"] = False
     out = ROOT / "bench" / "results" / f"soak-{result['date'][:10]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str))

@@ -21,11 +21,13 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
-# make test: two workers (pytest-xdist), each with its own vhost, database and key prefix (tests/servers.py),
-# a module's tests on one worker (--dist loadfile: a module's stack or fleet is started once); then the
-# few tests marked alone, which would disturb the other worker, by themselves.
+# make test TEST_WORKERS=2: two workers (pytest-xdist), each with its own vhost, database and key prefix
+# (tests/servers.py), a module's tests on one worker (--dist loadfile: a module's stack or fleet is started
+# once); then the few tests marked alone, which would disturb another worker, by themselves. One worker
+# (0: in-process) until the timing flakes two workers bring out are fixed (docs/testing.md, "Two workers").
+TEST_WORKERS ?= 0
 test: .venv/.synced servers ## the suite on the real servers, but the long multi-stack runs (test-faults) and the servers of their own (test-cluster)
-	$(PY) -m pytest -m "not own_servers and not slow and not alone" -n 2 --dist loadfile
+	$(PY) -m pytest -m "not own_servers and not slow and not alone" -n $(TEST_WORKERS) --dist loadfile
 	$(PY) -m pytest -m "alone and not own_servers and not slow"
 
 test-faults: .venv/.synced servers ## kill -9, SIGTERM, a Redis flush, a broker restart, four-scheduler races, two cells: whole stacks mid-run (CI runs it after make test)

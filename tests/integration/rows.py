@@ -3,6 +3,7 @@ and the removal of a test's Redis keys."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -11,6 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from vmsched_contract.messages import ZERO, Overcommit, Resources
+from vmsched_domain.records import HostRecord
+from vmsched_pg.rows import HOST_COLUMNS, host_from_row
 from vmsched_redis.host_hash import HostWrite
 
 ONE_SMALL_VM = Resources(cpu=1, memory_mb=512, disk_gb=1)
@@ -53,8 +56,8 @@ async def insert_vm(
     async with engine.begin() as connection:
         await connection.execute(
             text(
-                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb) "
-                "VALUES (:id, :name, :status, :host, :cpu, :memory_mb, :disk_gb)"
+                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, extra) "
+                "VALUES (:id, :name, :status, :host, :cpu, :memory_mb, :disk_gb, CAST(:extra AS jsonb))"
             ),
             {
                 "id": vm_id,
@@ -64,9 +67,19 @@ async def insert_vm(
                 "cpu": resources.cpu,
                 "memory_mb": resources.memory_mb,
                 "disk_gb": resources.disk_gb,
+                "extra": json.dumps(dict(resources.extra)),
             },
         )
     return vm_id
+
+
+async def host_row(engine: AsyncEngine, host_id: str) -> HostRecord:
+    """The host as PostgreSQL has it now."""
+    async with engine.connect() as connection:
+        row = (
+            await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
+        ).one()
+    return host_from_row(row)
 
 
 async def delete_keys(redis: Redis, prefix: str) -> None:

@@ -26,17 +26,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from devtools.stack import Stack
 from tests.faults.invariants import check
 from tests.fleets import enrolled_fleet
-from tests.integration.rows import delete_keys, online_host
+from tests.integration.rows import delete_keys, host_row, insert_vm, online_host
 from tests.integration.waiting import eventually
 from tests.servers import Servers
 from vmsched_agent.hosts import HostSpec
 from vmsched_contract.decision import PlacementRecord
 from vmsched_contract.messages import Resources
 from vmsched_contract.strategy import Strategy
-from vmsched_domain.records import HostRecord
 from vmsched_domain.vm_changes import agent_deleted, delete_requested
 from vmsched_pg import vm_writes
-from vmsched_pg.rows import HOST_COLUMNS, host_from_row, vm_from_row
+from vmsched_pg.rows import vm_from_row
 from vmsched_redis.claims import Claim
 from vmsched_redis.host_hash import SnapshotHost
 from vmsched_redis.snapshot import Snapshot
@@ -226,24 +225,9 @@ async def _insert_host(engine: AsyncEngine, host_id: str, extra: dict[str, int])
 async def _insert_vm(
     engine: AsyncEngine, extra: dict[str, int], *, status: str = "pending", host: str | None = None
 ) -> uuid.UUID:
-    vm_id = uuid.uuid4()
-    async with engine.begin() as connection:
-        await connection.execute(
-            text(
-                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, extra) "
-                "VALUES (:id, 'x', :status, :host, 1, 512, 1, CAST(:extra AS jsonb))"
-            ),
-            {"id": vm_id, "status": status, "host": host, "extra": json.dumps(extra)},
-        )
-    return vm_id
-
-
-async def _host_row(engine: AsyncEngine, host_id: str) -> HostRecord:
-    async with engine.connect() as connection:
-        row = (
-            await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
-        ).one()
-    return host_from_row(row)
+    return await insert_vm(
+        engine, status=status, host=host, name="x", resources=Resources(cpu=1, memory_mb=512, disk_gb=1, extra=extra)
+    )
 
 
 async def test_postgresqls_guard_counts_a_rounds_vms_together_and_a_release_gives_their_extras_back(
@@ -271,7 +255,7 @@ async def test_postgresqls_guard_counts_a_rounds_vms_together_and_a_release_give
     # (the guard keeps the prefix of a host's placements that fits).
     outcomes = [result.outcome for result in settled.placements]
     assert outcomes == [Committed.PLACED, Committed.PLACED] + [Committed.HOST_REFUSED] * 3
-    host = await _host_row(private_engine, "hv-x1")
+    host = await host_row(private_engine, "hv-x1")
     assert (host.allocated.extra, host.vm_count) == ({"fpga": 1, "nic": 1}, 2)
 
     # The first is deleted (asked, then done by its agent): its fpga goes back, the nic stays with the second.
@@ -282,9 +266,9 @@ async def test_postgresqls_guard_counts_a_rounds_vms_together_and_a_release_give
             change = delete_requested(vm) if step == "asked" else agent_deleted(vm, "hv-x1", time.time())
             assert change is not None
             assert await vm_writes.apply(connection, [change]) == [change]
-        held = (await _host_row(private_engine, "hv-x1")).allocated.extra
+        held = (await host_row(private_engine, "hv-x1")).allocated.extra
         assert held == ({"fpga": 1, "nic": 1} if step == "asked" else {"nic": 1})  # deleting still holds it
-    host = await _host_row(private_engine, "hv-x1")
+    host = await host_row(private_engine, "hv-x1")
     assert (host.allocated.extra, host.vm_count) == ({"nic": 1}, 1)
 
 
@@ -311,7 +295,7 @@ async def test_reconciliation_rebuilds_extras_from_the_vms_rows(
 
     await reconcile(private_engine, snapshot)
 
-    assert (await _host_row(private_engine, "hv-x2")).allocated.extra == {"fpga": 3}
+    assert (await host_row(private_engine, "hv-x2")).allocated.extra == {"fpga": 3}
     assert (await _cached(snapshot, "hv-x2")).allocated.extra == {"fpga": 3}
     assert {await snapshot.claim_of(vm_id) for vm_id in committed} == {"hv-x2"}
 

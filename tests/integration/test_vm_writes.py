@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from vmsched_domain.records import HostRecord, VmRecord
+from tests.integration.rows import host_row, insert_vm
+from vmsched_contract.messages import Resources
+from vmsched_domain.records import VmRecord
 from vmsched_domain.vm_changes import Change, agent_deleted, agent_failed, delete_requested
 from vmsched_pg import vm_writes
-from vmsched_pg.rows import HOST_COLUMNS, host_from_row, vm_from_row
+from vmsched_pg.rows import vm_from_row
 
 
 async def _host(engine: AsyncEngine, host_id: str, *, vms: int, extra: dict[str, int]) -> None:
@@ -34,29 +36,15 @@ async def _host(engine: AsyncEngine, host_id: str, *, vms: int, extra: dict[str,
 async def _vm(
     engine: AsyncEngine, host: str, *, extra: dict[str, int] | None = None, status: str = "running"
 ) -> uuid.UUID:
-    vm_id = uuid.uuid4()
-    async with engine.begin() as connection:
-        await connection.execute(
-            text(
-                "INSERT INTO vms (id, name, status, hypervisor_id, cpu, memory_mb, disk_gb, extra, published_at)"
-                " VALUES (:id, 'w', :status, :host, 1, 512, 1, CAST(:extra AS jsonb), now())"
-            ),
-            {"id": vm_id, "host": host, "extra": json.dumps(extra or {}), "status": status},
-        )
-    return vm_id
+    """A VM of 1 CPU, 512 MiB and 1 GB (and ``extra``) on ``host``."""
+    return await insert_vm(
+        engine, status=status, host=host, resources=Resources(cpu=1, memory_mb=512, disk_gb=1, extra=extra or {})
+    )
 
 
 async def _vms(engine: AsyncEngine, ids: Sequence[uuid.UUID]) -> list[VmRecord]:
     async with engine.connect() as connection:
         return [vm_from_row(row) for row in await connection.execute(vm_writes.LOCK_VMS, {"ids": list(ids)})]
-
-
-async def _host_row(engine: AsyncEngine, host_id: str) -> HostRecord:
-    async with engine.connect() as connection:
-        row = (
-            await connection.execute(text(f"SELECT {HOST_COLUMNS} FROM hosts WHERE id = :id"), {"id": host_id})
-        ).one()
-    return host_from_row(row)
 
 
 async def _apply(engine: AsyncEngine, changes: Sequence[Change]) -> list[Change]:
@@ -81,14 +69,14 @@ async def test_a_hundred_deletes_land_together_and_each_host_gets_its_own_vms_ba
     assert await _apply(private_engine, asked) == asked
     deleting = await _vms(private_engine, ids)
     assert {(vm.status.value, vm.status_reason) for vm in deleting} == {("deleting", "deleting: its agent was told")}
-    assert (await _host_row(private_engine, "hv-w1")).vm_count == 70  # a VM being deleted still holds its room
+    assert (await host_row(private_engine, "hv-w1")).vm_count == 70  # a VM being deleted still holds its room
 
     # hv-w1's agent reports 40 of its VMs gone, hv-w2's agent all of its own.
     gone = [vm for vm in deleting if vm.hypervisor_id == "hv-w2" or vm.id in set(ids[:40])]
     done = [_changed(agent_deleted(vm, vm.hypervisor_id or "", time.time())) for vm in gone]
     assert await _apply(private_engine, done) == done
 
-    first, second = await _host_row(private_engine, "hv-w1"), await _host_row(private_engine, "hv-w2")
+    first, second = await host_row(private_engine, "hv-w1"), await host_row(private_engine, "hv-w2")
     assert (first.vm_count, first.allocated.cpu, first.allocated.memory_mb, first.allocated.disk_gb) == (
         30,
         30,
@@ -112,7 +100,7 @@ async def test_a_change_computed_from_a_stale_read_does_not_land_nor_release(pri
 
     by_id = {vm.id: vm for vm in await _vms(private_engine, [stale.id, fresh.id])}
     assert (by_id[stale.id].status.value, by_id[fresh.id].status.value) == ("failed", "deleted")
-    assert (await _host_row(private_engine, "hv-w3")).vm_count == 1  # only the landed change gave room back
+    assert (await host_row(private_engine, "hv-w3")).vm_count == 1  # only the landed change gave room back
 
 
 async def test_every_field_a_change_writes_reads_back_as_the_change_has_it(private_engine: AsyncEngine) -> None:
@@ -147,4 +135,4 @@ async def test_two_changes_of_one_vm_in_one_call_land_in_their_order(private_eng
 
     (after,) = await _vms(private_engine, [vm.id])
     assert after.status.value == "deleted"
-    assert (await _host_row(private_engine, "hv-w5")).vm_count == 0
+    assert (await host_row(private_engine, "hv-w5")).vm_count == 0

@@ -3,13 +3,17 @@ fits nowhere takes the room of VMs of lower priority, in both stores at once, an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from uuid import UUID
 
 from tests.round.worlds import World
+from vmsched_contract.decision import JournalRef
 from vmsched_contract.messages import Resources
 from vmsched_contract.status import VmStatus
+from vmsched_domain.records import VmRecord
 from vmsched_scheduler.migration_round import MigrationItem, TargetChosen
-from vmsched_scheduler.round_items import Assigned, NotPlaced, RoundItem
+from vmsched_scheduler.round_items import Assigned, Later, NotPlaced, RoundItem
 
 HOST = Resources(cpu=8, memory_mb=16384, disk_gb=100)
 SMALL = Resources(cpu=2, memory_mb=2048, disk_gb=10)
@@ -97,3 +101,53 @@ async def test_a_migrating_vm_is_never_a_victim_on_its_source_nor_on_its_target(
     stored = await world.vm(mover.id)
     assert (stored.status, stored.hypervisor_id, stored.migration_target) == (VmStatus.MIGRATING, "hv-1", "hv-2")
     assert (await world.claimed_on(mover.id), await world.target_claimed_on(mover.id)) == ("hv-1", "hv-2")
+
+
+class MovesEnded:
+    """Evictions whose moves have all ended (as PostgreSQL says once the gateway committed them)."""
+
+    async def moving_for(self, preemptor: UUID) -> int:
+        return 0
+
+    async def evict(
+        self,
+        preemptor: UUID,
+        attempt: int,
+        host_id: str,
+        victims: Sequence[UUID],
+        priority: int,
+        journal: JournalRef | None = None,
+    ) -> list[VmRecord] | None:
+        raise AssertionError(f"no move was to start: {victims} off {host_id}")
+
+    async def announce(self, moving: Sequence[VmRecord], priority: int) -> None:
+        raise AssertionError("nothing to announce")
+
+
+async def test_a_vm_whose_moved_victims_left_in_postgresql_but_not_yet_in_the_snapshot_waits_for_their_room(
+    world: World,
+) -> None:
+    """The gateway commits a move's end before it hands the VM's claim over in Redis; a preemptor
+    retried in between saw its host still full and its victims gone, and was called unschedulable
+    for want of the room it waited for (test_preemption's move, 1 run in 5 on two busy cores)."""
+    await world.add_host("hv-1", HOST)
+    await world.add_host("hv-2", HOST)
+    await world.add_running_vm(Resources(cpu=2, memory_mb=2048, disk_gb=10), "hv-2", name="keep", priority=900)
+    victim = await world.add_running_vm(Resources(cpu=6, memory_mb=4096, disk_gb=10), "hv-1", priority=10)
+    urgent = await world.add_vm(Resources(cpu=8, memory_mb=2048, disk_gb=10), name="urgent", priority=500)
+    (moving,) = await world.round.run_migrations([MigrationItem(await world.ask_migration(victim.id, "hv-2"))])
+    assert isinstance(moving, TargetChosen), moving
+    await world.keep_preemption(urgent.vm_id, "hv-1", [victim.id])
+    world.round.evictions = MovesEnded()
+    await world.end_migration_in_ledger_only(victim.id)
+
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, Later), outcome
+    assert (await world.vm(urgent.vm_id)).status is VmStatus.PENDING
+
+    await world.round.claims.release_many([victim.id])  # the gateway gives the source's claim back
+    (outcome,) = await world.round.run([RoundItem(urgent)])
+    assert isinstance(outcome, Assigned), outcome
+    assert outcome.assignment.hypervisor_id == "hv-1"
+    assert not outcome.preempted  # its victim was moved, not deleted
+    assert (await world.vm(victim.id)).status is VmStatus.RUNNING

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -16,12 +17,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.round.fakes import Host, MemoryFleet, MemoryLedger, MemorySnapshot, new_vm_record
+from vmsched_contract.decision import PreemptionMove
 from vmsched_contract.messages import ZERO, Capability, Overcommit, Resources, VmMigrate, VmToPlace
 from vmsched_contract.status import VmStatus
 from vmsched_contract.strategy import Strategy
 from vmsched_domain import live_migration
 from vmsched_domain.claims import target_claim_id
+from vmsched_domain.lifecycle import Event, choose
 from vmsched_domain.records import VmRecord
+from vmsched_domain.vm_changes import Change
 from vmsched_pg import vm_writes
 from vmsched_pg.rows import VM_COLUMNS, vm_from_row
 from vmsched_placement import Fleet, Weights
@@ -100,7 +104,13 @@ class World(Protocol):
     async def vm(self, vm_id: UUID) -> VmRecord: ...
 
     async def add_running_vm(
-        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+        self,
+        resources: Resources,
+        host_id: str,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> VmRecord:
         """A VM running on ``host_id``: its share counted there in PostgreSQL and claimed in the snapshot."""
         ...
@@ -138,6 +148,40 @@ class World(Protocol):
     async def set_online_hosts(self, count: int) -> None:
         """Make PostgreSQL know ``count`` online hosts (as after a Redis flush)."""
         ...
+
+    async def end_migration_in_ledger_only(self, vm_id: UUID) -> None:
+        """The VM's migration ends in PostgreSQL (it runs on its target, its source given back) while
+        the snapshot still holds both its claims: the gateway between its commit and its handing the
+        claim over to the target."""
+        ...
+
+    async def keep_preemption(self, vm_id: UUID, host_id: str, victims: Sequence[UUID]) -> None:
+        """Record that the pending VM had ``victims`` moved off ``host_id`` for it (``vms.preemption``)."""
+        ...
+
+
+def migration_ended(vm: VmRecord) -> Change:
+    """The change that ends the VM's migration on its target (as the target's report does)."""
+    transition = choose(Event.TARGET_RUNNING, vm.status)
+    assert transition is not None, vm
+    assert vm.migration_target is not None, vm
+    after = replace(
+        vm,
+        status=transition.target,
+        status_reason=None,
+        hypervisor_id=vm.migration_target,
+        task=None,
+        task_since=None,
+        target_host=None,
+        migration_target=None,
+    )
+    return Change(vm, after, transition)
+
+
+def preemption_kept(host_id: str, victims: Sequence[UUID]) -> dict[str, object]:
+    return PreemptionMove(
+        journal=None, host=host_id, victims=[str(v) for v in victims], decided_at=datetime.now(UTC)
+    ).model_dump(mode="json")
 
 
 def vm_to_place(
@@ -213,13 +257,20 @@ class MemoryWorld:
         return self.ledger.vms[vm_id]
 
     async def add_running_vm(
-        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+        self,
+        resources: Resources,
+        host_id: str,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> VmRecord:
         vm = replace(
             new_vm_record(uuid.uuid4(), name, resources),
             status=VmStatus.RUNNING,
             hypervisor_id=host_id,
             labels=dict(labels or {}),
+            priority=priority,
         )
         self.ledger.vms[vm.id] = vm
         (claimed,) = (await self.snapshot.claim_many([Claim(vm.id, host_id, resources)], time.time())).results
@@ -271,6 +322,16 @@ class MemoryWorld:
     async def set_online_hosts(self, count: int) -> None:
         for n in range(count):
             self.ledger.hosts.setdefault(f"pg-only-{n}", Host(f"pg-only-{n}", ZERO))
+
+    async def end_migration_in_ledger_only(self, vm_id: UUID) -> None:
+        change = migration_ended(self.ledger.vms[vm_id])
+        self.ledger.vms[vm_id] = change.after
+        assert change.released_from is not None
+        source = self.ledger.hosts[change.released_from]
+        source.allocated, source.vm_count = source.allocated.minus(change.before.resources), source.vm_count - 1
+
+    async def keep_preemption(self, vm_id: UUID, host_id: str, victims: Sequence[UUID]) -> None:
+        self.ledger.vms[vm_id] = replace(self.ledger.vms[vm_id], preemption=preemption_kept(host_id, victims))
 
 
 @dataclass
@@ -371,19 +432,27 @@ class ServersWorld:
         return vm_from_row(row)
 
     async def add_running_vm(
-        self, resources: Resources, host_id: str, *, name: str = "vm", labels: dict[str, str] | None = None
+        self,
+        resources: Resources,
+        host_id: str,
+        *,
+        name: str = "vm",
+        labels: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> VmRecord:
         vm_id = uuid.uuid4()
         async with self.engine.begin() as connection:
             await connection.execute(
                 text(
-                    "INSERT INTO vms (id, name, status, hypervisor_id, labels, cpu, memory_mb, disk_gb, gpu) "
-                    "VALUES (:id, :name, 'running', :host, CAST(:labels AS jsonb), :cpu, :memory_mb, :disk_gb, :gpu)"
+                    "INSERT INTO vms (id, name, status, hypervisor_id, labels, cpu, memory_mb, disk_gb, gpu, priority) "
+                    "VALUES (:id, :name, 'running', :host, CAST(:labels AS jsonb), :cpu, :memory_mb, :disk_gb, :gpu, "
+                    ":priority)"
                 ),
                 {
                     "id": vm_id,
                     "name": name,
                     "host": host_id,
+                    "priority": priority,
                     "labels": json.dumps(labels or {}),
                     **resources.model_dump(),
                 },
@@ -464,6 +533,18 @@ class ServersWorld:
                     ),
                     {"id": f"pg-only-{n}"},
                 )
+
+    async def end_migration_in_ledger_only(self, vm_id: UUID) -> None:
+        async with self.engine.begin() as connection:
+            row = (await connection.execute(vm_writes.LOCK_VMS, {"ids": [vm_id]})).one()
+            assert await vm_writes.apply(connection, [migration_ended(vm_from_row(row))])
+
+    async def keep_preemption(self, vm_id: UUID, host_id: str, victims: Sequence[UUID]) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text("UPDATE vms SET preemption = CAST(:kept AS jsonb) WHERE id = :id"),
+                {"id": vm_id, "kept": json.dumps(preemption_kept(host_id, victims))},
+            )
 
 
 def ledger_of(world: World) -> Ledger:

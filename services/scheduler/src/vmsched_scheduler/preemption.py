@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from vmsched_contract.decision import PreemptionMove
 from vmsched_contract.strategy import Strategy
 from vmsched_placement import decide
 from vmsched_placement.inputs import placement_request
@@ -17,6 +18,7 @@ from vmsched_redis.claims import Claim
 from vmsched_runtime.logs import get_logger
 from vmsched_scheduler.groups import RoundGroups
 from vmsched_scheduler.metrics import CLAIM_CONFLICTS, PLACEMENTS
+from vmsched_scheduler.nowhere_guard import fits_now
 from vmsched_scheduler.ports import Committed
 from vmsched_scheduler.round_items import Assigned, Choice, Later, Outcome, assignment_of
 from vmsched_scheduler.tracing import traced_step
@@ -107,6 +109,9 @@ async def _preempt_once(
     hosts = [fleet.host_at(row) for row in preemptible_rows(fleet, request, context)]
     victims, drawn_among = drawn(hosts, request.demand, vm.priority, residents, seed)
     if victims is None:
+        if await _room_on_its_way(rnd, choice, groups):
+            outcomes[choice.work.index] = Later("the room its moved victims left is not in the snapshot yet")
+            return True
         return False
     if rnd.journal is not None:
         kept = {v.host_id: residents[v.host_id] for v in drawn_among}
@@ -151,3 +156,27 @@ async def _preempt_once(
         tuple(preempted),
     )
     return True
+
+
+async def _room_on_its_way(rnd: SchedulingRound, choice: Choice, groups: RoundGroups) -> bool:
+    """Whether the room this VM's victims left when they were moved for it is still hidden from
+    the scheduler. The gateway commits a move's end to PostgreSQL before it hands the VM's claim
+    over to the target in Redis (an over-count meanwhile, never an under-count), and this VM, retried
+    as soon as its victims stop migrating, can land in between: the source still looks full, the
+    victims are no longer there to take, and it would be called unschedulable for want of the very
+    room it waited for. The copy may also be older than the snapshot, which has the room already."""
+    if rnd.evictions is None:
+        return False
+    own = (await rnd.ledger.load([choice.vm.vm_id])).get(choice.vm.vm_id)
+    if own is None or own.preemption is None:
+        return False
+    kept = PreemptionMove.model_validate(own.preemption)
+    victim_ids = [UUID(victim) for victim in kept.victims]
+    records = await rnd.ledger.load(victim_ids)
+    held = await rnd.claims.hosts_held(victim_ids)
+    for victim_id in victim_ids:
+        record = records.get(victim_id)
+        if held.get(victim_id) == kept.host and record is not None and record.hypervisor_id != kept.host:
+            return True  # gone from the host in PostgreSQL, the truth; still claimed there in Redis
+    await rnd.fleet.reread({kept.host})
+    return fits_now(rnd, choice, groups)

@@ -49,10 +49,23 @@ async def online(admin: httpx.AsyncClient, fleet: SimulatedFleet, host_id: str) 
 async def lose(servers: Servers, fleet: SimulatedFleet, host_id: str) -> None:
     """The host falls silent, and is taken to have been silent for an hour: offline in PostgreSQL
     and in the snapshot, as the gateway marks it (a snapshot left saying "online" would have the
-    schedulers wait for the gateway to mark it, for other tests' VMs too)."""
+    schedulers wait for the gateway to mark it, for other tests' VMs too).
+
+    A heartbeat the agent sent just before the cut may still be on its way to the gateway's fold,
+    which sets ``last_heartbeat = now()`` and the host online again: the rewrite waits until the
+    host's row has not been refreshed for a few heartbeat intervals, so that no fold lands after it
+    (one did in CI, and the host was taken for heard again)."""
     await fleet.cut_off(host_id)
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
+        await eventually(
+            lambda: conn.fetchval(
+                "SELECT last_heartbeat < now() - interval '3 seconds' FROM hosts WHERE id = $1", host_id
+            ),
+            lambda quiet: bool(quiet),
+            timeout=30,
+            what=f"the last heartbeat of {host_id} folded",
+        )
         await conn.execute(
             "UPDATE hosts SET status = 'offline', last_heartbeat = now() - interval '1 hour' WHERE id = $1", host_id
         )

@@ -126,6 +126,10 @@ async def _applied(api: httpx.AsyncClient, plan_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+async def _hosts_seen(api: httpx.AsyncClient) -> list[dict[str, Any]]:
+    return [(await api.get(f"/v1/hosts/{host_id}")).json() for host_id in HOSTS]
+
+
 async def _migrating(servers: Servers) -> int:
     conn = await asyncpg.connect(servers.asyncpg_dsn)
     try:
@@ -172,7 +176,8 @@ async def test_a_move_the_fleet_made_invalid_since_is_skipped_with_the_reason(
 ) -> None:
     await _vms_on(api, CROWDED, 4, servers)
     plan = (await api.post("/v1/rebalance/plans", json={"goal": "spread", "host_selector": ONLY_OURS})).json()
-    assert len(plan["moves"]) >= 2, plan
+    # Rarely (1 run in 15) the plan had one move; what the fleet looked like then is not known yet.
+    assert len(plan["moves"]) >= 2, (plan, await host_shares(servers, HOSTS), await _hosts_seen(api))
     gone, kept = plan["moves"][0], plan["moves"][1:]
     assert (await api.delete(f"/v1/vms/{gone['vm_id']}")).status_code in (200, 202, 204)
     assert (await api.post(f"/v1/rebalance/plans/{plan['id']}/apply", json={"max_parallel": 2})).status_code == 202

@@ -21,11 +21,11 @@ servers: ## start any local server (PostgreSQL, Redis, RabbitMQ) that is down
 run: .venv/.synced servers ## API, gateway, scheduler and 3 simulated agents; Ctrl-C stops all
 	$(PY) -m devtools.run
 
-# make test TEST_WORKERS=2: two workers (pytest-xdist), each with its own vhost, database and key prefix
-# (tests/servers.py), a module's tests on one worker (--dist loadfile: a module's stack or fleet is started
-# once); then the few tests marked alone, which would disturb another worker, by themselves. One worker
-# (0: in-process) until the timing flakes two workers bring out are fixed (docs/testing.md, "Two workers").
-TEST_WORKERS ?= 0
+# Two workers (pytest-xdist), each with its own vhost, database and key prefix (tests/servers.py), a
+# module's tests on one worker (--dist loadfile: a module's stack or fleet is started once); then the few
+# tests marked alone, which would disturb another worker, by themselves. TEST_WORKERS=0: one, in-process
+# (docs/testing.md, "Two workers").
+TEST_WORKERS ?= 2
 test: .venv/.synced servers ## the suite on the real servers, but the long multi-stack runs (test-faults) and the servers of their own (test-cluster)
 	$(PY) -m pytest -m "not own_servers and not slow and not alone" -n $(TEST_WORKERS) --dist loadfile
 	$(PY) -m pytest -m "alone and not own_servers and not slow"

@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     # user (the AMQP user_id RabbitMQ verifies); off: from anyone (a trusted lab).
     agent_auth: AgentAuth = AgentAuth.REQUIRED
 
+    # Redis connections each process opens at most; a command waits for one when all are busy.
+    redis_max_connections: Annotated[int, Field(ge=1, le=10000)] = 100
     # Prefixes every Redis key, so that several installations (or test runs) can share one Redis.
     redis_key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "vmsched"
 
